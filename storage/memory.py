@@ -7,7 +7,7 @@ after a write leaks into a later `load` or `read_entries`.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Iterable
 
 import msgspec
 
@@ -19,12 +19,11 @@ from storage import (
     assemble_snapshot,
     change_from_record,
 )
+from storage._encode import EncodedChange, encode_change
+from storage._encode import decode as _decode
 from storage._match import entry_matches
 
 __all__ = ["MemoryStore"]
-
-_encode = msgspec.json.Encoder(order="sorted").encode
-_decode = msgspec.json.decode
 
 
 class _Workspace:
@@ -48,56 +47,66 @@ class MemoryStore:
     def apply(self, change: StoreChange) -> None:
         # Serialise everything first: an unencodable value fails the whole
         # change before anything is touched.
-        meta = _encode(change.meta)
-        entries = [_encode(e) for e in change.entries]
-        objects = {
-            c: {k: (None if v is None else _encode(v)) for k, v in items.items()}
-            for c, items in change.objects.items()
-        }
+        encoded = encode_change(change)
         with self._lock:
-            ws = self._workspaces.get(change.id)
-            if change.replace or ws is None:
-                held = 0 if ws is None else len(ws.entries)
-                if not change.replace and change.base != held:
-                    raise StoreConflictError(change.id, held, change.base)
-                ws = _Workspace()
-            elif change.base != len(ws.entries):
-                raise StoreConflictError(change.id, len(ws.entries), change.base)
+            self._apply_encoded(change, encoded)
+
+    def apply_many(self, changes: Iterable[StoreChange]) -> list[Exception | None]:
+        """Apply several changes; each is all-or-nothing on its own, and the
+        error of each one left out is returned in its place (None if applied)."""
+        results: list[Exception | None] = []
+        for change in changes:
+            try:
+                self.apply(change)
+                results.append(None)
+            except (StoreConflictError, ValueError, TypeError, msgspec.EncodeError) as exc:
+                results.append(exc)
+        return results
+
+    def _apply_encoded(self, change: StoreChange, encoded: EncodedChange) -> None:
+        ws = self._workspaces.get(change.id)
+        held = 0 if ws is None else len(ws.entries)
+        if not change.replace and change.base != held:
+            raise StoreConflictError(change.id, held, change.base)
+        # Nothing below can fail (the change is already encoded), so the held
+        # state is changed in place: a write costs the same at any log length.
+        if ws is None or change.replace:
+            ws = self._workspaces[change.id] = _Workspace()
+        ws.entries.extend(encoded.entries)
+        ws.meta = encoded.meta
+        ws.version = change.version
+        ws.updated_at = change.updated_at
+        for c, k, text in encoded.objects:
+            if text is None:
+                ws.objects.get(c, {}).pop(k, None)
             else:
-                # Work on copies so a failure below leaves the held state as it was.
-                new = _Workspace()
-                new.entries = ws.entries
-                new.objects = {c: dict(items) for c, items in ws.objects.items()}
-                ws = new
-            ws.meta = meta
-            ws.version = change.version
-            ws.updated_at = change.updated_at
-            ws.entries = ws.entries + entries if ws.entries else entries
-            for c, items in objects.items():
-                held_items = ws.objects.setdefault(c, {})
-                for k, v in items.items():
-                    if v is None:
-                        held_items.pop(k, None)
-                    else:
-                        held_items[k] = v
-            self._workspaces[change.id] = ws
+                ws.objects.setdefault(c, {})[k] = text
 
     def save(self, record: WorkspaceRecord) -> None:
         self.apply(change_from_record(record))
 
     def load(self, *, entries: bool = True) -> list[WorkspaceRecord]:
+        # Copy the held text under the lock (writers change it in place), then
+        # decode outside it.
         with self._lock:
-            held = list(self._workspaces.items())
-        out = []
-        for wid, ws in held:
-            objects = [
-                (c, k, _decode(v)) for c, items in ws.objects.items() for k, v in items.items()
+            held = [
+                (
+                    wid,
+                    ws.meta,
+                    ws.version,
+                    ws.updated_at,
+                    [(c, k, v) for c, items in ws.objects.items() for k, v in items.items()],
+                    list(ws.entries) if entries else [],
+                )
+                for wid, ws in sorted(self._workspaces.items())
             ]
-            log = [_decode(e) for e in ws.entries] if entries else []
-            data = assemble_snapshot(_decode(ws.meta), log, objects)
+        out = []
+        for wid, meta, version, updated_at, objects, log in held:
+            items = [(c, k, _decode(v)) for c, k, v in objects]
+            data = assemble_snapshot(_decode(meta), [_decode(e) for e in log], items)
             if not entries:
                 del data["audit"]
-            out.append(WorkspaceRecord(wid, data, ws.version, ws.updated_at))
+            out.append(WorkspaceRecord(wid, data, version, updated_at))
         return out
 
     def read_entries(
@@ -107,10 +116,12 @@ class MemoryStore:
         stop: int | None = None,
         where: EntryFilter | None = None,
     ) -> list[dict[str, Any]]:
-        ws = self._workspaces.get(workspace)
-        if ws is None:
-            return []
-        rows = ws.entries[max(start, 0) : stop]
+        with self._lock:
+            ws = self._workspaces.get(workspace)
+            # Seq bounds, not Python slice semantics: a negative stop selects
+            # nothing, as `seq < stop` does in SQL.
+            end = None if stop is None else max(stop, 0)
+            rows = [] if ws is None else ws.entries[max(start, 0) : end]
         decoded = [_decode(e) for e in rows]
         if where is None:
             return decoded

@@ -1,8 +1,502 @@
-"""SqliteStore: being written (issue 2)."""
+"""SqliteStore: the store contract in one SQLite file, on the stdlib sqlite3.
+
+The file layout is shared with the other CHAP 0.3 coordinators: the tables
+`chap_meta`, `chap_entries` and `chap_objects` and the read-only view
+`chap_workspaces` (see SPECIFICATION.md, "Stores"). The indexes named
+`chapline_*` are ours; other implementations ignore them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+from typing import Any, Iterable
+
+import msgspec
+
+from storage import (
+    COLLECTIONS,
+    IDEMPOTENCY_KEYS,
+    EntryFilter,
+    StoreChange,
+    StoreConflictError,
+    StoreError,
+    WorkspaceRecord,
+    assemble_snapshot,
+    change_from_record,
+)
+from storage._encode import EncodedChange, decode, encode_change
+from storage._match import entry_matches
 
 __all__ = ["SqliteStore"]
 
+log = logging.getLogger(__name__)
 
-class SqliteStore:  # replaced by the real store in the storage work
-    def __init__(self, *args, **kwargs):
-        raise NotImplementedError("SqliteStore is not written yet")
+_LEGACY = "chap_workspaces"
+
+_TABLES = """
+CREATE TABLE IF NOT EXISTS chap_meta (
+    workspace  TEXT PRIMARY KEY,
+    data       TEXT NOT NULL,
+    version    INTEGER NOT NULL,
+    updated_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS chap_entries (
+    workspace TEXT NOT NULL,
+    seq       INTEGER NOT NULL,
+    data      TEXT NOT NULL,
+    PRIMARY KEY (workspace, seq)
+);
+CREATE TABLE IF NOT EXISTS chap_objects (
+    workspace  TEXT NOT NULL,
+    collection TEXT NOT NULL,
+    id         TEXT NOT NULL,
+    data       TEXT NOT NULL,
+    PRIMARY KEY (workspace, collection, id)
+);
+"""
+
+
+def _call_field(path: str) -> str:
+    """SQL for a field of the recorded call: the accepted `envelope`, else the
+    refused `request`. The json_valid guard keeps one malformed row (written
+    by anyone) from failing index maintenance for the whole table."""
+    return (
+        "CASE WHEN json_valid(data) THEN coalesce("
+        f"json_extract(data, '$.envelope.{path}'), "
+        f"json_extract(data, '$.request.{path}')) END"
+    )
+
+
+# 1 for a refusal (no usable `envelope`), 0 for an accepted call.
+_REFUSED = (
+    "CASE WHEN json_valid(data) THEN "
+    "coalesce(json_type(data, '$.envelope'), 'null') = 'null' END"
+)
+
+# EntryFilter field -> the indexed SQL expression that narrows candidates.
+# The SQL only narrows: every row it returns is checked again with
+# entry_matches, the one definition of the filter's meaning.
+_FILTER_SQL = {
+    "method": _call_field("method"),
+    "sender": _call_field("params.from"),
+    "task_id": _call_field("params.task_id"),
+}
+
+_INDEXES = [
+    f"CREATE INDEX IF NOT EXISTS chapline_entries_{name} "
+    f"ON chap_entries (workspace, {expr}, seq)"
+    for name, expr in [*_FILTER_SQL.items(), ("outcome", _REFUSED)]
+]
+
+
+def _view_sql() -> str:
+    """The read-only `chap_workspaces` view: each workspace as one JSON
+    document in the pre-0.3.2 shape, for tools that read the old table."""
+    parts = [
+        "'$.audit', json((SELECT json_group_array(json(e.data)) FROM "
+        "(SELECT data FROM chap_entries WHERE workspace = m.workspace "
+        "ORDER BY seq) AS e))"
+    ]
+    for c in (*COLLECTIONS, IDEMPOTENCY_KEYS):
+        parts.append(
+            f"'$.{c}', json((SELECT json_group_object(o.id, json(o.data)) "
+            f"FROM chap_objects AS o WHERE o.workspace = m.workspace "
+            f"AND o.collection = '{c}'))"
+        )
+    return (
+        f"CREATE VIEW IF NOT EXISTS {_LEGACY} AS SELECT m.workspace AS id, "
+        f"json_set(m.data, {', '.join(parts)}) AS data, "
+        "m.version AS version, m.updated_at AS updated_at FROM chap_meta AS m"
+    )
+
+
+class _Unreadable(Exception):
+    """A row that cannot be decoded; `load` skips its workspace."""
+
+
+def _object(text: bytes, what: str) -> dict[str, Any]:
+    try:
+        value = decode(text)
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        raise _Unreadable(f"{what} is not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise _Unreadable(f"{what} is not a JSON object")
+    return value
+
+
+def _entries(rows: list[tuple[int, bytes]], what: str) -> list[dict[str, Any]]:
+    """Decode a run of entry rows, checking that seqs run 0, 1, 2, … ."""
+    for i, (seq, _) in enumerate(rows):
+        if seq != i:
+            raise _Unreadable(f"{what}: seq {i} is missing (the next held is {seq})")
+    # One decode of the whole run is several times faster than one per row;
+    # fall back to row by row only to name the row that fails.
+    try:
+        out = decode(b"[" + b",".join(text for _, text in rows) + b"]")
+        if all(isinstance(e, dict) for e in out):
+            return out
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        pass
+    return [_object(text, f"the entry at seq {seq}") for seq, text in rows]
+
+
+class SqliteStore:
+    """A store in the SQLite file at `path` (":memory:" for a private one).
+
+    Files use WAL unless `wal=False`; every commit is synced to disk before
+    `apply` returns (PRAGMA synchronous=FULL). One instance may be shared by
+    threads; several instances and processes may share one file.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, wal: bool = True) -> None:
+        self.path = os.fspath(path)
+        # isolation_level=None: we issue BEGIN ourselves, so a read-then-write
+        # (the base check, then the insert) is one transaction.
+        self._db = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=30.0
+        )
+        self._lock = threading.RLock()
+        self._closed = False
+        try:
+            if wal and self.path != ":memory:" and not self.path.startswith("file:"):
+                self._db.execute("PRAGMA journal_mode=WAL")
+            # In WAL mode NORMAL syncs only at checkpoints, so a commit could
+            # be lost on power failure after apply returned; FULL syncs the
+            # WAL on every commit.
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._prepare()
+        except BaseException:
+            self._db.close()
+            raise
+
+    # -- opening -----------------------------------------------------------
+
+    def _prepare(self) -> None:
+        """Create the schema, migrating a pre-0.3.2 file, in one transaction,
+        so two processes opening one old file at once both see one result."""
+        with self._write():
+            kind = self._db.execute(
+                "SELECT type FROM sqlite_master WHERE name = ?", (_LEGACY,)
+            ).fetchone()
+            for statement in _TABLES.split(";"):
+                if statement.strip():
+                    self._db.execute(statement)
+            if kind is not None and kind[0] == "table":
+                self._migrate()
+            for statement in _INDEXES:
+                self._db.execute(statement)
+            self._db.execute(_view_sql())
+
+    def _migrate(self) -> None:
+        """Move every readable row of the old one-table layout into the three
+        tables; keep the old table (renamed) with every row, readable or not."""
+        rows = self._db.execute(
+            f"SELECT id, CAST(data AS BLOB), version, updated_at FROM {_LEGACY}"
+        ).fetchall()
+        for wid, text, version, updated_at in rows:
+            try:
+                data = _object(text, "its data")
+                encoded = encode_change(
+                    change_from_record(WorkspaceRecord(wid, data, version, updated_at))
+                )
+            except (_Unreadable, ValueError, TypeError) as exc:
+                log.warning(
+                    "workspace %r was not migrated from the pre-0.3.2 table: %s; "
+                    "its row is kept unchanged in the renamed table",
+                    wid,
+                    exc,
+                )
+                continue
+            self._write_change(wid, 0, version, updated_at, encoded, replace=True)
+        taken = {
+            name for (name,) in self._db.execute("SELECT name FROM sqlite_master")
+        }
+        target, n = f"{_LEGACY}_v1", 1
+        while target in taken:
+            n += 1
+            target = f"{_LEGACY}_v1_{n}"
+        self._db.execute(f'ALTER TABLE {_LEGACY} RENAME TO "{target}"')
+        self._db.execute("DROP INDEX IF EXISTS idx_chap_workspaces_updated_at")
+        log.warning(
+            "%s: migrated %d pre-0.3.2 workspace rows; the old table is kept as %s",
+            self.path,
+            len(rows),
+            target,
+        )
+
+    # -- transactions ------------------------------------------------------
+
+    def _write(self) -> "_Transaction":
+        return _Transaction(self, "BEGIN IMMEDIATE")
+
+    def _read(self) -> "_Transaction":
+        return _Transaction(self, "BEGIN")
+
+    # -- writing -----------------------------------------------------------
+
+    def apply(self, change: StoreChange) -> None:
+        encoded = encode_change(change)
+        with self._write():
+            self._apply_encoded(change, encoded)
+
+    def apply_many(self, changes: Iterable[StoreChange]) -> list[Exception | None]:
+        """Apply several changes with one commit (one disk sync).
+
+        Each change is still all-or-nothing on its own: a change that
+        conflicts or is malformed is left out, and its error is returned in
+        its place; the others are committed. The list holds None for every
+        change that was applied.
+        """
+        changes = list(changes)
+        results: list[Exception | None] = []
+        encoded: list[EncodedChange | None] = []
+        for change in changes:
+            try:
+                encoded.append(encode_change(change))
+                results.append(None)
+            except (ValueError, TypeError, msgspec.EncodeError) as exc:
+                encoded.append(None)
+                results.append(exc)
+        with self._write():
+            for i, (change, enc) in enumerate(zip(changes, encoded)):
+                if enc is None:
+                    continue
+                self._db.execute("SAVEPOINT change")
+                try:
+                    self._apply_encoded(change, enc)
+                except StoreConflictError as exc:
+                    results[i] = exc
+                    self._db.execute("ROLLBACK TO change")
+                self._db.execute("RELEASE change")
+        return results
+
+    def _apply_encoded(self, change: StoreChange, encoded: EncodedChange) -> None:
+        if not change.replace:
+            (top,) = self._db.execute(
+                "SELECT MAX(seq) FROM chap_entries WHERE workspace = ?", (change.id,)
+            ).fetchone()
+            held = 0 if top is None else top + 1
+            if held != change.base:
+                raise StoreConflictError(change.id, held, change.base)
+        base = 0 if change.replace else change.base
+        self._write_change(
+            change.id, base, change.version, change.updated_at, encoded, change.replace
+        )
+
+    def _write_change(
+        self,
+        wid: str,
+        base: int,
+        version: int,
+        updated_at: str,
+        encoded: EncodedChange,
+        replace: bool,
+    ) -> None:
+        db = self._db
+        if replace:
+            for table in ("chap_entries", "chap_objects", "chap_meta"):
+                db.execute(f"DELETE FROM {table} WHERE workspace = ?", (wid,))
+        db.execute(
+            "INSERT INTO chap_meta (workspace, data, version, updated_at) "
+            "VALUES (?, ?, ?, ?) ON CONFLICT (workspace) DO UPDATE SET "
+            "data = excluded.data, version = excluded.version, "
+            "updated_at = excluded.updated_at",
+            (wid, encoded.meta.decode(), version, updated_at),
+        )
+        if encoded.entries:
+            db.executemany(
+                "INSERT INTO chap_entries (workspace, seq, data) VALUES (?, ?, ?)",
+                [(wid, base + i, text.decode()) for i, text in enumerate(encoded.entries)],
+            )
+        gone = [(wid, c, k) for c, k, text in encoded.objects if text is None]
+        kept = [(wid, c, k, text.decode()) for c, k, text in encoded.objects if text is not None]
+        if gone:
+            db.executemany(
+                "DELETE FROM chap_objects WHERE workspace = ? AND collection = ? AND id = ?",
+                gone,
+            )
+        if kept:
+            db.executemany(
+                "INSERT INTO chap_objects (workspace, collection, id, data) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (workspace, collection, id) "
+                "DO UPDATE SET data = excluded.data",
+                kept,
+            )
+
+    def save(self, record: WorkspaceRecord) -> None:
+        self.apply(change_from_record(record))
+
+    def delete(self, workspace: str) -> None:
+        with self._write():
+            for table in ("chap_entries", "chap_objects", "chap_meta"):
+                self._db.execute(f"DELETE FROM {table} WHERE workspace = ?", (workspace,))
+
+    # -- reading -----------------------------------------------------------
+
+    def load(self, *, entries: bool = True) -> list[WorkspaceRecord]:
+        with self._read():
+            metas = self._db.execute(
+                "SELECT workspace, CAST(data AS BLOB), version, updated_at "
+                "FROM chap_meta ORDER BY workspace"
+            ).fetchall()
+            objects: dict[str, list[tuple[str, str, bytes]]] = {}
+            for wid, collection, key, text in self._db.execute(
+                "SELECT workspace, collection, id, CAST(data AS BLOB) FROM chap_objects"
+            ):
+                objects.setdefault(wid, []).append((collection, key, text))
+            logs: dict[str, list[tuple[int, bytes]]] = {}
+            shape: dict[str, tuple[int, int, int]] = {}
+            if entries:
+                for wid, seq, text in self._db.execute(
+                    "SELECT workspace, seq, CAST(data AS BLOB) FROM chap_entries "
+                    "ORDER BY workspace, seq"
+                ):
+                    logs.setdefault(wid, []).append((seq, text))
+            else:
+                # The primary-key index alone answers this; no entry is read.
+                for wid, count, low, high in self._db.execute(
+                    "SELECT workspace, COUNT(*), MIN(seq), MAX(seq) "
+                    "FROM chap_entries GROUP BY workspace"
+                ):
+                    shape[wid] = (count, low, high)
+        out = []
+        for wid, meta_text, stored_version, updated_at in metas:
+            try:
+                meta = _object(meta_text, "its meta row")
+                items = [
+                    (c, k, _value(text, f"object {c}/{k}")) for c, k, text in objects.get(wid, ())
+                ]
+                if entries:
+                    log_ = _entries(logs.get(wid, []), "its audit log")
+                    held = len(log_)
+                else:
+                    count, low, high = shape.get(wid, (0, 0, -1))
+                    if count and (low != 0 or high != count - 1):
+                        raise _Unreadable(
+                            f"its audit log holds {count} entries but their seqs "
+                            f"run {low}..{high}, so some seq is missing"
+                        )
+                    held = count
+                    log_ = []
+            except _Unreadable as exc:
+                log.warning(
+                    "workspace %r skipped while loading %s: %s; the other "
+                    "workspaces load. Repair or delete its rows to load it again.",
+                    wid,
+                    self.path,
+                    exc,
+                )
+                continue
+            if stored_version != held:
+                log.warning(
+                    "workspace %r: chap_meta.version is %s but %d entries are held; "
+                    "loading with version %d (the log decides)",
+                    wid,
+                    stored_version,
+                    held,
+                    held,
+                )
+            data = assemble_snapshot(meta, log_, items)
+            if not entries:
+                del data["audit"]
+            out.append(WorkspaceRecord(wid, data, held, updated_at))
+        return out
+
+    def read_entries(
+        self,
+        workspace: str,
+        start: int = 0,
+        stop: int | None = None,
+        where: EntryFilter | None = None,
+    ) -> list[dict[str, Any]]:
+        sql = "SELECT seq, CAST(data AS BLOB) FROM chap_entries WHERE workspace = ? AND seq >= ?"
+        args: list[Any] = [workspace, max(start, 0)]
+        if stop is not None:
+            sql += " AND seq < ?"
+            args.append(stop)
+        if where is not None:
+            # Push down only what SQL compares exactly like Python does
+            # (strings); anything else is left to entry_matches below.
+            for field, expr in _FILTER_SQL.items():
+                value = getattr(where, field)
+                if isinstance(value, str):
+                    sql += f" AND {expr} = ?"
+                    args.append(value)
+            if where.outcome in ("accepted", "refused"):
+                sql += f" AND {_REFUSED} = ?"
+                args.append(1 if where.outcome == "refused" else 0)
+        sql += " ORDER BY seq"
+        with self._lock:
+            self._check_open()
+            rows = self._db.execute(sql, args).fetchall()
+        out = []
+        for seq, text in rows:
+            try:
+                entry = _object(text, f"the entry at seq {seq}")
+            except _Unreadable as exc:
+                raise StoreError(
+                    f"workspace {workspace!r} in {self.path}: {exc}. The log cannot "
+                    "be read past this row; repair or delete the row."
+                ) from None
+            if where is None or entry_matches(entry, where):
+                out.append(entry)
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._db.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError(
+                f"the SqliteStore on {self.path} is closed; open a new SqliteStore to use the file"
+            )
+
+
+def _value(text: bytes, what: str) -> Any:
+    try:
+        return decode(text)
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        raise _Unreadable(f"{what} is not valid JSON ({exc})") from None
+
+
+class _Transaction:
+    """`with` block around one explicit transaction on the store's connection,
+    holding the store's lock so threads sharing the instance take turns."""
+
+    __slots__ = ("_store", "_begin")
+
+    def __init__(self, store: SqliteStore, begin: str) -> None:
+        self._store = store
+        self._begin = begin
+
+    def __enter__(self) -> None:
+        self._store._lock.acquire()
+        try:
+            self._store._check_open()
+            self._store._db.execute(self._begin)
+        except BaseException:
+            self._store._lock.release()
+            raise
+
+    def __exit__(self, kind, exc, tb) -> None:
+        db = self._store._db
+        try:
+            if kind is None:
+                try:
+                    db.execute("COMMIT")
+                except BaseException:
+                    # A failed COMMIT (disk full, I/O error) can leave the
+                    # transaction open; end it so the next one can begin.
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
+                    raise
+            elif db.in_transaction:
+                db.execute("ROLLBACK")
+        finally:
+            self._store._lock.release()
