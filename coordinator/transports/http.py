@@ -1,0 +1,150 @@
+"""CHAP over HTTP: the ASGI application behind `chapline serve`.
+
+POST /chap (or /) carries one JSON-RPC envelope; the body of every answer is
+JSON, errors included, because CHAP clients (the conformance harness among
+them) parse the body whatever the status. Status codes follow the Python
+reference server: 200 for a result, 400 for an error. The full contract is in
+SPECIFICATION.md, "HTTP binding".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any, AsyncIterator
+
+import msgspec
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from coordinator.transports.worker import Dispatcher, DispatcherClosed, SerialDispatcher
+from coordinator.wire import (
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    RpcError,
+    error_response,
+)
+
+__all__ = ["MAX_BODY_BYTES", "create_app"]
+
+log = logging.getLogger(__name__)
+
+# CHAP requires accepting envelopes of at least 1 MiB; we accept exactly that.
+MAX_BODY_BYTES = 1024 * 1024
+
+PATHS = ("/chap", "/")
+
+# Browsers may call the endpoint from any origin: CHAP authenticates the
+# caller inside the envelope, not with cookies.
+_CORS = {
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Allow-Methods": "POST, OPTIONS",
+    "Access-Control-Allow-Headers": "Content-Type",
+}
+
+_encoder = msgspec.json.Encoder()
+
+
+def create_app(target: Dispatcher, *, max_body_bytes: int = MAX_BODY_BYTES) -> Starlette:
+    """An ASGI app serving `target` (a Coordinator) over HTTP.
+
+    Calls are run one at a time, off the event loop, by a SerialDispatcher that
+    lives as long as the app's lifespan. The app never closes `target`: its
+    owner does, after the server has stopped.
+    """
+    if max_body_bytes < 1:
+        raise ValueError(f"max_body_bytes must be positive, got {max_body_bytes}")
+    dispatcher = SerialDispatcher(target)
+
+    async def chap(request: Request) -> Response:
+        if request.method == "OPTIONS":
+            return Response(status_code=204, headers=_CORS)
+        body = await _read_body(request, max_body_bytes)
+        if body is None:
+            return _rpc_error(
+                400, PARSE_ERROR, f"Request body larger than {max_body_bytes} bytes"
+            )
+        try:
+            response = await dispatcher.dispatch(body)
+        except DispatcherClosed:
+            return _rpc_error(503, INTERNAL_ERROR, "The server is shutting down; retry elsewhere")
+        return _json(400 if "error" in response else 200, response)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        dispatcher.start()
+        try:
+            yield
+        finally:
+            # Runs after the server stopped taking requests: finish the calls
+            # already queued, off the loop, so their writes reach the store.
+            await asyncio.to_thread(dispatcher.close)
+
+    routes = [Route(path, chap, methods=["POST", "OPTIONS"]) for path in PATHS]
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: _http_error, Exception: _internal_error},
+    )
+    # /chap/ is another path (404 JSON), not a redirect with an empty body.
+    app.router.redirect_slashes = False
+    return app
+
+
+async def _read_body(request: Request, limit: int) -> bytes | None:
+    """The request body, or None when it is larger than `limit` bytes.
+
+    A declared Content-Length over the limit is refused before reading; a
+    chunked body is counted as it arrives and refused once it passes the limit.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _json(status: int, payload: dict[str, Any]) -> Response:
+    return Response(
+        content=_encoder.encode(payload),
+        status_code=status,
+        media_type="application/json",
+        headers=_CORS,
+    )
+
+
+def _rpc_error(status: int, code: int, message: str) -> Response:
+    # Transport-level refusals have no envelope to take an id from.
+    return _json(status, error_response(None, RpcError(code, message)))
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Wrong path (404) or wrong method (405), still as a JSON-RPC error."""
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        message = f"Not found: {request.url.path}; CHAP is served at POST /chap"
+    elif exc.status_code == 405:
+        message = f"Method {request.method} not allowed; send the envelope with POST"
+    else:
+        message = exc.detail
+    response = _rpc_error(exc.status_code, INVALID_REQUEST, message)
+    if exc.headers:
+        response.headers.update(exc.headers)
+    return response
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    # Logged for the operator; the caller gets no traceback.
+    log.error("unhandled error serving %s %s", request.method, request.url.path, exc_info=exc)
+    return _rpc_error(500, INTERNAL_ERROR, "Internal error")

@@ -1,0 +1,134 @@
+"""SerialDispatcher: every call of one coordinator on one worker thread.
+
+A coordinator is single-writer: its calls must run one at a time and in
+arrival order. A server on an event loop must not run them on the loop thread
+either, because a call waits for the store's disk sync. So transports hand
+each request body to this queue and await the response; one thread takes the
+calls off the queue in order and dispatches them.
+
+The worker takes every call that is already waiting as one group (up to
+`max_group`). Today the calls of a group are dispatched and answered one by
+one; the group is the seam where group commit goes (dispatch a group inside
+`Coordinator.batch()` and answer it once the one store write succeeded).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from typing import Any, Protocol
+
+from coordinator.wire import INTERNAL_ERROR, RpcError, error_response
+
+__all__ = ["Dispatcher", "DispatcherClosed", "SerialDispatcher"]
+
+log = logging.getLogger(__name__)
+
+
+class Dispatcher(Protocol):
+    """What a transport needs from a coordinator."""
+
+    def dispatch(self, envelope: dict[str, Any] | str | bytes) -> dict[str, Any]: ...
+
+
+class DispatcherClosed(RuntimeError):
+    """The dispatcher was closed; the call was not run."""
+
+
+# One queued call: the request body, and the loop and future awaiting its answer.
+_Job = tuple[bytes, asyncio.AbstractEventLoop, "asyncio.Future[dict[str, Any]]"]
+_STOP = None
+
+
+class SerialDispatcher:
+    """Runs `target.dispatch` for every submitted call on one thread, in order.
+
+    `start()` before the first call; `close()` stops taking calls, runs the
+    ones already queued, and waits for the thread, so every call that was
+    answered, or will be, has been dispatched when it returns.
+    """
+
+    def __init__(self, target: Dispatcher, *, max_group: int = 64) -> None:
+        if max_group < 1:
+            raise ValueError(f"max_group must be at least 1, got {max_group}")
+        self._target = target
+        self._max_group = max_group
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._work, name="chap-dispatch", daemon=True)
+        # Held while checking `_closed` and queueing, so no call can be queued
+        # behind the stop marker and left unanswered.
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def start(self) -> None:
+        self._thread.start()
+
+    async def dispatch(self, body: bytes) -> dict[str, Any]:
+        """Queue one request body and wait for the coordinator's response."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[dict[str, Any]] = loop.create_future()
+        with self._lock:
+            if self._closed:
+                raise DispatcherClosed("the dispatcher is closed; no more calls are taken")
+            self._queue.put((body, loop, future))
+        # shield: a client that disconnects cancels its request task, but the
+        # call is already queued and will run; only the waiting is abandoned.
+        return await asyncio.shield(future)
+
+    def close(self) -> None:
+        """Stop taking calls, finish the queued ones, and join the thread."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._queue.put(_STOP)
+        if self._thread.is_alive():
+            self._thread.join()
+
+    # -- the worker thread ---------------------------------------------------
+
+    def _work(self) -> None:
+        while True:
+            group, stop = self._take_group()
+            for job in group:
+                self._run(job)
+            if stop:
+                return
+
+    def _take_group(self) -> tuple[list[_Job], bool]:
+        """Block for one call, then take the calls already waiting behind it."""
+        first = self._queue.get()
+        if first is _STOP:
+            return [], True
+        group = [first]
+        while len(group) < self._max_group:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is _STOP:
+                return group, True
+            group.append(job)
+        return group, False
+
+    def _run(self, job: _Job) -> None:
+        body, loop, future = job
+        try:
+            response = self._target.dispatch(body)
+        except Exception:
+            # dispatch promises not to raise; if it does, the caller still
+            # gets a JSON-RPC answer and the worker keeps serving.
+            log.exception("dispatch raised; answering -32603")
+            response = error_response(None, RpcError(INTERNAL_ERROR, "Internal error"))
+        try:
+            loop.call_soon_threadsafe(_settle, future, response)
+        except RuntimeError:
+            # The loop is already closed: nobody is waiting for this answer.
+            pass
+
+
+def _settle(future: asyncio.Future[dict[str, Any]], response: dict[str, Any]) -> None:
+    if not future.done():
+        future.set_result(response)
