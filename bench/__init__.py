@@ -1,0 +1,1 @@
+"""Benchmarks: chapline side by side with the reference (`python -m bench`)."""

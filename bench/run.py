@@ -1,0 +1,567 @@
+"""The benchmark: chapline and the reference side by side, in one process.
+
+Phases (each alternates the two implementations, rep by rep):
+
+1. throughput   calls/s of the workload on a fresh MemoryStore, on a fresh
+                SqliteStore with one store write per call, and (chapline only)
+                on SqliteStore with `coord.batch()` groups of --group calls,
+                compared with the reference's one-write-per-call SQLite figure
+                (it has no grouping).
+2. log size     one SQLite workspace per implementation grown to each size in
+                --sizes; at each size the write cost (µs per call of the
+                workload without reads, appended to the existing log) and an
+                `audit.read` filtered by one task from the middle of the log.
+                At the start size (100k; 10k with --quick): `audit.verify_chain`
+                time per entry, file size per 1k entries, and start-up time and
+                peak RSS on that file measured in fresh interpreters.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench import workload as W
+from bench.impls import Impl, Opened
+
+
+@dataclass
+class Config:
+    quick: bool = False
+    reps: int = 5
+    mem_cycles: int = 1500
+    sql_cycles: int = 600
+    group: int = 100
+    sizes: tuple[int, ...] = (1_000, 10_000, 100_000, 1_000_000)
+    ref_max: int = 100_000
+    start_size: int = 100_000
+    size_cycles: int = 300
+    size_reps: int = 3
+    start_reps: int = 3
+    read_reps: int = 7
+    phases: tuple[str, ...] = ("throughput", "sizes")
+    workdir: str | None = None
+    keep: bool = False
+
+    @classmethod
+    def for_quick(cls) -> "Config":
+        return cls(
+            quick=True,
+            reps=3,
+            mem_cycles=300,
+            sql_cycles=120,
+            sizes=(1_000, 10_000),
+            ref_max=10_000,
+            start_size=10_000,
+            size_cycles=120,
+            size_reps=2,
+            start_reps=2,
+            read_reps=5,
+        )
+
+
+@dataclass
+class Figure:
+    key: str
+    label: str
+    unit: str
+    better: str  # "higher" or "lower"
+    target: str = ""
+    values: dict[str, list[float]] = field(default_factory=dict)  # impl name -> samples
+    notes: dict[str, str] = field(default_factory=dict)  # impl name -> note instead of a value
+    compare_to: str | None = None  # the reference figure to compare with, if not this one
+    target_ratio: float | None = None
+
+    def add(self, impl: str, v: float) -> None:
+        self.values.setdefault(impl, []).append(v)
+
+
+class Results:
+    def __init__(self) -> None:
+        self.figures: dict[str, Figure] = {}
+        self.meta: dict[str, Any] = {}
+
+    def fig(self, key: str, label: str, unit: str, better: str, target: str = "", **kw) -> Figure:
+        if key not in self.figures:
+            self.figures[key] = Figure(key, label, unit, better, target, **kw)
+        return self.figures[key]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "meta": self.meta,
+            "figures": {
+                k: {
+                    "label": f.label,
+                    "unit": f.unit,
+                    "better": f.better,
+                    "target": f.target,
+                    "values": f.values,
+                    "notes": f.notes,
+                    "compare_to": f.compare_to,
+                }
+                for k, f in self.figures.items()
+            },
+        }
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def _setup(o: Opened, prefix: str) -> None:
+    for env in W.setup_envelopes(prefix):
+        r = o.dispatch(env)
+        if "result" not in r:
+            raise W.WorkloadError(f"{o.name}: setup call {env['method']} failed: {r}")
+
+
+def _timed(o: Opened, calls: list[W.Call], *, group: int = 0, tids: list | None = None) -> tuple[float, int]:
+    gc.collect()
+    t0 = time.perf_counter()
+    errors = W.drive(o.dispatch, calls, batch=o.batch if group else None, group=group, tids=tids)
+    dt = time.perf_counter() - t0
+    return dt, errors
+
+
+def _check_errors(o: Opened, what: str, errors: int, results: Results) -> None:
+    if errors:
+        msg = f"{o.name}: {errors} calls answered with an error during {what}"
+        log("WARNING " + msg)
+        results.meta.setdefault("warnings", []).append(msg)
+
+
+# ---------------------------------------------------------------- throughput
+
+
+def phase_throughput(cfg: Config, impls: list[Impl], results: Results, tmp: str) -> None:
+    chap, ref = impls
+    modes = [
+        ("memory", "calls/s, MemoryStore", cfg.mem_cycles, 0, "≥10×", 10.0),
+        ("sqlite", "calls/s, SqliteStore, one write per call", cfg.sql_cycles, 0, "≥5×", 5.0),
+    ]
+    grouped = chap.has_batch
+    for rep in range(cfg.reps):
+        order = impls if rep % 2 == 0 else impls[::-1]
+        for kind, label, cycles, _, target, tr in modes:
+            f = results.fig(f"tput_{kind}", label, "calls/s", "higher", target, target_ratio=tr)
+            for impl in order:
+                o = _fresh(impl, kind, tmp, f"{impl.name}-{kind}-{rep}")
+                try:
+                    calls = W.plan(0, cycles, f"r{rep}")
+                    dt, errors = _timed(o, calls)
+                    _check_errors(o, f"{kind} throughput", errors, results)
+                    f.add(impl.name, len(calls) / dt)
+                finally:
+                    o.close()
+        if grouped:
+            f = results.fig(
+                "tput_grouped",
+                f"calls/s, SqliteStore, grouped ({cfg.group} calls per write)",
+                "calls/s",
+                "higher",
+                "≥12× (vs reference one write per call)",
+                compare_to="tput_sqlite",
+                target_ratio=12.0,
+            )
+            o = _fresh(chap, "sqlite", tmp, f"{chap.name}-grouped-{rep}")
+            try:
+                # grouping makes the calls cheap, so send more of them
+                calls = W.plan(0, cfg.mem_cycles, f"g{rep}")
+                dt, errors = _timed(o, calls, group=cfg.group)
+                _check_errors(o, "grouped throughput", errors, results)
+                f.add(chap.name, len(calls) / dt)
+            finally:
+                o.close()
+            f.notes.setdefault(ref.name, "no grouping")
+        log(
+            f"throughput rep {rep + 1}/{cfg.reps}: "
+            + "; ".join(
+                f"{k}: " + ", ".join(f"{n} {v[-1]:,.0f}" for n, v in results.figures[k].values.items())
+                for k in ("tput_memory", "tput_sqlite", "tput_grouped")
+                if k in results.figures
+            )
+        )
+
+
+def _fresh(impl: Impl, kind: str, tmp: str, tag: str) -> Opened:
+    path = None
+    if kind == "sqlite":
+        path = os.path.join(tmp, f"{tag}.db")
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(path + suffix):
+                os.remove(path + suffix)
+    o = impl.open(kind, path)
+    _setup(o, tag)
+    return o
+
+
+# ---------------------------------------------------------------- log size
+
+
+@dataclass
+class Grown:
+    impl: Impl
+    path: str
+    opened: Opened | None
+    entries: int = 3  # the setup calls
+    cycle: int = 0  # next workload cycle
+    tids: list = field(default_factory=list)
+    seg: int = 0  # envelope id prefix counter
+    build_s: float = 0.0
+    build_entries: int = 0
+
+    def prefix(self) -> str:
+        self.seg += 1
+        return f"x{self.seg}"
+
+
+def _grow(g: Grown, size: int, results: Results) -> None:
+    """Append workload cycles (no reads) until the log holds >= size entries."""
+    o = g.opened
+    chunk_cycles = 2000
+    group = 1000 if g.impl.has_batch else 0
+    t0 = time.perf_counter()
+    before = g.entries
+    while g.entries < size:
+        need = size - g.entries
+        n = max(1, min(chunk_cycles, int(need / 4.25) + 1))
+        calls = W.plan(g.cycle, n, g.prefix(), reads=False)
+        errors = W.drive(o.dispatch, calls, batch=o.batch if group else None, group=group, tids=g.tids)
+        _check_errors(o, "log growth", errors, results)
+        g.cycle += n
+        g.entries += len(calls)
+    g.build_s += time.perf_counter() - t0
+    g.build_entries += g.entries - before
+
+
+def _audit_count(o: Opened) -> int | None:
+    r = o.dispatch(
+        {"jsonrpc": "2.0", "id": "count", "method": "workspace.describe", "params": {"workspace": W.WORKSPACE}}
+    )
+    return r.get("result", {}).get("audit_count")
+
+
+def _write_cost(g: Grown, cfg: Config, results: Results) -> float:
+    o = g.opened
+    calls = W.plan(g.cycle, cfg.size_cycles, g.prefix(), reads=False)
+    dt, errors = _timed(o, calls, tids=g.tids)
+    _check_errors(o, "write cost", errors, results)
+    g.cycle += cfg.size_cycles
+    g.entries += len(calls)
+    return dt / len(calls) * 1e6
+
+
+def _read_by_task(g: Grown, cfg: Config, tid: str) -> list[float]:
+    o = g.opened
+    out = []
+    for i in range(cfg.read_reps):
+        env = {
+            "jsonrpc": "2.0",
+            "id": f"rd{i}",
+            "method": "audit.read",
+            "params": {"workspace": W.WORKSPACE, "from": W.HUMAN, "filter": {"task_id": tid}},
+        }
+        t0 = time.perf_counter()
+        r = o.dispatch(env)
+        out.append((time.perf_counter() - t0) * 1e3)
+        entries = r.get("result", {}).get("entries")
+        if not entries:
+            raise W.WorkloadError(f"{o.name}: audit.read by task {tid} returned {r}")
+    return out
+
+
+def _verify(g: Grown) -> tuple[float, int]:
+    o = g.opened
+    gc.collect()
+    t0 = time.perf_counter()
+    r = o.dispatch(
+        {
+            "jsonrpc": "2.0",
+            "id": "verify",
+            "method": "audit.verify_chain",
+            "params": {"workspace": W.WORKSPACE, "from": W.HUMAN},
+        }
+    )
+    dt = time.perf_counter() - t0
+    res = r.get("result") or {}
+    if not res.get("ok"):
+        raise W.WorkloadError(f"{o.name}: audit.verify_chain did not verify: {str(r)[:500]}")
+    return dt, int(res.get("entries_checked") or 0)
+
+
+def _start_probe(impl: Impl, path: str) -> dict[str, Any]:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.startprobe", impl.name, path],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,
+        timeout=600,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"start probe for {impl.name} failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _file_bytes(path: str) -> int:
+    return sum(os.path.getsize(path + s) for s in ("", "-wal") if os.path.exists(path + s))
+
+
+def phase_sizes(cfg: Config, impls: list[Impl], results: Results, tmp: str) -> None:
+    grown = []
+    for impl in impls:
+        path = os.path.join(tmp, f"{impl.name}-log.db")
+        o = impl.open("sqlite", path)
+        _setup(o, f"{impl.name}-log")
+        grown.append(Grown(impl, path, o))
+    chap, ref = grown
+    cap = {chap.impl.name: max(cfg.sizes), ref.impl.name: cfg.ref_max}
+    for size in cfg.sizes:
+        active = [g for g in grown if size <= cap[g.impl.name]]
+        for g in active:
+            if g.opened is None:
+                g.opened = g.impl.open("sqlite", g.path)
+            log(f"growing {g.impl.name} to {size:,} entries")
+            _grow(g, size, results)
+            n = _audit_count(g.opened)
+            if n != g.entries:
+                raise W.WorkloadError(f"{g.impl.name}: expected {g.entries} entries, describe says {n}")
+            log(f"  {g.impl.name}: {g.entries:,} entries; built at {g.build_entries / g.build_s:,.0f} calls/s")
+        fw = results.fig(
+            f"write_{size}", f"write µs/call, log at {_k(size)} entries (SQLite)", "µs", "lower", "flat 1k→1M"
+        )
+        for rep in range(cfg.size_reps):
+            for g in active if rep % 2 == 0 else active[::-1]:
+                fw.add(g.impl.name, _write_cost(g, cfg, results))
+        fr = results.fig(
+            f"read_{size}",
+            f"audit.read by task, log at {_k(size)} entries",
+            "ms",
+            "lower",
+            "<1 ms at 100k" if size == 100_000 else "",
+        )
+        for g in active:
+            tid = g.tids[len(g.tids) // 2]
+            for v in _read_by_task(g, cfg, tid):
+                fr.add(g.impl.name, v)
+        for g in grown:
+            if g not in active:
+                fw.notes[g.impl.name] = "not run"
+                fr.notes[g.impl.name] = "not run"
+        log(
+            f"size {size:,}: write µs/call "
+            + ", ".join(f"{n} {statistics.median(v):.0f}" for n, v in fw.values.items())
+            + "; read ms "
+            + ", ".join(f"{n} {statistics.median(v):.2f}" for n, v in fr.values.items())
+        )
+        if size == cfg.start_size:
+            _at_start_size(cfg, grown, results, size)
+    for g in grown:
+        if g.opened is not None:
+            g.opened.close()
+            g.opened = None
+    _extrapolate(cfg, grown, results)
+
+
+def _k(n: int) -> str:
+    return f"{n // 1_000_000}M" if n >= 1_000_000 and n % 1_000_000 == 0 else f"{n // 1000}k"
+
+
+def _at_start_size(cfg: Config, grown: list[Grown], results: Results, size: int) -> None:
+    k = _k(size)
+    fv = results.fig(
+        "verify", f"audit.verify_chain µs/entry, {k} entries", "µs", "lower", "≥10×", target_ratio=10.0
+    )
+    for g in grown:
+        dt, n = _verify(g)
+        fv.add(g.impl.name, dt / max(n, 1) * 1e6)
+        log(f"verify {g.impl.name}: {dt:.2f} s for {n:,} entries")
+    # close, so the file is complete (WAL checkpointed) for size and start-up
+    for g in grown:
+        g.opened.close()
+        g.opened = None
+    fs = results.fig("file_kib", "file size per 1k entries", "KiB", "lower")
+    for g in grown:
+        fs.add(g.impl.name, _file_bytes(g.path) / 1024 / (g.entries / 1000))
+    ft = results.fig("start_s", f"start on a {k}-entry file (construct + first answer)", "s", "lower", "<0.5 s")
+    fm = results.fig("start_rss", f"peak RSS after start on a {k}-entry file", "MiB", "lower", "<150 MiB")
+    fi = results.fig("start_import", "  of which: import, RSS after import", "s", "lower")
+    for rep in range(cfg.start_reps):
+        for g in grown if rep % 2 == 0 else grown[::-1]:
+            p = _start_probe(g.impl, g.path)
+            if p.get("audit_count") != g.entries:
+                raise W.WorkloadError(f"{g.impl.name}: start probe saw {p.get('audit_count')} entries, not {g.entries}")
+            ft.add(g.impl.name, p["first_answer_s"])
+            fm.add(g.impl.name, p["peak_rss_mib"])
+            fi.add(g.impl.name, p["import_s"])
+            results.meta.setdefault("start_probe", {}).setdefault(g.impl.name, []).append(p)
+    log(
+        "start: "
+        + ", ".join(
+            f"{n} {statistics.median(ft.values[n]):.2f} s / {statistics.median(fm.values[n]):.0f} MiB"
+            for n in ft.values
+        )
+    )
+
+
+def _extrapolate(cfg: Config, grown: list[Grown], results: Results) -> None:
+    """Sizes the reference skipped: say so, with a clearly labelled estimate."""
+    ref = grown[1]
+    done = [s for s in cfg.sizes if s <= cfg.ref_max]
+    skipped = [s for s in cfg.sizes if s > cfg.ref_max]
+    if not skipped or not done:
+        return
+    last = done[-1]
+    w = results.figures.get(f"write_{last}")
+    r = results.figures.get(f"read_{last}")
+    rate = ref.build_entries / ref.build_s if ref.build_s else float("nan")
+    for s in skipped:
+        factor = s / last
+        build_min = s / rate / 60 if rate == rate else float("nan")
+        if w and ref.impl.name in w.values:
+            v = statistics.median(w.values[ref.impl.name])
+            results.figures[f"write_{s}"].notes[ref.impl.name] = (
+                f"not run (building {_k(s)} takes ≈{build_min:.0f} min at its {rate:,.0f} calls/s "
+                f"and its memory grows with the log); est. ≥{v:.0f} if flat"
+            )
+        if r and ref.impl.name in r.values:
+            v = statistics.median(r.values[ref.impl.name])
+            results.figures[f"read_{s}"].notes[ref.impl.name] = f"not run; est. ≈{v * factor:.0f} (linear scan)"
+
+
+# ---------------------------------------------------------------- table
+
+
+def _fmt(v: float, unit: str) -> str:
+    if unit == "calls/s":
+        return f"{v:,.0f}"
+    if unit in ("µs", "KiB", "MiB"):
+        return f"{v:,.1f}" if v < 100 else f"{v:,.0f}"
+    if unit in ("ms", "s"):
+        return f"{v:.3f}" if v < 1 else f"{v:.2f}"
+    return f"{v:.3g}"
+
+
+def _cell(f: Figure, name: str) -> str:
+    if name in f.values:
+        vs = f.values[name]
+        med = statistics.median(vs)
+        s = _fmt(med, f.unit)
+        if len(vs) > 1:
+            s += f" [{_fmt(min(vs), f.unit)}–{_fmt(max(vs), f.unit)}]"
+        return s
+    return f.notes.get(name, "—")
+
+
+def ratio(f: Figure, results: Results, chap: str, ref: str) -> float | None:
+    if chap not in f.values:
+        return None
+    src = results.figures.get(f.compare_to) if f.compare_to else f
+    if src is None or ref not in src.values:
+        return None
+    c = statistics.median(f.values[chap])
+    r = statistics.median(src.values[ref])
+    if c == 0 or r == 0:
+        return None
+    return c / r if f.better == "higher" else r / c
+
+
+def table(results: Results, chap: str, ref: str) -> str:
+    rows = [("figure", "unit", f"{chap} median [min–max]", f"{ref} median [min–max]", "chapline ×", "target")]
+    for f in results.figures.values():
+        if f.key == "start_import":
+            continue
+        rt = ratio(f, results, chap, ref)
+        rs = "" if rt is None else f"{rt:,.1f}×"
+        if f.compare_to and rt is not None:
+            rs += " vs ref SQLite"
+        rows.append((f.label, f.unit, _cell(f, chap), _cell(f, ref), rs, f.target))
+    flat = _flatness(results, chap)
+    if flat:
+        rows.append(("write cost, largest / smallest log", "×", flat, "", "", "flat (≈1×)"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for j, r in enumerate(rows):
+        lines.append("| " + " | ".join(c.ljust(widths[i]) for i, c in enumerate(r)) + " |")
+        if j == 0:
+            lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def _flatness(results: Results, chap: str) -> str:
+    ws = [(int(k.split("_")[1]), f) for k, f in results.figures.items() if k.startswith("write_")]
+    ws = [(s, f) for s, f in sorted(ws) if chap in f.values]
+    if len(ws) < 2:
+        return ""
+    a = statistics.median(ws[0][1].values[chap])
+    b = statistics.median(ws[-1][1].values[chap])
+    return f"{b / a:.2f} ({_k(ws[-1][0])} vs {_k(ws[0][0])})"
+
+
+def machine() -> dict[str, Any]:
+    import platform
+
+    info = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "python": platform.python_version(),
+        "nproc": os.cpu_count(),
+        "platform": platform.platform(),
+    }
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    info["cpu"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        import chap_coordinator
+
+        info["reference"] = chap_coordinator.__version__
+    except Exception:
+        pass
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        ).stdout.strip()
+        info["chapline_commit"] = rev
+    except Exception:
+        pass
+    return info
+
+
+def run(cfg: Config, impls: list[Impl]) -> Results:
+    results = Results()
+    results.meta = {"machine": machine(), "config": {k: v for k, v in cfg.__dict__.items()}}
+    tmp = cfg.workdir or tempfile.mkdtemp(prefix="chapline-bench-")
+    os.makedirs(tmp, exist_ok=True)
+    try:
+        t0 = time.perf_counter()
+        if "throughput" in cfg.phases:
+            log(f"throughput: {cfg.reps} reps, alternating {impls[0].name} / {impls[1].name}")
+            phase_throughput(cfg, impls, results, tmp)
+        if "sizes" in cfg.phases:
+            log(f"log sizes {', '.join(_k(s) for s in cfg.sizes)} (reference up to {_k(cfg.ref_max)})")
+            phase_sizes(cfg, impls, results, tmp)
+        results.meta["elapsed_s"] = time.perf_counter() - t0
+    finally:
+        if not cfg.keep and not cfg.workdir:
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif cfg.keep:
+            log(f"files kept in {tmp}")
+    return results
