@@ -1,0 +1,38 @@
+"""Injectable time: a clock is a callable returning epoch milliseconds."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from typing import Callable
+
+__all__ = ["Clock", "StepClock", "iso_ms", "system_clock"]
+
+Clock = Callable[[], int]
+
+
+def system_clock() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class StepClock:
+    """A deterministic clock that advances `step_ms` before each read.
+
+    The defaults match the reference's deterministic clock (its first call is
+    stamped 2023-11-14T22:13:21.000Z), so runs of both with the same calls
+    carry the same timestamps.
+    """
+
+    def __init__(self, start_ms: int = 1_700_000_000_000, step_ms: int = 1000) -> None:
+        self._now = start_ms
+        self._step = step_ms
+
+    def __call__(self) -> int:
+        self._now += self._step
+        return self._now
+
+
+def iso_ms(epoch_ms: int) -> str:
+    """`YYYY-MM-DDTHH:MM:SS.mmmZ`, the one timestamp form CHAP coordinators write."""
+    dt = datetime.fromtimestamp(epoch_ms // 1000, tz=timezone.utc)
+    return f"{dt:%Y-%m-%dT%H:%M:%S}.{epoch_ms % 1000:03d}Z"

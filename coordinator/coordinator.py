@@ -1,0 +1,664 @@
+"""The Coordinator: one call in, one JSON-RPC response out, write-ahead.
+
+The flow of a call (SPECIFICATION.md, "Dispatch"): decode and check the
+envelope, route it through the profile gate, membership floor and paused gate,
+run the handler on a `Call` that stages new values, build the audit entry,
+write one `StoreChange`, and only then swap the staged values into memory and
+tell the listeners. A refused, failed or unwritable call leaves memory as it
+was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, Callable, Iterator
+
+import msgspec
+
+from coordinator import catalogue
+from coordinator.audit import (
+    READS,
+    AuditEntry,
+    ChainReport,
+    refusal_is_recorded,
+    signed_digest,
+    verify_entries,
+)
+from coordinator.call import COLLECTION_NAMES, Call, Workspace
+from coordinator.canonical import ZERO_HASH, CanonicalError, canonical_bytes, inspect, link_hash
+from coordinator.clock import Clock, iso_ms, system_clock
+from coordinator.ids import IdSource, random_ids
+from coordinator.model import WorkspaceMeta, from_stored, to_stored
+from coordinator.profiles import HANDLERS
+from coordinator.wire import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    NOT_AUTHORISED,
+    STORE_CONFLICT,
+    STORE_WRITE_FAILED,
+    WORKSPACE_PAUSED,
+    RpcError,
+    decode_json,
+    error_response,
+    result_response,
+)
+from storage import (
+    IDEMPOTENCY_KEYS,
+    EntryFilter,
+    MemoryStore,
+    Store,
+    StoreChange,
+    StoreConflictError,
+    WorkspaceRecord,
+    assemble_snapshot,
+    change_from_record,
+)
+from storage._match import entry_matches
+
+__all__ = ["AuditListener", "BatchWriteError", "Coordinator", "Options", "RestoreError"]
+
+log = logging.getLogger("chapline")
+
+AuditListener = Callable[[str, AuditEntry], None]
+
+MAX_DEPTH = 64
+_decode = msgspec.json.decode
+_encode_sorted = msgspec.json.Encoder(order="sorted").encode
+
+# Methods whose caller must be a member before anything else is looked at.
+_FLOOR_PREFIXES = ("control.", "deliberate.", "handoff.", "whisper.")
+_FLOOR_METHODS = frozenset({"task.route", "review.depth", "escalate.auto", "participant.leave"})
+_PAUSE_EXEMPT = frozenset(
+    {
+        "workspace.create",
+        "workspace.describe",
+        "control.resume",
+        "audit.read",
+        "participant.join",
+        "participant.leave",
+    }
+)
+_ABSENT = object()
+
+
+class Options(msgspec.Struct, frozen=True):
+    """Behaviour switches a handler may consult."""
+
+    enable_chain: bool = True
+    default_profiles: tuple[str, ...] = ("core/1.0", "review/1.0")
+    max_envelope_bytes: int = 1_048_576
+    require_read_membership: bool = False
+
+
+class RestoreError(ValueError):
+    """`restore()` was given data it cannot take; nothing was written."""
+
+
+class BatchWriteError(Exception):
+    """A batch's store write failed; every call in it was undone.
+
+    `error` is the JSON-RPC error each call of the batch is now answered with.
+    """
+
+    def __init__(self, error: RpcError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+class _Pending:
+    """A batch in progress: undo records and unwritten changes per workspace."""
+
+    __slots__ = ("undo", "changes", "responses", "created")
+
+    def __init__(self) -> None:
+        # workspace id -> (meta, count, {collection: {key: old value or _ABSENT}})
+        self.undo: dict[str, tuple[WorkspaceMeta, int, dict[str, dict[str, Any]]]] = {}
+        # workspace id -> (base, [entry dict], {collection: {key: value}}, meta)
+        self.changes: dict[str, list[Any]] = {}
+        self.responses: list[tuple[dict[str, Any], list[tuple[str, AuditEntry]]]] = []
+        self.created: set[str] = set()
+
+
+class Coordinator:
+    """A CHAP coordinator: `dispatch(envelope)` answers one JSON-RPC call.
+
+    `store` defaults to a MemoryStore; `clock` (epoch ms) and `ids`
+    (`prefix -> id`) are injectable so that the same calls give byte-identical
+    stores. Every workspace the store holds is restored at construction.
+    """
+
+    def __init__(
+        self,
+        store: Store | None = None,
+        *,
+        clock: Clock | None = None,
+        ids: IdSource | None = None,
+        enable_chain: bool = True,
+        default_profiles: tuple[str, ...] | list[str] = ("core/1.0", "review/1.0"),
+        max_envelope_bytes: int = 1_048_576,
+        require_read_membership: bool = False,
+        on_audit: AuditListener | None = None,
+    ) -> None:
+        self.store: Store = store if store is not None else MemoryStore()
+        self._clock = clock or system_clock
+        self._ids = ids or random_ids
+        self.options = Options(
+            enable_chain=enable_chain,
+            default_profiles=tuple(default_profiles),
+            max_envelope_bytes=max_envelope_bytes,
+            require_read_membership=require_read_membership,
+        )
+        self._listeners: list[AuditListener] = [on_audit] if on_audit else []
+        self._workspaces: dict[str, Workspace] = {}
+        self._batch: _Pending | None = None
+        for record in self.store.load(entries=False):
+            ws = _workspace_from_record(record)
+            if ws is not None:
+                self._workspaces[ws.id] = ws
+
+    # -- public API ---------------------------------------------------------
+
+    def dispatch(self, envelope: dict[str, Any] | str | bytes) -> dict[str, Any]:
+        """Answer one JSON-RPC envelope (a dict, or its JSON text). Never raises."""
+        arrived = iso_ms(self._clock())
+        try:
+            return self._dispatch(envelope, arrived, retry=True)
+        except Exception as exc:  # a defect: answer it, never leak a traceback
+            log.exception("internal error while dispatching")
+            req_id = envelope.get("id") if isinstance(envelope, dict) else None
+            return error_response(
+                req_id, RpcError(INTERNAL_ERROR, "Internal error", {"detail": str(exc)})
+            )
+
+    def add_audit_listener(self, listener: AuditListener) -> None:
+        """Call `listener(workspace_id, entry)` after each entry is durable."""
+        self._listeners.append(listener)
+
+    def workspace_ids(self) -> list[str]:
+        return list(self._workspaces)
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Group the calls made inside into one store write per workspace.
+
+        Calls see each other's effects at once. On exit the changes are
+        written; if a write fails, every call of the batch is undone, each
+        response dict it returned is rewritten in place to the error, and
+        BatchWriteError is raised.
+        """
+        if self._batch is not None:
+            yield  # nested: the outer batch writes
+            return
+        self._batch = pending = _Pending()
+        try:
+            yield
+        except BaseException:
+            self._batch = None
+            self._undo(pending)
+            raise
+        self._batch = None
+        error = self._write_batch(pending)
+        if error is not None:
+            self._undo(pending)
+            for response, _ in pending.responses:
+                response.pop("result", None)
+                response["error"] = error.to_wire()
+            raise BatchWriteError(error)
+        for _, entries in pending.responses:
+            self._notify(entries)
+
+    def snapshot(self, workspace_id: str) -> dict[str, Any]:
+        """The workspace as a JSON-safe dict: meta, collections keyed by id, audit."""
+        ws = self._workspaces.get(workspace_id)
+        if ws is None:
+            raise KeyError(f"no workspace {workspace_id!r}")
+        objects = [
+            (c, k, to_stored(v)) for c, items in ws.objects.items() for k, v in items.items()
+        ]
+        entries = self._read_log(ws, 0, ws.count, None)
+        return assemble_snapshot(msgspec.to_builtins(ws.meta), entries, objects)
+
+    def restore(self, data: dict[str, Any] | list[dict[str, Any]]) -> list[str]:
+        """Write snapshots (one dict, a list, or `{"workspaces": [...]}`) to the
+        store, replacing what it held for them, and load them. Returns the ids."""
+        if isinstance(data, dict) and isinstance(data.get("workspaces"), list):
+            data = data["workspaces"]
+        items = data if isinstance(data, list) else [data]
+        changes = [_restore_change(item) for item in items]
+        restored = []
+        for change in changes:
+            self.store.apply(change)
+            record = WorkspaceRecord(
+                change.id,
+                {**change.meta, **change.objects},
+                change.version,
+                change.updated_at,
+            )
+            ws = _workspace_from_record(record)
+            if ws is None:
+                raise RestoreError(f"workspace {change.id!r} was written but cannot be loaded")
+            self._workspaces[ws.id] = ws
+            restored.append(ws.id)
+        return restored
+
+    def close(self) -> None:
+        self.store.close()
+
+    # -- the pipeline -------------------------------------------------------
+
+    def _dispatch(self, envelope: Any, arrived: str, retry: bool) -> dict[str, Any]:
+        if isinstance(envelope, (bytes, bytearray, memoryview, str)):
+            try:
+                envelope = decode_json(envelope)
+            except RpcError as err:
+                return error_response(None, err)
+        if not isinstance(envelope, dict) or envelope.get("jsonrpc") != "2.0":
+            req_id = envelope.get("id") if isinstance(envelope, dict) else None
+            return error_response(req_id, RpcError(INVALID_REQUEST, "Invalid JSON-RPC 2.0 request"))
+        req_id = envelope.get("id")
+        method = envelope.get("method")
+        if not isinstance(method, str) or not method:
+            return error_response(req_id, RpcError(INVALID_REQUEST, "Invalid JSON-RPC 2.0 request"))
+        shape = inspect(envelope)
+        if shape.depth > MAX_DEPTH:
+            return error_response(
+                req_id,
+                RpcError(INVALID_REQUEST, f"Envelope nests deeper than {MAX_DEPTH} levels"),
+            )
+        raw = b""
+        if shape.error is None:
+            raw = canonical_bytes(envelope, shape)
+            limit = self.options.max_envelope_bytes
+            if len(raw) > limit:
+                return error_response(
+                    req_id,
+                    RpcError(
+                        INVALID_REQUEST,
+                        f"Envelope exceeds max_envelope_bytes ({len(raw)} > {limit})",
+                    ),
+                )
+        params = envelope.get("params", {}) if "params" in envelope else {}
+        if not isinstance(params, dict):
+            return error_response(req_id, RpcError(INVALID_PARAMS, "Invalid params: expected an object"))
+        owner = catalogue.OWNING_PROFILE.get(method)
+        if owner is None:
+            return error_response(req_id, RpcError(METHOD_NOT_FOUND, f"Unknown method: {method}"))
+        if shape.error is not None:
+            return error_response(req_id, RpcError(INVALID_PARAMS, str(shape.error)))
+        # From here on we work on our own copy: the JSON of the canonical bytes.
+        envelope = _decode(raw)
+        params = envelope.get("params") or {}
+        wid = params.get("workspace")
+        ws = self._workspaces.get(wid) if isinstance(wid, str) else None
+
+        sig = envelope.get("sig")
+        if ws is not None and isinstance(sig, str):
+            seen = self._signed_index(ws).get(signed_digest(envelope))
+            if seen is not None and seen[1] is not None:
+                seq, code = seen
+                return error_response(
+                    req_id,
+                    RpcError(code, f"This signed request was refused at seq {seq}", {"refused_at_seq": seq}),
+                )
+
+        try:
+            handler = self._route(method, owner, params, ws)
+        except RpcError as err:
+            gated = isinstance(err.data, dict) and "advertised" in err.data
+            return self._refuse(envelope, raw, method, params, ws, err, gated, arrived, retry)
+
+        if method == "task.create" and ws is not None:
+            key = params.get("idempotency_key")
+            if isinstance(key, str):
+                task_id = ws.objects[IDEMPOTENCY_KEYS].get(key)
+                task = ws.objects["tasks"].get(task_id) if task_id is not None else None
+                if task is not None:
+                    return result_response(req_id, {"task_id": task.id, "state": task.state})
+
+        call = Call(method, params, arrived, ws, self.options, self._ids, self._log_reader(ws))
+        try:
+            result = handler(call)
+        except RpcError as err:
+            return self._refuse(envelope, raw, method, params, ws, err, False, arrived, retry)
+
+        if call.ws is None or method in READS:
+            return result_response(req_id, result)
+        return self._record(envelope, req_id, call, result, None, raw, arrived, retry)
+
+    def _route(
+        self, method: str, owner: str, params: dict[str, Any], ws: Workspace | None
+    ) -> Callable[[Call], Any]:
+        """The handler for `method`, or the refusal the gates give first."""
+        if ws is not None and method not in catalogue.ALWAYS_AVAILABLE and owner != "core/1.0":
+            advertised = ws.meta.profiles
+            if catalogue.profile_name(owner) not in {catalogue.profile_name(p) for p in advertised}:
+                raise RpcError(
+                    METHOD_NOT_FOUND,
+                    f"Unknown method: {method}",
+                    {"profile": owner, "advertised": list(advertised)},
+                )
+        handler = HANDLERS.get(method)
+        if handler is None:
+            raise RpcError(
+                METHOD_NOT_FOUND,
+                f"Method not implemented by chapline: {method} (profile {owner})",
+                {"profile": owner, "implemented": False},
+            )
+        if ws is not None and (method.startswith(_FLOOR_PREFIXES) or method in _FLOOR_METHODS):
+            sender = params.get("from")
+            if not isinstance(sender, str) or sender not in ws.objects["members"]:
+                raise RpcError(
+                    NOT_AUTHORISED,
+                    f"'from' is not a participant URI of this workspace: {sender!r}",
+                )
+        if ws is not None and ws.meta.state == "paused" and method not in _PAUSE_EXEMPT:
+            raise RpcError(WORKSPACE_PAUSED, f"Workspace {ws.id} is paused")
+        return handler
+
+    def _refuse(
+        self,
+        envelope: dict[str, Any],
+        raw: bytes,
+        method: str,
+        params: dict[str, Any],
+        ws: Workspace | None,
+        err: RpcError,
+        gated: bool,
+        arrived: str,
+        retry: bool,
+    ) -> dict[str, Any]:
+        req_id = envelope.get("id")
+        sender = params.get("from")
+        if (
+            ws is None
+            or not isinstance(sender, str)
+            or sender not in ws.objects["members"]
+            or not refusal_is_recorded(method, err.code, gated)
+        ):
+            return error_response(req_id, err)
+        if isinstance(envelope.get("sig"), str):
+            if signed_digest(envelope) in self._signed_index(ws):
+                return error_response(req_id, err)
+        outcome = {"status": "refused", "code": err.code}
+        # JCS of {"outcome", "request"}: keys in order, request already canonical.
+        record = b'{"outcome":' + _encode_sorted(outcome) + b',"request":' + raw + b"}"
+        call = Call(method, params, arrived, ws, self.options, self._ids, self._log_reader(ws))
+        return self._record(envelope, req_id, call, None, (outcome, err), record, arrived, retry)
+
+    def _record(
+        self,
+        envelope: dict[str, Any],
+        req_id: Any,
+        call: Call,
+        result: Any,
+        refusal: tuple[dict[str, Any], RpcError] | None,
+        record: bytes,
+        arrived: str,
+        retry: bool,
+    ) -> dict[str, Any]:
+        ws = call.ws
+        assert ws is not None
+        meta = call.meta or ws.meta
+        prev = None
+        if meta.chain_enabled:
+            prev = meta.chain_head or ZERO_HASH
+            meta = msgspec.structs.replace(meta, chain_head=link_hash(record, prev))
+        if refusal is None:
+            entry = AuditEntry(ws.count, arrived, envelope=envelope, prev_hash=prev)
+            response = result_response(req_id, result)
+        else:
+            entry = AuditEntry(
+                ws.count, arrived, request=envelope, outcome=refusal[0], prev_hash=prev
+            )
+            response = error_response(req_id, refusal[1])
+        change = StoreChange(
+            id=ws.id,
+            base=ws.count,
+            version=ws.count + 1,
+            updated_at=arrived,
+            meta=msgspec.to_builtins(meta),
+            entries=[entry.to_dict()],
+            objects=call.staged,
+        )
+        if self._batch is not None:
+            self._stage_in_batch(self._batch, ws, call, meta, change)
+            self._commit(ws, call, meta)
+            self._index_signed(ws, envelope, entry)
+            self._batch.responses.append((response, [(ws.id, entry)]))
+            return response
+        try:
+            self.store.apply(change)
+        except StoreConflictError as exc:
+            if retry and self._reload(ws.id):
+                return self._dispatch(envelope, arrived, retry=False)
+            return error_response(req_id, _conflict_error(exc))
+        except Exception as exc:
+            log.error("store write failed for workspace %s: %s", ws.id, exc)
+            return error_response(req_id, _write_error(ws.id, exc))
+        self._commit(ws, call, meta)
+        self._index_signed(ws, envelope, entry)
+        self._notify([(ws.id, entry)])
+        return response
+
+    # -- memory -------------------------------------------------------------
+
+    def _commit(self, ws: Workspace, call: Call, meta: WorkspaceMeta) -> None:
+        """Swap the call's staged values into memory (after the store took them)."""
+        for collection, items in call.staged.items():
+            held = ws.objects[collection]
+            for key, value in items.items():
+                if value is None:
+                    held.pop(key, None)
+                else:
+                    held[key] = value
+        ws.meta = meta
+        ws.count += 1
+        if call.created:
+            self._workspaces[ws.id] = ws
+
+    def _reload(self, workspace_id: str) -> bool:
+        """Replace memory's copy of one workspace with the store's."""
+        for record in self.store.load(entries=False):
+            if record.id == workspace_id:
+                ws = _workspace_from_record(record)
+                if ws is None:
+                    return False
+                self._workspaces[workspace_id] = ws
+                return True
+        self._workspaces.pop(workspace_id, None)
+        return True
+
+    def _notify(self, entries: list[tuple[str, AuditEntry]]) -> None:
+        for workspace_id, entry in entries:
+            for listener in self._listeners:
+                try:
+                    listener(workspace_id, entry)
+                except Exception:
+                    log.exception("audit listener %r raised; the call is unaffected", listener)
+
+    # -- batches ------------------------------------------------------------
+
+    def _stage_in_batch(
+        self, pending: _Pending, ws: Workspace, call: Call, meta: WorkspaceMeta, change: StoreChange
+    ) -> None:
+        if ws.id not in pending.undo:
+            pending.undo[ws.id] = (ws.meta, ws.count, {})
+            pending.changes[ws.id] = [ws.count, [], {}, None]
+            if call.created:
+                pending.created.add(ws.id)
+        undo = pending.undo[ws.id][2]
+        for collection, items in call.staged.items():
+            held = ws.objects[collection]
+            first = undo.setdefault(collection, {})
+            for key in items:
+                if key not in first:
+                    first[key] = held.get(key, _ABSENT)
+        acc = pending.changes[ws.id]
+        acc[1].extend(change.entries)
+        for collection, items in change.objects.items():
+            acc[2].setdefault(collection, {}).update(items)
+        acc[3] = change
+
+    def _write_batch(self, pending: _Pending) -> RpcError | None:
+        for wid, (base, entries, objects, last) in pending.changes.items():
+            change = StoreChange(
+                id=wid,
+                base=base,
+                version=base + len(entries),
+                updated_at=last.updated_at,
+                meta=last.meta,
+                entries=entries,
+                objects=objects,
+            )
+            try:
+                self.store.apply(change)
+            except StoreConflictError as exc:
+                return _conflict_error(exc)
+            except Exception as exc:
+                log.error("store write failed for workspace %s: %s", wid, exc)
+                return _write_error(wid, exc)
+            del pending.undo[wid]
+            pending.created.discard(wid)
+        return None
+
+    def _undo(self, pending: _Pending) -> None:
+        for wid, (meta, count, old) in pending.undo.items():
+            if wid in pending.created:
+                self._workspaces.pop(wid, None)
+                continue
+            ws = self._workspaces[wid]
+            ws.meta, ws.count = meta, count
+            for collection, items in old.items():
+                held = ws.objects[collection]
+                for key, value in items.items():
+                    if value is _ABSENT:
+                        held.pop(key, None)
+                    else:
+                        held[key] = value
+            ws.refusal_digests = None
+
+    # -- the log ------------------------------------------------------------
+
+    def _read_log(
+        self, ws: Workspace, start: int, stop: int, where: EntryFilter | None
+    ) -> list[dict[str, Any]]:
+        """Entries `start <= seq < stop`, including a batch's unwritten ones."""
+        unwritten: list[dict[str, Any]] = []
+        if self._batch is not None and ws.id in self._batch.changes:
+            unwritten = self._batch.changes[ws.id][1]
+        durable = ws.count - len(unwritten)
+        out = []
+        if start < min(stop, durable):
+            out = self.store.read_entries(ws.id, start, min(stop, durable), where)
+        for entry in unwritten[max(start - durable, 0) : max(stop - durable, 0)]:
+            if where is None or entry_matches(entry, where):
+                out.append(_decode(_encode_sorted(entry)))
+        return out
+
+    def _log_reader(self, ws: Workspace | None) -> Callable[..., list[dict[str, Any]]]:
+        def read(start: int, stop: int, where: EntryFilter | None = None) -> list[dict[str, Any]]:
+            if ws is None:
+                return []
+            return self._read_log(ws, start, stop, where)
+
+        return read
+
+    def _index_signed(self, ws: Workspace, envelope: dict[str, Any], entry: AuditEntry) -> None:
+        if ws.refusal_digests is not None and isinstance(envelope.get("sig"), str):
+            code = entry.outcome["code"] if entry.outcome is not None else None
+            ws.refusal_digests.setdefault(signed_digest(envelope), (entry.seq, code))
+
+    def _signed_index(self, ws: Workspace) -> dict[str, tuple[int, int | None]]:
+        """Signed calls on the log: digest -> (seq, refusal code or None)."""
+        index = ws.refusal_digests
+        if index is None:
+            index = {}
+            for entry in self._read_log(ws, 0, ws.count, None):
+                call = entry.get("envelope") or entry.get("request")
+                if isinstance(call, dict) and isinstance(call.get("sig"), str):
+                    try:
+                        d = signed_digest(call)
+                    except CanonicalError:
+                        continue
+                    outcome = entry.get("outcome")
+                    code = outcome.get("code") if isinstance(outcome, dict) else None
+                    index.setdefault(d, (entry["seq"], code))
+            ws.refusal_digests = index
+        return index
+
+
+def _conflict_error(exc: StoreConflictError) -> RpcError:
+    return RpcError(
+        STORE_CONFLICT,
+        f"Another writer changed workspace {exc.workspace} and the call could not be "
+        "applied on the fresh state; nothing was recorded. Retry the call.",
+        {"workspace": exc.workspace, "held": exc.held, "base": exc.base},
+    )
+
+
+def _write_error(workspace_id: str, exc: Exception) -> RpcError:
+    return RpcError(
+        STORE_WRITE_FAILED,
+        f"The store did not accept the write for workspace {workspace_id}, so the call "
+        f"was not applied: {exc}. Check the store (disk space, permissions, connection) "
+        "and retry the call.",
+        {"workspace": workspace_id},
+    )
+
+
+def _workspace_from_record(record: WorkspaceRecord) -> Workspace | None:
+    """Memory's form of a stored workspace; None (with a warning) if unreadable."""
+    data = record.data
+    try:
+        meta_fields = {k: v for k, v in data.items() if k not in COLLECTION_NAMES and k != "audit"}
+        meta_fields.setdefault("id", record.id)
+        meta = msgspec.convert(meta_fields, WorkspaceMeta)
+        ws = Workspace(meta, record.version)
+        for collection in COLLECTION_NAMES:
+            items = data.get(collection) or {}
+            if isinstance(items, list):
+                raise ValueError(f"collection {collection} is an array")
+            held = ws.objects[collection]
+            for key, value in items.items():
+                held[key] = from_stored(collection, value) if collection != IDEMPOTENCY_KEYS else value
+        return ws
+    except (msgspec.ValidationError, ValueError, TypeError, AttributeError) as exc:
+        log.warning("workspace %s skipped: its stored form cannot be read (%s)", record.id, exc)
+        return None
+
+
+def _restore_change(item: Any) -> StoreChange:
+    """The replace change for one snapshot, checked before anything is written."""
+    if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+        raise RestoreError("a snapshot must be an object with a string 'id'")
+    audit = item.get("audit") or []
+    if not isinstance(audit, list):
+        raise RestoreError(f"workspace {item['id']!r}: 'audit' must be an array of entries")
+    for seq, entry in enumerate(audit):
+        if not isinstance(entry, dict) or entry.get("seq") != seq:
+            raise RestoreError(
+                f"workspace {item['id']!r}: audit entry {seq} is missing or out of order"
+            )
+    if item.get("chain_enabled"):
+        report = ChainReport()
+        verify_entries(audit, report)
+        if report.breaks or (report.head or None) != (item.get("chain_head") or None):
+            problems = "; ".join(report.breaks) or "chain_head does not match the log"
+            raise RestoreError(f"workspace {item['id']!r}: the hash chain does not verify: {problems}")
+    updated = audit[-1].get("arrived") if audit else item.get("created", "")
+    try:
+        change = change_from_record(
+            WorkspaceRecord(item["id"], item, len(audit), updated if isinstance(updated, str) else "")
+        )
+        # Every object must be one this coordinator can hold.
+        for collection, items in change.objects.items():
+            for value in items.values():
+                if collection != IDEMPOTENCY_KEYS:
+                    from_stored(collection, value)
+        msgspec.convert({**change.meta}, WorkspaceMeta)
+    except (ValueError, msgspec.ValidationError) as exc:
+        raise RestoreError(f"workspace {item['id']!r}: {exc}") from None
+    return change

@@ -1,0 +1,39 @@
+"""Injectable ids: an id source is a callable `(prefix) -> "prefix_<ULID>"`."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable
+
+__all__ = ["IdSource", "CounterIds", "random_ids", "ulid"]
+
+IdSource = Callable[[str], str]
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def ulid(epoch_ms: int, randomness: int) -> str:
+    """A ULID: 48 bits of milliseconds then 80 bits of `randomness`, Crockford base32."""
+    value = (epoch_ms & (2**48 - 1)) << 80 | (randomness & (2**80 - 1))
+    chars = []
+    for _ in range(26):
+        chars.append(_CROCKFORD[value & 31])
+        value >>= 5
+    return "".join(reversed(chars))
+
+
+def random_ids(prefix: str) -> str:
+    return f"{prefix}_{ulid(time.time_ns() // 1_000_000, int.from_bytes(os.urandom(10), 'big'))}"
+
+
+class CounterIds:
+    """Deterministic ids: a fixed time part and a counter, for reproducible runs."""
+
+    def __init__(self, epoch_ms: int = 1_700_000_000_000) -> None:
+        self._epoch_ms = epoch_ms
+        self._n = 0
+
+    def __call__(self, prefix: str) -> str:
+        self._n += 1
+        return f"{prefix}_{ulid(self._epoch_ms, self._n)}"

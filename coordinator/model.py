@@ -1,0 +1,153 @@
+"""The objects a workspace holds, as immutable msgspec Structs.
+
+Field names and shapes are the stored object bodies that the CHAP 0.3.3
+reference writes and reads (its dataclass fields, `from_` included), so files
+move between the two. Handlers never mutate these: they build new values with
+`msgspec.structs.replace` and stage them on the call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+__all__ = [
+    "MODES",
+    "HistoryEntry",
+    "Member",
+    "Override",
+    "Review",
+    "Task",
+    "WorkspaceMeta",
+    "from_stored",
+    "mode_le",
+    "to_stored",
+    "trial_forces_review",
+]
+
+MODES = ("shadow", "trial", "production")
+
+
+class WorkspaceMeta(msgspec.Struct, frozen=True):
+    id: str
+    created: str
+    state: str = "active"
+    profiles: list[str] = []
+    mode: str = "trial"
+    mode_ceiling: str = "production"
+    routing_policy_uri: str | None = None
+    step_up_window_sec: int = 300
+    min_acr: Any = None
+    chain_head: str | None = None
+    chain_enabled: bool = False
+
+
+class Member(msgspec.Struct, frozen=True):
+    uri: str
+    type: str
+    role: str = "participant"
+    joined: str = ""
+    display_name: Any = None
+    capabilities: Any = None
+    scopes: Any = None
+    keys: list[dict[str, Any]] = []
+    oidc_sub: Any = None
+    oidc_auth_time: Any = None
+    oidc_acr: Any = None
+    vc_holder: Any = None
+    paused: bool = False
+
+
+class HistoryEntry(msgspec.Struct, frozen=True):
+    ts: str
+    from_: Any
+    state: str
+    note: Any = None
+
+
+class Review(msgspec.Struct, frozen=True):
+    requested_at: str
+    requested_to: list[str] = []
+    rule: str = "any_one_approves"
+    deadline: Any = None
+    decisions: list[dict[str, Any]] = []
+
+
+class Task(msgspec.Struct, frozen=True):
+    id: str
+    kind: Any
+    state: str
+    assignee: Any
+    delegator: Any
+    input: Any = None
+    created_at: str = ""
+    updated_at: str = ""
+    mode: Any = "trial"
+    history: list[HistoryEntry] = []
+    deadline: Any = None
+    routing_hints: Any = None
+    review: Review | None = None
+    review_required: Any = None
+    pending_artefact: Any = None
+    output: Any = None
+    confidence: Any = None
+    supersedes: Any = None
+    superseded_by: Any = None
+    parent: Any = None
+    paused: bool = False
+    paused_from: Any = None
+
+
+class Override(msgspec.Struct, frozen=True):
+    id: str
+    task_id: str
+    reviewer: str
+    based_on_artefact: Any
+    diff: Any
+    result: Any
+    rationale: Any
+    tags: Any = None
+    policy_refs: Any = None
+    ts: str = ""
+    logical_id: Any = None
+    instance_id: Any = None
+    intent_preserved: Any = None
+
+
+_TYPES: dict[str, type[msgspec.Struct]] = {
+    "members": Member,
+    "tasks": Task,
+    "overrides": Override,
+}
+
+
+def from_stored(collection: str, value: Any) -> Any:
+    """A stored object body as the value this coordinator holds.
+
+    Collections no profile of ours types (whispers, handoffs, ...) stay plain
+    JSON, kept as read so they round-trip unchanged.
+    """
+    kind = _TYPES.get(collection)
+    if kind is None:
+        return value
+    return msgspec.convert(value, kind)
+
+
+def to_stored(value: Any) -> Any:
+    """The JSON body of a held value (Structs as dicts, others unchanged)."""
+    if isinstance(value, msgspec.Struct):
+        return msgspec.to_builtins(value)
+    return value
+
+
+def mode_le(mode: Any, ceiling: Any) -> bool:
+    """Whether `mode` is at or below `ceiling` (shadow < trial < production)."""
+    if mode not in MODES or ceiling not in MODES:
+        return False
+    return MODES.index(mode) <= MODES.index(ceiling)
+
+
+def trial_forces_review(meta: WorkspaceMeta, mode: Any) -> bool:
+    """Under modes/1.0 a trial task always goes through review."""
+    return mode == "trial" and any(p.split("/", 1)[0] == "modes" for p in meta.profiles)

@@ -1,0 +1,10 @@
+"""The method handlers of every profile chapline implements, by method name."""
+
+from __future__ import annotations
+
+from coordinator.call import Handler
+from coordinator.profiles import core
+
+__all__ = ["HANDLERS"]
+
+HANDLERS: dict[str, Handler] = {**core.HANDLERS}

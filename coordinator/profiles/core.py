@@ -1,0 +1,501 @@
+"""core/1.0: workspaces, participants, tasks and the audit reads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from msgspec.structs import replace
+
+from coordinator.audit import ChainReport, verify_entries
+from coordinator.call import Call
+from coordinator.canonical import ZERO_HASH
+from coordinator.catalogue import IMPLEMENTED_PROFILES, profile_name
+from coordinator.model import (
+    HistoryEntry,
+    Member,
+    Review,
+    Task,
+    WorkspaceMeta,
+    mode_le,
+    trial_forces_review,
+)
+from coordinator.wire import (
+    INVALID_PARAMS,
+    MODE_CEILING_EXCEEDED,
+    NOT_AUTHORISED,
+    WORKSPACE_PAUSED,
+    RpcError,
+)
+from storage import IDEMPOTENCY_KEYS, EntryFilter
+
+__all__ = ["HANDLERS"]
+
+IDEMPOTENCY_CAP = 10_000
+VERIFY_CHUNK = 10_000
+KEY_NOT_FOUND = -32071
+KEY_REVOKED = -32072
+
+
+def _bad(message: str) -> RpcError:
+    return RpcError(INVALID_PARAMS, message)
+
+
+def _profiles_param(call: Call, default: tuple[str, ...] | None) -> list[str]:
+    profiles = call.params.get("profiles")
+    if profiles is None and default is not None:
+        return list(default)
+    if not isinstance(profiles, list) or not all(isinstance(p, str) for p in profiles):
+        raise _bad("profiles must be an array of profile strings such as \"review/1.0\"")
+    unknown = [p for p in profiles if profile_name(p) not in IMPLEMENTED_PROFILES]
+    if unknown:
+        raise _bad(
+            f"profile(s) {', '.join(unknown)} are not implemented by this coordinator; "
+            f"it implements {', '.join(sorted(n + '/1.0' for n in IMPLEMENTED_PROFILES))}"
+        )
+    return profiles
+
+
+def _new_workspace(call: Call, wid: str) -> WorkspaceMeta:
+    """Stage a new workspace from the call's params (or the defaults)."""
+    profiles = _profiles_param(call, call.options.default_profiles)
+    p = call.params
+    chained = call.options.enable_chain or any(
+        profile_name(x) == "audit-scitt" for x in profiles
+    )
+    meta = WorkspaceMeta(
+        id=wid,
+        created=call.arrived,
+        profiles=profiles,
+        mode=p.get("mode") or "trial",
+        mode_ceiling=p.get("mode_ceiling") or "production",
+        routing_policy_uri=p.get("routing_policy_uri"),
+        step_up_window_sec=p.get("step_up_window_sec") or 300,
+        min_acr=p.get("min_acr"),
+        chain_head=ZERO_HASH if chained else None,
+        chain_enabled=chained,
+    )
+    for name in ("mode", "mode_ceiling"):
+        if not isinstance(getattr(meta, name), str):
+            raise _bad(f"{name} must be a string")
+    if type(meta.step_up_window_sec) is not int:
+        raise _bad("step_up_window_sec must be an integer number of seconds")
+    call.create_workspace(meta)
+    return meta
+
+
+def workspace_create(call: Call) -> dict[str, Any]:
+    wid = call.params.get("workspace")
+    if wid is None:
+        wid = call.new_id("wsp")
+    elif not isinstance(wid, str):
+        raise _bad("workspace must be a string id")
+    elif call.ws is not None:
+        raise _bad(f"workspace already exists: {wid}")
+    meta = _new_workspace(call, wid)
+    return {"workspace": wid, "created": meta.created}
+
+
+def _member_view(m: Member) -> dict[str, Any]:
+    out: dict[str, Any] = {"uri": m.uri, "type": m.type, "role": m.role, "joined": m.joined}
+    for name in ("display_name", "capabilities", "scopes"):
+        value = getattr(m, name)
+        if value is not None:
+            out[name] = value
+    if m.keys:
+        live = [
+            k["jwk"]
+            for k in m.keys
+            if k.get("valid_until") is None and k.get("revoked_at") is None
+        ]
+        out["jwks"] = {"keys": live}
+        out["key_history"] = [
+            {name: value for name, value in k.items() if value is not None} for k in m.keys
+        ]
+    if m.paused:
+        out["paused"] = True
+    if m.oidc_sub is not None:
+        out["oidc_sub"] = m.oidc_sub
+    if m.vc_holder is not None:
+        out["vc_holder"] = m.vc_holder
+    return out
+
+
+def workspace_describe(call: Call) -> dict[str, Any]:
+    call.require("workspace")
+    ws = call.workspace()
+    if call.options.require_read_membership:
+        call.actor()
+    meta = ws.meta
+    out: dict[str, Any] = {
+        "id": meta.id,
+        "created": meta.created,
+        "state": meta.state,
+        "mode": meta.mode,
+        "mode_ceiling": meta.mode_ceiling,
+        "max_envelope_bytes": call.options.max_envelope_bytes,
+        "step_up_window_sec": meta.step_up_window_sec,
+        "profiles": list(meta.profiles),
+        "members": [_member_view(m) for m in ws.objects["members"].values()],
+        "audit_count": ws.count,
+        "task_count": len(ws.objects["tasks"]),
+        "override_count": len(ws.objects["overrides"]),
+    }
+    if meta.chain_head is not None:
+        out["evidence_head"] = meta.chain_head
+    if meta.routing_policy_uri is not None:
+        out["routing_policy_uri"] = meta.routing_policy_uri
+    return out
+
+
+def workspace_set_profiles(call: Call) -> dict[str, Any]:
+    call.require("workspace")
+    call.require("profiles")
+    ws = call.workspace()
+    actor = call.actor()
+    if actor.role != "admin":
+        raise RpcError(NOT_AUTHORISED, "workspace.set_profiles requires the admin role")
+    profiles = _profiles_param(call, None)
+    if not any(profile_name(p) == "core" for p in profiles):
+        profiles = [*profiles, "core/1.0"]
+    meta = replace(ws.meta, profiles=profiles)
+    if not meta.chain_enabled and any(profile_name(p) == "audit-scitt" for p in profiles):
+        # Chaining starts with this very entry; nothing earlier is back-filled.
+        meta = replace(meta, chain_enabled=True, chain_head=ZERO_HASH)
+    call.set_meta(meta)
+    return {"profiles": profiles}
+
+
+def participant_join(call: Call) -> dict[str, Any]:
+    call.require("workspace")
+    sender = call.require("from")
+    kind = call.require("type")
+    wid = call.params["workspace"]
+    if not isinstance(wid, str):
+        raise _bad("workspace must be a string id")
+    if not isinstance(sender, str):
+        raise _bad("from must be a participant URI string")
+    if not isinstance(kind, str):
+        raise _bad("type must be a string: human, agent, service, group or workspace")
+    if call.ws is None:
+        _new_workspace_for_join(call, wid)
+    existing = call.member(sender)
+    if existing is None:
+        p = call.params
+        keys = []
+        jwks = p.get("jwks")
+        if isinstance(jwks, dict) and isinstance(jwks.get("keys"), list):
+            keys = [
+                {
+                    "jwk": k,
+                    "kid": k.get("kid"),
+                    "valid_from": call.arrived,
+                    "valid_until": None,
+                    "revoked_at": None,
+                    "revoked_reason": None,
+                }
+                for k in jwks["keys"]
+                if isinstance(k, dict)
+            ]
+        call.put(
+            "members",
+            sender,
+            Member(
+                uri=sender,
+                type=kind,
+                role=p.get("role") or "participant",
+                joined=call.arrived,
+                display_name=p.get("display_name"),
+                capabilities=p.get("capabilities"),
+                scopes=p.get("scopes"),
+                keys=keys,
+            ),
+        )
+    return {"joined": True, "as": sender}
+
+
+def _new_workspace_for_join(call: Call, wid: str) -> None:
+    """A join on an unknown workspace creates it with the default profiles."""
+    saved = call.params
+    call.params = {}  # the join's own params are not workspace settings
+    try:
+        _new_workspace(call, wid)
+    finally:
+        call.params = saved
+
+
+def participant_leave(call: Call) -> dict[str, Any]:
+    call.require("workspace")
+    call.workspace()
+    actor = call.actor()
+    call.delete("members", actor.uri)
+    return {"left": True}
+
+
+def _key_index(member: Member, kid: Any) -> int | None:
+    for i, k in enumerate(member.keys):
+        if k.get("kid") == kid:
+            return i
+    return None
+
+
+def participant_rotate_key(call: Call) -> dict[str, Any]:
+    call.require("workspace")
+    old_kid = call.require("old_kid")
+    new_jwk = call.require("new_jwk")
+    call.workspace()
+    if not isinstance(new_jwk, dict) or not isinstance(new_jwk.get("kid"), str):
+        raise _bad("new_jwk must include kid")
+    sender = call.params.get("from")
+    member = call.member(sender)
+    if member is None:
+        raise RpcError(KEY_NOT_FOUND, f"Unknown participant: {sender}")
+    i = _key_index(member, old_kid)
+    if i is None:
+        raise RpcError(KEY_NOT_FOUND, f"No key {old_kid} for {sender}")
+    if member.keys[i].get("revoked_at") is not None:
+        raise RpcError(KEY_REVOKED, f"Key {old_kid} is revoked")
+    keys = list(member.keys)
+    keys[i] = {**keys[i], "valid_until": call.arrived}
+    keys.append(
+        {
+            "jwk": new_jwk,
+            "kid": new_jwk["kid"],
+            "valid_from": call.arrived,
+            "valid_until": None,
+            "revoked_at": None,
+            "revoked_reason": None,
+        }
+    )
+    call.put("members", member.uri, replace(member, keys=keys))
+    return {"rotated": True, "old_kid": old_kid, "new_kid": new_jwk["kid"], "valid_from": call.arrived}
+
+
+def participant_revoke_key(call: Call) -> dict[str, Any]:
+    call.require("workspace")
+    target_uri = call.require("target_uri")
+    kid = call.require("kid")
+    call.workspace()
+    sender = call.params.get("from")
+    if sender != target_uri:
+        actor = call.member(sender)
+        if actor is None or actor.role != "admin":
+            raise RpcError(NOT_AUTHORISED, "Revoking another member's key requires the admin role")
+    target = call.member(target_uri)
+    if target is None:
+        raise RpcError(KEY_NOT_FOUND, f"Unknown target: {target_uri}")
+    i = _key_index(target, kid)
+    if i is None:
+        raise RpcError(KEY_NOT_FOUND, f"No key {kid} for target")
+    reason = call.params.get("reason") or "unspecified"
+    keys = list(target.keys)
+    keys[i] = {**keys[i], "revoked_at": call.arrived, "revoked_reason": reason}
+    call.put("members", target.uri, replace(target, keys=keys))
+    return {"revoked": True, "kid": kid, "revoked_at": call.arrived, "reason": reason}
+
+
+def task_create(call: Call) -> dict[str, Any]:
+    p = call.params
+    call.require("workspace")
+    kind = call.require("kind")
+    if "input" not in p or p["input"] is None:
+        raise RpcError(INVALID_PARAMS, "Missing field: input")
+    ws = call.workspace()
+    actor = call.actor()
+    assignee = p.get("assignee", p.get("to"))
+    target = call.member(assignee)
+    if target is None:
+        raise _bad("Assignee not in workspace")
+    if target.paused:
+        raise RpcError(WORKSPACE_PAUSED, f"Assignee {assignee} is paused")
+    mode = p.get("mode")
+    if mode is not None and not isinstance(mode, str):
+        raise _bad("mode must be a string: shadow, trial or production")
+    meta = ws.meta
+    mode = mode or meta.mode
+    if not mode_le(mode, meta.mode_ceiling):
+        raise RpcError(
+            MODE_CEILING_EXCEEDED, f"Requested mode {mode} exceeds ceiling {meta.mode_ceiling}"
+        )
+    review_required = p.get("review_required")
+    if review_required is not None and not isinstance(review_required, bool):
+        raise _bad("review_required must be a boolean")
+    if trial_forces_review(meta, mode):
+        review_required = True
+    task_id = call.new_id("tsk")
+    task = Task(
+        id=task_id,
+        kind=kind,
+        state="created",
+        assignee=assignee,
+        delegator=actor.uri,
+        input=p["input"],
+        created_at=call.arrived,
+        updated_at=call.arrived,
+        mode=mode,
+        history=[HistoryEntry(ts=call.arrived, from_=actor.uri, state="created")],
+        deadline=p.get("deadline"),
+        routing_hints=p.get("routing_hints"),
+        review_required=review_required,
+    )
+    call.put("tasks", task_id, task)
+    key = p.get("idempotency_key")
+    if isinstance(key, str):
+        keys = ws.objects[IDEMPOTENCY_KEYS]
+        if len(keys) >= IDEMPOTENCY_CAP:
+            call.delete(IDEMPOTENCY_KEYS, next(iter(keys)))  # the oldest goes
+        call.put(IDEMPOTENCY_KEYS, key, task_id)
+    return {"task_id": task_id, "state": "created"}
+
+
+# What task.update may move a task to, from each state.
+_UPDATES = {
+    "created": ("in_progress", "declined"),
+    "in_progress": ("in_progress", "completed", "declined"),
+    "review_requested": ("in_progress",),
+    "paused": ("cancelled",),
+}
+
+
+def task_update(call: Call) -> dict[str, Any]:
+    call.require("workspace")
+    task_id = call.require("task_id")
+    call.workspace()
+    call.actor()
+    task = call.task(task_id)
+    state = call.params.get("state")
+    if state not in _UPDATES.get(task.state, ()):
+        raise _bad(f"Illegal transition {task.state} -> {state}")
+    if state == "completed" and task.review_required:
+        raise _bad("This task requires review; finish it with task.complete, which opens the review")
+    call.put("tasks", task.id, call.advance(task, state, call.params.get("progress_note")))
+    return {"state": state}
+
+
+def task_complete(call: Call) -> dict[str, Any]:
+    call.require("workspace")
+    task_id = call.require("task_id")
+    call.workspace()
+    actor = call.actor()
+    task = call.task(task_id)
+    if task.state not in ("created", "in_progress"):
+        raise _bad(f"Cannot complete task in state: {task.state}")
+    output = call.params.get("output")
+    if task.review_required:
+        review = task.review
+        if review is None:
+            reviewers = [
+                m.uri
+                for _, m in call.items("members")
+                if m.type == "human" and m.uri not in (actor.uri, task.assignee)
+            ]
+            if not reviewers:
+                raise RpcError(
+                    NOT_AUTHORISED,
+                    "This task requires review but no human member other than the caller "
+                    "and the assignee can review it; invite a reviewer first",
+                )
+            review = Review(requested_at=call.arrived, requested_to=reviewers)
+        call.put(
+            "tasks",
+            task.id,
+            call.advance(
+                task,
+                "review_requested",
+                "review required before completion",
+                review=review,
+                pending_artefact=output,
+            ),
+        )
+        return {"state": "review_requested", "review_id": task.id}
+    call.put(
+        "tasks",
+        task.id,
+        call.advance(task, "completed", output=output, confidence=call.params.get("confidence")),
+    )
+    return {"state": "completed"}
+
+
+def _int_param(value: Any, name: str, default: int) -> int:
+    if value is None:
+        return default
+    if type(value) is not int:
+        raise _bad(f"{name} must be an integer")
+    return value
+
+
+def audit_read(call: Call) -> dict[str, Any]:
+    call.require("workspace")
+    ws = call.workspace()
+    if call.options.require_read_membership:
+        call.actor()
+    rng = call.params.get("range") or {}
+    if not isinstance(rng, dict):
+        raise _bad("range must be an object {from_seq, to_seq}")
+    start = max(_int_param(rng.get("from_seq"), "range.from_seq", 0), 0)
+    stop = min(_int_param(rng.get("to_seq"), "range.to_seq", ws.count), ws.count)
+    where = None
+    flt = call.params.get("filter")
+    if isinstance(flt, dict):
+        outcome = flt.get("outcome")
+        if outcome is not None and outcome not in ("accepted", "refused"):
+            raise _bad('filter.outcome must be "accepted" or "refused"')
+        where = EntryFilter(
+            method=flt.get("method"),
+            sender=flt.get("from"),
+            task_id=flt.get("task_id"),
+            outcome=outcome,
+        )
+        if where == EntryFilter():
+            where = None
+    entries = call.read_log(start, stop, where) if start < stop else []
+    return {"entries": entries, "next_seq": max(stop, 0)}
+
+
+def audit_verify_chain(call: Call) -> dict[str, Any]:
+    call.require("workspace")
+    ws = call.workspace()
+    if "from_seq" in call.params or "to_seq" in call.params:
+        raise _bad(
+            "Range verification is not implemented; omit from_seq and to_seq to verify the whole log."
+        )
+    if not ws.meta.chain_enabled:
+        raise _bad("Chain not enabled for this workspace")
+    report = ChainReport()
+    for start in range(0, ws.count, VERIFY_CHUNK):
+        verify_entries(call.read_log(start, min(start + VERIFY_CHUNK, ws.count)), report)
+    if report.head != ws.meta.chain_head:
+        report.breaks.append(
+            f"chain_head mismatch: recomputed {report.head}, recorded {ws.meta.chain_head}"
+        )
+    if report.breaks:
+        raise _bad("; ".join(report.breaks))
+    unchecked = ws.count - report.entries_checked
+    out: dict[str, Any] = (
+        {"status": "verified", "ok": True}
+        if unchecked == 0
+        else {"status": "not_evaluated", "ok": False, "reason": "unchained_prefix"}
+    )
+    out.update(
+        entries_total=ws.count,
+        entries_checked=report.entries_checked,
+        entries_unchecked=unchecked,
+        checked_from_seq=report.checked_from_seq,
+        chain_head=ws.meta.chain_head,
+    )
+    return out
+
+
+HANDLERS = {
+    "workspace.create": workspace_create,
+    "workspace.describe": workspace_describe,
+    "workspace.set_profiles": workspace_set_profiles,
+    "participant.join": participant_join,
+    "participant.leave": participant_leave,
+    "participant.rotate_key": participant_rotate_key,
+    "participant.revoke_key": participant_revoke_key,
+    "task.create": task_create,
+    "task.update": task_update,
+    "task.complete": task_complete,
+    "audit.read": audit_read,
+    "audit.verify_chain": audit_verify_chain,
+}

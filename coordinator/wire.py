@@ -1,0 +1,88 @@
+"""JSON-RPC 2.0 on the wire: error codes, RpcError, and response shapes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+__all__ = [
+    "PARSE_ERROR",
+    "INVALID_REQUEST",
+    "METHOD_NOT_FOUND",
+    "INVALID_PARAMS",
+    "INTERNAL_ERROR",
+    "NOT_REVIEWABLE",
+    "NOT_AUTHORISED",
+    "PATCH_FAILED",
+    "REVIEW_ALREADY_OPEN",
+    "MODE_CEILING_EXCEEDED",
+    "WORKSPACE_PAUSED",
+    "DIGEST_MISMATCH",
+    "STORE_WRITE_FAILED",
+    "STORE_CONFLICT",
+    "RpcError",
+    "error_response",
+    "result_response",
+    "decode_json",
+    "missing",
+]
+
+# JSON-RPC band.
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+# Profile decades used by core, review and modes.
+NOT_REVIEWABLE = -32010
+NOT_AUTHORISED = -32011
+PATCH_FAILED = -32012
+REVIEW_ALREADY_OPEN = -32014
+MODE_CEILING_EXCEEDED = -32040
+WORKSPACE_PAUSED = -32063
+DIGEST_MISMATCH = -32074
+# Implementation-defined (-32900..-32999): the store did not take the write.
+STORE_WRITE_FAILED = -32900
+STORE_CONFLICT = -32901
+
+
+class RpcError(Exception):
+    """A refusal to answer with a JSON-RPC error object."""
+
+    __slots__ = ("code", "message", "data")
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+    def to_wire(self) -> dict[str, Any]:
+        err: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            err["data"] = self.data
+        return err
+
+
+def missing(field: str) -> RpcError:
+    return RpcError(INVALID_PARAMS, f"Missing field: {field}")
+
+
+def result_response(req_id: Any, result: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": req_id, "result": result}
+
+
+def error_response(req_id: Any, error: RpcError) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": req_id, "error": error.to_wire()}
+
+
+_decoder = msgspec.json.Decoder()
+
+
+def decode_json(raw: bytes | str) -> Any:
+    """Parse a request body; raises RpcError(-32700) on anything but JSON."""
+    try:
+        return _decoder.decode(raw)
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        raise RpcError(PARSE_ERROR, f"Parse error: {exc}") from None
