@@ -1,0 +1,302 @@
+"""SqliteStore beyond the shared contract: file layout, settings, damaged
+rows, the pre-0.3.2 migration, and writers in separate processes."""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from storage import (
+    COLLECTIONS,
+    IDEMPOTENCY_KEYS,
+    EntryFilter,
+    SqliteStore,
+    StoreChange,
+    StoreConflictError,
+    StoreError,
+)
+from storage.contract import change, entry
+from storage.sqlite import _FILTER_SQL, _REFUSED
+
+SHARED_TABLES = {
+    "chap_meta": [("workspace", "TEXT", 0, 1), ("data", "TEXT", 1, 0),
+                  ("version", "INTEGER", 1, 0), ("updated_at", "TEXT", 1, 0)],
+    "chap_entries": [("workspace", "TEXT", 1, 1), ("seq", "INTEGER", 1, 2),
+                     ("data", "TEXT", 1, 0)],
+    "chap_objects": [("workspace", "TEXT", 1, 1), ("collection", "TEXT", 1, 2),
+                     ("id", "TEXT", 1, 3), ("data", "TEXT", 1, 0)],
+}
+
+
+def columns(db: sqlite3.Connection, table: str) -> list[tuple]:
+    # (name, type, notnull, position in the primary key)
+    return [(r[1], r[2], r[3], r[5]) for r in db.execute(f"PRAGMA table_info({table})")]
+
+
+def objects_of(db: sqlite3.Connection) -> dict[str, str]:
+    return {name: kind for kind, name in db.execute("SELECT type, name FROM sqlite_master")}
+
+
+def test_schema_is_the_shared_one(tmp_path: Path) -> None:
+    SqliteStore(tmp_path / "a.db").close()
+    db = sqlite3.connect(tmp_path / "a.db")
+    for table, expected in SHARED_TABLES.items():
+        assert columns(db, table) == expected
+    kinds = objects_of(db)
+    assert kinds["chap_workspaces"] == "view"
+    assert [r[1] for r in db.execute("PRAGMA table_info(chap_workspaces)")] == [
+        "id", "data", "version", "updated_at"]
+    ours = {n for n, k in kinds.items() if k == "index" and not n.startswith("sqlite_autoindex")}
+    assert ours == {f"chapline_entries_{n}" for n in ("method", "sender", "task_id", "outcome")}
+    assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+def test_durable_settings(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "a.db")
+    assert store._db.execute("PRAGMA synchronous").fetchone() == (2,)  # FULL
+    assert store._db.isolation_level is None
+    store.close()
+    SqliteStore(tmp_path / "b.db", wal=False).close()
+    db = sqlite3.connect(tmp_path / "b.db")
+    assert db.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+
+
+@pytest.mark.parametrize("field", ["method", "sender", "task_id", "outcome"])
+def test_filtered_reads_use_an_index(tmp_path: Path, field: str) -> None:
+    store = SqliteStore(tmp_path / "a.db")
+    store.apply(change("w", 0, 3))
+    store.close()
+    expr = _REFUSED if field == "outcome" else _FILTER_SQL[field]
+    db = sqlite3.connect(tmp_path / "a.db")
+    plan = db.execute(
+        f"EXPLAIN QUERY PLAN SELECT seq, data FROM chap_entries WHERE workspace = ? "
+        f"AND seq >= ? AND seq < ? AND {expr} = ? ORDER BY seq", ("w", 0, 10, "x")
+    ).fetchall()
+    assert f"USING INDEX chapline_entries_{field}" in plan[0][3]
+
+
+def damaged_file(path: Path) -> None:
+    store = SqliteStore(path)
+    for wid in ("bad_entry", "gap", "bad_meta", "bad_object", "utf8", "good"):
+        store.apply(change(wid, 0, 3, {"tasks": {"T1": {"id": "T1"}}}))
+    store.close()
+    db = sqlite3.connect(path)
+    db.execute("UPDATE chap_entries SET data = '{broken' WHERE workspace = 'bad_entry' AND seq = 1")
+    db.execute("DELETE FROM chap_entries WHERE workspace = 'gap' AND seq = 1")
+    db.execute("UPDATE chap_meta SET data = '[1]' WHERE workspace = 'bad_meta'")
+    db.execute("UPDATE chap_objects SET data = 'nope' WHERE workspace = 'bad_object'")
+    db.execute("UPDATE chap_entries SET data = CAST(x'7bff7d' AS TEXT) "
+               "WHERE workspace = 'utf8' AND seq = 2")
+    db.commit()
+    db.close()
+
+
+def test_damaged_workspaces_are_skipped_whole(tmp_path: Path, caplog) -> None:
+    damaged_file(tmp_path / "a.db")
+    store = SqliteStore(tmp_path / "a.db")
+    with caplog.at_level(logging.WARNING, logger="storage"):
+        loaded = store.load()
+    assert [r.id for r in loaded] == ["good"]
+    assert loaded[0].data["audit"] == [entry(0), entry(1), entry(2)]
+    warned = {r.args[0]: r.getMessage() for r in caplog.records if r.name == "storage.sqlite"}
+    assert set(warned) == {"bad_entry", "gap", "bad_meta", "bad_object", "utf8"}
+    assert "seq 1" in warned["bad_entry"] and "seq 1 is missing" in warned["gap"]
+    assert "meta" in warned["bad_meta"] and "tasks/T1" in warned["bad_object"]
+
+    # Without entries the log is not read, so only damage outside entry
+    # bodies is seen; a workspace with a damaged entry body loads and its
+    # damage surfaces when that range is read.
+    light = [r.id for r in store.load(entries=False)]
+    assert light == ["bad_entry", "good", "utf8"]
+    with pytest.raises(StoreError, match=r"'bad_entry'.*seq 1"):
+        store.read_entries("bad_entry")
+    assert store.read_entries("bad_entry", 2) == [entry(2)]
+    store.close()
+
+
+# -- the pre-0.3.2 layout ----------------------------------------------------
+
+def old_workspace(wid: str, keyed: bool = True) -> dict:
+    """A workspace as 0.2.x saved it: every collection, `audit` inline."""
+    members = [{"uri": "human:alice", "type": "human", "role": "reviewer"},
+               {"uri": "agent:bot", "type": "agent", "role": "drafter"}]
+    tasks = [{"id": "tsk_1", "state": "created", "assignee": "agent:bot"}]
+    return {
+        "id": wid, "created": "2023-11-14T22:13:20.000Z", "state": "active",
+        "profiles": ["core/1.0", "review/1.0"], "mode": "trial", "chain_head": None,
+        "members": {m["uri"]: m for m in members} if keyed else members,
+        "tasks": {t["id"]: t for t in tasks} if keyed else tasks,
+        "overrides": {}, "whispers": {}, "deliberations": {}, "handoffs": {},
+        "snapshots": {}, "route_decisions": {}, "idempotency_keys": {"ik": "tsk_1"},
+        "audit": [dict(entry(i), prev_hash=None) for i in range(4)],
+    }
+
+
+def old_file(path: Path, extra_tables: tuple[str, ...] = ()) -> None:
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE chap_workspaces (id TEXT PRIMARY KEY, data TEXT NOT NULL, "
+               "version INTEGER NOT NULL, updated_at TEXT NOT NULL)")
+    db.execute("CREATE INDEX idx_chap_workspaces_updated_at ON chap_workspaces (updated_at)")
+    rows = [("keyed", json.dumps(old_workspace("keyed"))),
+            ("arrays", json.dumps(old_workspace("arrays", keyed=False))),
+            ("unreadable", "{not json"),
+            ("nokey", json.dumps({**old_workspace("nokey"), "tasks": [{"state": "x"}]}))]
+    for wid, text in rows:
+        db.execute("INSERT INTO chap_workspaces VALUES (?, ?, 4, '2023-11-14T22:13:24.000Z')",
+                   (wid, text))
+    for name in extra_tables:
+        db.execute(f"CREATE TABLE {name} (x)")
+    db.commit()
+    db.close()
+
+
+def test_migration_from_the_old_layout(tmp_path: Path, caplog) -> None:
+    path = tmp_path / "old.db"
+    old_file(path)
+    with caplog.at_level(logging.WARNING, logger="storage"):
+        store = SqliteStore(path)
+    loaded = {r.id: r for r in store.load()}
+    assert sorted(loaded) == ["arrays", "keyed"]
+    for wid in loaded:
+        expected = old_workspace(wid)
+        assert loaded[wid].data == expected
+        assert (loaded[wid].version, loaded[wid].updated_at) == (4, "2023-11-14T22:13:24.000Z")
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    assert "'unreadable'" in warned and "'nokey'" in warned
+    store.apply(change("keyed", 4, 1))
+    store.close()
+
+    db = sqlite3.connect(path)
+    kinds = objects_of(db)
+    assert kinds["chap_workspaces"] == "view" and kinds["chap_workspaces_v1"] == "table"
+    assert "idx_chap_workspaces_updated_at" not in kinds
+    kept = dict(db.execute("SELECT id, data FROM chap_workspaces_v1"))
+    assert sorted(kept) == ["arrays", "keyed", "nokey", "unreadable"]
+    assert kept["unreadable"] == "{not json"
+    # The view shows the workspace in the old shape, log in order.
+    (view,) = db.execute("SELECT data, version FROM chap_workspaces WHERE id = 'arrays'")
+    assert json.loads(view[0]) == old_workspace("arrays") and view[1] == 4
+    assert db.execute("SELECT COUNT(*) FROM chap_entries").fetchone() == (9,)
+    db.close()
+    # Opening again migrates nothing more.
+    store = SqliteStore(path)
+    assert sorted(r.id for r in store.load()) == ["arrays", "keyed"]
+    store.close()
+    assert "chap_workspaces_v1_2" not in objects_of(sqlite3.connect(path))
+
+
+def test_migration_picks_a_free_name(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    old_file(path, extra_tables=("chap_workspaces_v1",))
+    SqliteStore(path).close()
+    kinds = objects_of(sqlite3.connect(path))
+    assert kinds["chap_workspaces_v1_2"] == "table"
+    assert kinds["chap_workspaces"] == "view"
+
+
+def _open_and_load(path: str, start, results) -> None:
+    start.wait()
+    store = SqliteStore(path)
+    results.put(sorted((r.id, r.version, json.dumps(r.data, sort_keys=True))
+                       for r in store.load()))
+    store.close()
+
+
+def test_two_processes_open_one_old_file(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    old_file(path)
+    ctx = multiprocessing.get_context("spawn")
+    start, results = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_open_and_load, args=(str(path), start, results))
+             for _ in range(2)]
+    for p in procs:
+        p.start()
+    seen = [results.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert seen[0] == seen[1] and [s[0] for s in seen[0]] == ["arrays", "keyed"]
+    db = sqlite3.connect(path)
+    kinds = objects_of(db)
+    assert [n for n in kinds if n.startswith("chap_workspaces_v1")] == ["chap_workspaces_v1"]
+    assert db.execute("SELECT COUNT(*) FROM chap_entries").fetchone() == (8,)
+
+
+# -- writers in two processes -------------------------------------------------
+
+def _race(path: str, who: str, rounds: int, start, results) -> None:
+    store = SqliteStore(path)
+    won = []
+    for r in range(rounds):
+        start.wait()
+        try:
+            store.apply(StoreChange("w", r, r + 1, "t", {"id": "w"}, [{"seq": r, "by": who}],
+                                    {"tasks": {f"{who}{r}": {"id": who}}}))
+            won.append(r)
+        except StoreConflictError as exc:
+            assert (exc.held, exc.base) == (r + 1, r)
+    store.close()
+    results.put((who, won))
+
+
+def test_two_processes_same_base_one_wins(tmp_path: Path) -> None:
+    path = tmp_path / "race.db"
+    SqliteStore(path).close()
+    rounds = 20
+    ctx = multiprocessing.get_context("spawn")
+    start, results = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_race, args=(str(path), who, rounds, start, results))
+             for who in "ab"]
+    for p in procs:
+        p.start()
+    won = dict(results.get(timeout=60) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert sorted(won["a"] + won["b"]) == list(range(rounds))
+    store = SqliteStore(path)
+    log = store.read_entries("w")
+    assert [e["seq"] for e in log] == list(range(rounds))
+    winner = {r: who for who in "ab" for r in won[who]}
+    assert [e["by"] for e in log] == [winner[r] for r in range(rounds)]
+    (record,) = store.load()
+    assert sorted(record.data["tasks"]) == sorted(f"{winner[r]}{r}" for r in range(rounds))
+    store.close()
+
+
+def test_filter_after_another_writer(tmp_path: Path) -> None:
+    """Rows written by another connection are found through the indexes."""
+    path = tmp_path / "a.db"
+    first, second = SqliteStore(path), SqliteStore(path)
+    first.apply(StoreChange("w", 0, 2, "t", {}, [entry(0, task="A"), entry(1, task="B")]))
+    second.apply(StoreChange("w", 2, 3, "t", {}, [entry(2, task="A", refused=True)]))
+    assert first.read_entries("w", where=EntryFilter(task_id="A")) == [
+        entry(0, task="A"), entry(2, task="A", refused=True)]
+    assert [e["seq"] for e in first.read_entries("w", where=EntryFilter(outcome="refused"))] == [2]
+    first.close()
+    second.close()
+
+
+def test_closed_store_says_so(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "a.db")
+    store.close()
+    with pytest.raises(StoreError, match="closed"):
+        store.load()
+    with pytest.raises(StoreError, match="closed"):
+        store.read_entries("w")
+
+
+def test_view_matches_load(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "a.db")
+    store.apply(change("w", 0, 3, {c: {"k": {"id": "k", "c": c}} for c in COLLECTIONS}
+                       | {IDEMPOTENCY_KEYS: {"ik": "k"}}))
+    (record,) = store.load()
+    store.close()
+    db = sqlite3.connect(tmp_path / "a.db")
+    (text,) = db.execute("SELECT data FROM chap_workspaces WHERE id = 'w'").fetchone()
+    assert json.loads(text) == record.data
