@@ -6,10 +6,11 @@ either, because a call waits for the store's disk sync. So transports hand
 each request body to this queue and await the response; one thread takes the
 calls off the queue in order and dispatches them.
 
-The worker takes every call that is already waiting as one group (up to
-`max_group`). Today the calls of a group are dispatched and answered one by
-one; the group is the seam where group commit goes (dispatch a group inside
-`Coordinator.batch()` and answer it once the one store write succeeded).
+Group commit: the worker takes every call already waiting (up to `max_group`)
+as one group and dispatches a group of several inside `Coordinator.batch()`,
+so they cost one store write; their answers are released only after that
+write succeeded (or, if it failed, rewritten to its error), which keeps the
+server write-ahead. A lone call is dispatched on its own.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ import asyncio
 import logging
 import queue
 import threading
-from typing import Any, Protocol
+from typing import Any, ContextManager, Protocol
 
+from coordinator.coordinator import BatchWriteError
 from coordinator.wire import INTERNAL_ERROR, RpcError, error_response
 
 __all__ = ["Dispatcher", "DispatcherClosed", "SerialDispatcher"]
@@ -31,6 +33,8 @@ class Dispatcher(Protocol):
     """What a transport needs from a coordinator."""
 
     def dispatch(self, envelope: dict[str, Any] | str | bytes) -> dict[str, Any]: ...
+
+    def batch(self) -> ContextManager[None]: ...
 
 
 class DispatcherClosed(RuntimeError):
@@ -92,8 +96,8 @@ class SerialDispatcher:
     def _work(self) -> None:
         while True:
             group, stop = self._take_group()
-            for job in group:
-                self._run(job)
+            if group:
+                self._run(group)
             if stop:
                 return
 
@@ -113,20 +117,39 @@ class SerialDispatcher:
             group.append(job)
         return group, False
 
-    def _run(self, job: _Job) -> None:
-        body, loop, future = job
+    def _run(self, group: list[_Job]) -> None:
+        if len(group) == 1:
+            responses = [self._dispatch(group[0][0])]
+        else:
+            try:
+                with self._target.batch():
+                    responses = [self._dispatch(body) for body, _, _ in group]
+            except BatchWriteError:
+                # The write failed and was undone; the batch has already
+                # rewritten each recorded call's response to the write error.
+                pass
+            except Exception:
+                log.exception("group commit failed; answering -32603 to the whole group")
+                responses = [_internal_error() for _ in group]
+        for (_, loop, future), response in zip(group, responses):
+            try:
+                loop.call_soon_threadsafe(_settle, future, response)
+            except RuntimeError:
+                # The loop is already closed: nobody is waiting for this answer.
+                pass
+
+    def _dispatch(self, body: bytes) -> dict[str, Any]:
         try:
-            response = self._target.dispatch(body)
+            return self._target.dispatch(body)
         except Exception:
             # dispatch promises not to raise; if it does, the caller still
             # gets a JSON-RPC answer and the worker keeps serving.
             log.exception("dispatch raised; answering -32603")
-            response = error_response(None, RpcError(INTERNAL_ERROR, "Internal error"))
-        try:
-            loop.call_soon_threadsafe(_settle, future, response)
-        except RuntimeError:
-            # The loop is already closed: nobody is waiting for this answer.
-            pass
+            return _internal_error()
+
+
+def _internal_error() -> dict[str, Any]:
+    return error_response(None, RpcError(INTERNAL_ERROR, "Internal error"))
 
 
 def _settle(future: asyncio.Future[dict[str, Any]], response: dict[str, Any]) -> None:
