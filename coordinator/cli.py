@@ -1,0 +1,169 @@
+"""The `chapline` command: `chapline serve` runs CHAP over HTTP on a SQLite file.
+
+Exit status: 0 after a clean stop (SIGINT or SIGTERM), 1 when the database
+cannot be opened or the address cannot be listened on, 2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import socket
+import sqlite3
+import sys
+from types import FrameType
+from typing import Sequence
+
+import uvicorn
+
+__all__ = ["DEFAULT_PROFILES", "main"]
+
+# What chapline implements today. Advertising a profile whose methods answer
+# -32601 would mislead clients (see SPECIFICATION.md, "HTTP binding").
+DEFAULT_PROFILES = ("core/1.0", "review/1.0", "modes/1.0")
+
+_PROFILE = re.compile(r"^[a-z][a-z0-9_-]*/\d+\.\d+$")
+
+
+class _Failure(Exception):
+    """A start-up problem reported as one line on stderr, exit status 1."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        profiles = _profiles(args.profiles)
+    except ValueError as exc:
+        print(f"chapline: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return _serve(args.db, args.host, args.port, profiles)
+    except _Failure as exc:
+        print(f"chapline: {exc}", file=sys.stderr)
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="chapline", description="A write-ahead coordinator for CHAP."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    serve = commands.add_parser(
+        "serve",
+        help="serve CHAP over HTTP (POST /chap)",
+        description="Serve CHAP over HTTP: POST one JSON-RPC envelope to /chap.",
+    )
+    serve.add_argument("--db", default="chap.db", help="SQLite file to write (default: ./chap.db)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    serve.add_argument(
+        "--port", type=int, default=8080, help="port to listen on, 0 for any free one (default: 8080)"
+    )
+    serve.add_argument(
+        "--profiles",
+        default=",".join(DEFAULT_PROFILES),
+        help="comma-separated profiles new workspaces get (default: %(default)s)",
+    )
+    return parser
+
+
+def _profiles(text: str) -> tuple[str, ...]:
+    profiles = tuple(p.strip() for p in text.split(",") if p.strip())
+    for profile in profiles:
+        if not _PROFILE.match(profile):
+            raise ValueError(f"--profiles: {profile!r} is not of the form name/MAJOR.MINOR")
+    if "core/1.0" not in profiles:
+        raise ValueError("--profiles must include core/1.0: every CHAP workspace speaks Core")
+    return profiles
+
+
+def _serve(db: str, host: str, port: int, profiles: tuple[str, ...]) -> int:
+    # Imported here so `chapline --help` works without loading the coordinator.
+    from coordinator import Coordinator
+    from coordinator.transports import create_app
+    from storage import SqliteStore, StoreError
+
+    sock = _listen(host, port)
+    try:
+        try:
+            coord = Coordinator(store=SqliteStore(db), default_profiles=profiles)
+        except (sqlite3.Error, OSError, StoreError) as exc:
+            raise _Failure(f"cannot open the database {db!r}: {exc}") from None
+        try:
+            server = uvicorn.Server(
+                uvicorn.Config(
+                    create_app(coord),
+                    log_level="warning",
+                    access_log=False,
+                    lifespan="on",
+                    timeout_graceful_shutdown=30,
+                )
+            )
+            print(
+                f"chapline: serving CHAP on {_url(sock)} ({', '.join(profiles)}), "
+                f"writing {_where(db)}",
+                flush=True,
+            )
+            _run(server, sock)
+        finally:
+            # The server has stopped and its dispatcher has run every queued
+            # call, so nothing writes any more: closing leaves a consistent file.
+            coord.close()
+    finally:
+        sock.close()
+    return 0
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """Bind before anything else, so a taken port fails fast and plainly."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        raise _Failure(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        hint = " (is another server running? pick another --port)" if port else ""
+        raise _Failure(f"cannot listen on {host}:{port}: {exc.strerror}{hint}") from None
+    return sock
+
+
+def _run(server: uvicorn.Server, sock: socket.socket) -> None:
+    """Run until SIGINT or SIGTERM, then return once the server has drained.
+
+    uvicorn handles both signals while serving (stop accepting, finish the
+    requests in flight, run the lifespan shutdown) and, once stopped, re-sends
+    the signal to the handler that was there before it; that handler is ours,
+    so the signal ends up as a KeyboardInterrupt we catch here instead of the
+    default SIGTERM action killing the process before the store is closed.
+    """
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}/chap"
+
+
+def _where(db: str) -> str:
+    return db if db == ":memory:" else os.path.abspath(db)
