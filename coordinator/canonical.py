@@ -49,65 +49,88 @@ class Shape:
 
 
 def _check_str(s: str, shape: Shape) -> None:
-    if not s.isascii():
-        try:
-            s.encode("utf-8")
-        except UnicodeEncodeError:
-            shape.error = shape.error or CanonicalError(
-                "strings must be valid Unicode (I-JSON, RFC 7493): a lone UTF-16 "
-                "surrogate cannot be canonicalised"
-            )
-        else:
-            if max(s) > "\uffff":
-                shape.needs_copy = True
+    """Non-ASCII strings: refuse lone surrogates, note astral characters."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        shape.error = shape.error or CanonicalError(
+            "strings must be valid Unicode (I-JSON, RFC 7493): a lone UTF-16 "
+            "surrogate cannot be canonicalised"
+        )
+    else:
+        if max(s) > "\uffff":
+            shape.needs_copy = True
 
 
-def _walk(value: Any, level: int, shape: Shape) -> None:
-    if level > shape.depth:
-        shape.depth = level
-    t = type(value)
-    if t is str:
-        _check_str(value, shape)
-    elif t is dict:
-        for k, v in value.items():
-            if type(k) is not str:
-                shape.error = shape.error or CanonicalError("object keys must be strings")
-            else:
-                _check_str(k, shape)
-            _walk(v, level + 1, shape)
-    elif t is list:
-        for v in value:
-            _walk(v, level + 1, shape)
-    elif t is int:
-        if not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
-            shape.error = shape.error or CanonicalError(
-                f"integer {value} is outside the CHAP canonical range "
-                f"±{MAX_SAFE_INTEGER}; send it as a string"
-            )
+_NOT_INTEGER = (
+    "CHAP canonical numbers must be integers; represent decimals as "
+    'strings (e.g. "8.2") so the hash is deterministic across implementations.'
+)
+
+
+def _check_scalar(v: Any, shape: Shape) -> None:
+    """The scalars the fast loop in `_walk` does not settle itself."""
+    t = type(v)
+    if t is int:
+        shape.error = shape.error or CanonicalError(
+            f"integer {v} is outside the CHAP canonical range ±{MAX_SAFE_INTEGER}; send it as a string"
+        )
     elif t is float:
-        if value != value or value in (float("inf"), float("-inf")) or not value.is_integer():
+        if v != v or v in (float("inf"), float("-inf")) or not v.is_integer():
+            shape.error = shape.error or CanonicalError(_NOT_INTEGER)
+        elif abs(v) > MAX_SAFE_INTEGER:
             shape.error = shape.error or CanonicalError(
-                "CHAP canonical numbers must be integers; represent decimals as "
-                'strings (e.g. "8.2") so the hash is deterministic across implementations.'
-            )
-        elif abs(value) > MAX_SAFE_INTEGER:
-            shape.error = shape.error or CanonicalError(
-                f"number {value!r} is outside the CHAP canonical range ±{MAX_SAFE_INTEGER}"
+                f"number {v!r} is outside the CHAP canonical range ±{MAX_SAFE_INTEGER}"
             )
         else:
             shape.needs_copy = True
-    elif value is None or t is bool:
-        pass
+    elif t is str:
+        _check_str(v, shape)
     else:
         shape.error = shape.error or CanonicalError(
             f"a {t.__name__} is not a JSON value and cannot be canonicalised"
         )
 
 
+def _walk(container: Any, level: int, shape: Shape) -> None:
+    """Check the members of a dict or list at `level` (scalars inside count one deeper)."""
+    if type(container) is dict:
+        for k in container:
+            if type(k) is not str:
+                shape.error = shape.error or CanonicalError("object keys must be strings")
+            elif not k.isascii():
+                _check_str(k, shape)
+        members = container.values()
+    else:
+        members = container
+    if members and level + 1 > shape.depth:
+        shape.depth = level + 1
+    for v in members:
+        t = type(v)
+        if t is str:
+            if not v.isascii():
+                _check_str(v, shape)
+        elif t is dict or t is list:
+            _walk(v, level + 1, shape)
+        elif t is int:
+            if not -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER:
+                _check_scalar(v, shape)
+        elif v is None or t is bool:
+            pass
+        else:
+            _check_scalar(v, shape)
+
+
 def inspect(value: Any) -> Shape:
     """Walk `value` once: its depth (the value itself is level 1) and any error."""
     shape = Shape()
-    _walk(value, 1, shape)
+    shape.depth = 1
+    t = type(value)
+    if t is dict or t is list:
+        _walk(value, 1, shape)
+    elif not (value is None or t is bool or (t is str and value.isascii())):
+        if t is not int or not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+            _check_scalar(value, shape)
     return shape
 
 

@@ -419,8 +419,8 @@ class Coordinator:
             base=ws.count,
             version=ws.count + 1,
             updated_at=arrived,
-            meta=msgspec.to_builtins(meta),
-            entries=[entry.to_dict()],
+            meta=meta,
+            entries=[entry],
             objects=call.staged,
         )
         if self._batch is not None:
@@ -554,8 +554,9 @@ class Coordinator:
         if start < min(stop, durable):
             out = self.store.read_entries(ws.id, start, min(stop, durable), where)
         for entry in unwritten[max(start - durable, 0) : max(stop - durable, 0)]:
-            if where is None or entry_matches(entry, where):
-                out.append(_decode(_encode_sorted(entry)))
+            copy = _decode(_encode_sorted(entry))
+            if where is None or entry_matches(copy, where):
+                out.append(copy)
         return out
 
     def _log_reader(self, ws: Workspace | None) -> Callable[..., list[dict[str, Any]]]:
