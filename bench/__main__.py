@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from bench import run as R
+from bench import workload as W
 from bench.impls import implementations
 
 
@@ -40,6 +42,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", metavar="PATH", help="also write all samples as JSON")
     ap.add_argument("--workdir", help="put the database files here (kept) instead of a temp dir")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir")
+    ap.add_argument(
+        "--tmpfs",
+        default="/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else "",
+        help="also measure SQLite one-write-per-call in this tmpfs dir, to separate fsync from code "
+        "(default /dev/shm when writable; '' to skip)",
+    )
+    ap.add_argument(
+        "--pattern",
+        help="comma list of cycle kinds to use instead of the standard mix "
+        f"(kinds: {', '.join(sorted(set(W.PATTERN)))}; e.g. 'direct' for a core-only workload)",
+    )
     ap.add_argument("--self-test", action="store_true", help="run the reference in chapline's seat (harness test)")
     ap.add_argument(
         "--profile",
@@ -51,6 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile-size", type=_sizes, default=(100_000,), help="log size for --profile big")
     args = ap.parse_args(argv)
 
+    if args.pattern:
+        kinds = tuple(k.strip() for k in args.pattern.split(",") if k.strip())
+        unknown = set(kinds) - set(W.PATTERN)
+        if unknown or not kinds:
+            ap.error(f"unknown cycle kinds: {', '.join(sorted(unknown)) or '(none given)'}")
+        W.PATTERN = kinds
     impls = list(implementations(args.self_test))
     if args.profile:
         from bench.profile import profile
@@ -74,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     elif cfg.start_size not in cfg.sizes:
         cfg.start_size = max((s for s in cfg.sizes if s <= cfg.ref_max), default=max(cfg.sizes))
     cfg.workdir = args.workdir
+    cfg.tmpfs_dir = args.tmpfs or None
     cfg.keep = args.keep
 
     for impl in impls:
@@ -92,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
         f"Python {m['python']}, chapline {m.get('chapline_commit', '?')}"
         + (" — QUICK subset" if cfg.quick else "")
     )
-    print(f"workload: {R.W.calls_per_cycle():.2f} calls per task cycle, chain on, profiles core+review; "
+    print(f"workload: {W.calls_per_cycle():.2f} calls per task cycle"
+          + (f" (pattern: {','.join(W.PATTERN)})" if args.pattern else "")
+          + f", chain on, profiles core+review; "
           f"'chapline ×' = how many times better chapline is (higher is better)")
     print()
     print(R.table(results, chap, ref))

@@ -51,6 +51,7 @@ class Config:
     phases: tuple[str, ...] = ("throughput", "sizes")
     workdir: str | None = None
     keep: bool = False
+    tmpfs_dir: str | None = None  # also run the SQLite figure here (e.g. /dev/shm)
 
     @classmethod
     def for_quick(cls) -> "Config":
@@ -145,16 +146,22 @@ def _check_errors(o: Opened, what: str, errors: int, results: Results) -> None:
 def phase_throughput(cfg: Config, impls: list[Impl], results: Results, tmp: str) -> None:
     chap, ref = impls
     modes = [
-        ("memory", "calls/s, MemoryStore", cfg.mem_cycles, 0, "≥10×", 10.0),
-        ("sqlite", "calls/s, SqliteStore, one write per call", cfg.sql_cycles, 0, "≥5×", 5.0),
+        ("memory", "calls/s, MemoryStore", cfg.mem_cycles, tmp, "≥10×", 10.0),
+        ("sqlite", "calls/s, SqliteStore, one write per call", cfg.sql_cycles, tmp, "≥5×", 5.0),
     ]
+    shm = cfg.tmpfs_dir
+    if shm:
+        modes.append(
+            ("sqlite_tmpfs", "calls/s, SqliteStore on tmpfs (no fsync cost), one write per call",
+             cfg.sql_cycles, shm, "", None)
+        )  # fmt: skip
     grouped = chap.has_batch
     for rep in range(cfg.reps):
         order = impls if rep % 2 == 0 else impls[::-1]
-        for kind, label, cycles, _, target, tr in modes:
+        for kind, label, cycles, where, target, tr in modes:
             f = results.fig(f"tput_{kind}", label, "calls/s", "higher", target, target_ratio=tr)
             for impl in order:
-                o = _fresh(impl, kind, tmp, f"{impl.name}-{kind}-{rep}")
+                o = _fresh(impl, kind, where, f"{impl.name}-{kind}-{rep}")
                 try:
                     calls = W.plan(0, cycles, f"r{rep}")
                     dt, errors = _timed(o, calls)
@@ -186,7 +193,7 @@ def phase_throughput(cfg: Config, impls: list[Impl], results: Results, tmp: str)
             f"throughput rep {rep + 1}/{cfg.reps}: "
             + "; ".join(
                 f"{k}: " + ", ".join(f"{n} {v[-1]:,.0f}" for n, v in results.figures[k].values.items())
-                for k in ("tput_memory", "tput_sqlite", "tput_grouped")
+                for k in ("tput_memory", "tput_sqlite", "tput_grouped", "tput_sqlite_tmpfs")
                 if k in results.figures
             )
         )
@@ -194,7 +201,8 @@ def phase_throughput(cfg: Config, impls: list[Impl], results: Results, tmp: str)
 
 def _fresh(impl: Impl, kind: str, tmp: str, tag: str) -> Opened:
     path = None
-    if kind == "sqlite":
+    if kind.startswith("sqlite"):
+        kind = "sqlite"
         path = os.path.join(tmp, f"{tag}.db")
         for suffix in ("", "-wal", "-shm"):
             if os.path.exists(path + suffix):
@@ -396,7 +404,8 @@ def _at_start_size(cfg: Config, grown: list[Grown], results: Results, size: int)
         fs.add(g.impl.name, _file_bytes(g.path) / 1024 / (g.entries / 1000))
     ft = results.fig("start_s", f"start on a {k}-entry file (construct + first answer)", "s", "lower", "<0.5 s")
     fm = results.fig("start_rss", f"peak RSS after start on a {k}-entry file", "MiB", "lower", "<150 MiB")
-    fi = results.fig("start_import", "  of which: import, RSS after import", "s", "lower")
+    fb = results.fig("start_rss_base", "  RSS after import, before construct", "MiB", "lower")
+    fi = results.fig("start_import", "import time", "s", "lower")
     for rep in range(cfg.start_reps):
         for g in grown if rep % 2 == 0 else grown[::-1]:
             p = _start_probe(g.impl, g.path)
@@ -405,6 +414,7 @@ def _at_start_size(cfg: Config, grown: list[Grown], results: Results, size: int)
             ft.add(g.impl.name, p["first_answer_s"])
             fm.add(g.impl.name, p["peak_rss_mib"])
             fi.add(g.impl.name, p["import_s"])
+            fb.add(g.impl.name, p["rss_after_import_mib"])
             results.meta.setdefault("start_probe", {}).setdefault(g.impl.name, []).append(p)
     log(
         "start: "
@@ -480,7 +490,7 @@ def ratio(f: Figure, results: Results, chap: str, ref: str) -> float | None:
 def table(results: Results, chap: str, ref: str) -> str:
     rows = [("figure", "unit", f"{chap} median [min–max]", f"{ref} median [min–max]", "chapline ×", "target")]
     for f in results.figures.values():
-        if f.key == "start_import":
+        if f.key in ("start_import", "start_rss_base"):
             continue
         rt = ratio(f, results, chap, ref)
         rs = "" if rt is None else f"{rt:,.1f}×"
@@ -550,6 +560,9 @@ def run(cfg: Config, impls: list[Impl]) -> Results:
     results.meta = {"machine": machine(), "config": {k: v for k, v in cfg.__dict__.items()}}
     tmp = cfg.workdir or tempfile.mkdtemp(prefix="chapline-bench-")
     os.makedirs(tmp, exist_ok=True)
+    shm_root = cfg.tmpfs_dir
+    if shm_root:
+        cfg.tmpfs_dir = tempfile.mkdtemp(prefix="chapline-bench-", dir=shm_root)
     try:
         t0 = time.perf_counter()
         if "throughput" in cfg.phases:
@@ -560,6 +573,9 @@ def run(cfg: Config, impls: list[Impl]) -> Results:
             phase_sizes(cfg, impls, results, tmp)
         results.meta["elapsed_s"] = time.perf_counter() - t0
     finally:
+        if shm_root:
+            shutil.rmtree(cfg.tmpfs_dir, ignore_errors=True)
+            cfg.tmpfs_dir = shm_root
         if not cfg.keep and not cfg.workdir:
             shutil.rmtree(tmp, ignore_errors=True)
         elif cfg.keep:
