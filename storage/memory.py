@@ -6,6 +6,7 @@ after a write leaks into a later `load` or `read_entries`.
 
 from __future__ import annotations
 
+import bisect
 import threading
 from typing import Any, Iterable
 
@@ -21,13 +22,13 @@ from storage import (
 )
 from storage._encode import EncodedChange, encode_change
 from storage._encode import decode as _decode
-from storage._match import entry_matches
+from storage._match import entry_keys, entry_matches, indexed_keys
 
 __all__ = ["MemoryStore"]
 
 
 class _Workspace:
-    __slots__ = ("meta", "version", "updated_at", "entries", "objects")
+    __slots__ = ("meta", "version", "updated_at", "entries", "objects", "index")
 
     def __init__(self) -> None:
         self.meta = b"{}"
@@ -35,6 +36,9 @@ class _Workspace:
         self.updated_at = ""
         self.entries: list[bytes] = []
         self.objects: dict[str, dict[str, bytes]] = {}
+        # (filter field, value) -> seqs in order, so a filtered read decodes
+        # only its candidates (see storage._match.entry_keys).
+        self.index: dict[tuple[str, str], list[int]] = {}
 
 
 class MemoryStore:
@@ -72,7 +76,11 @@ class MemoryStore:
         # state is changed in place: a write costs the same at any log length.
         if ws is None or change.replace:
             ws = self._workspaces[change.id] = _Workspace()
-        ws.entries.extend(encoded.entries)
+        for text in encoded.entries:
+            seq = len(ws.entries)
+            ws.entries.append(text)
+            for key in entry_keys(_decode(text)):
+                ws.index.setdefault(key, []).append(seq)
         ws.meta = encoded.meta
         ws.version = change.version
         ws.updated_at = change.updated_at
@@ -118,10 +126,19 @@ class MemoryStore:
     ) -> list[dict[str, Any]]:
         with self._lock:
             ws = self._workspaces.get(workspace)
+            if ws is None:
+                return []
             # Seq bounds, not Python slice semantics: a negative stop selects
             # nothing, as `seq < stop` does in SQL.
-            end = None if stop is None else max(stop, 0)
-            rows = [] if ws is None else ws.entries[max(start, 0) : end]
+            low = max(start, 0)
+            high = len(ws.entries) if stop is None else max(min(stop, len(ws.entries)), 0)
+            keys = [] if where is None else indexed_keys(where)
+            if keys:
+                seqs = min((ws.index.get(k, []) for k in keys), key=len)
+                seqs = seqs[bisect.bisect_left(seqs, low) : bisect.bisect_left(seqs, high)]
+                rows = [ws.entries[s] for s in seqs]
+            else:
+                rows = ws.entries[low:high]
         decoded = [_decode(e) for e in rows]
         if where is None:
             return decoded
