@@ -243,8 +243,6 @@ def participant_rotate_key(call: Call) -> dict[str, Any]:
     old_kid = call.require("old_kid")
     new_jwk = call.require("new_jwk")
     call.workspace()
-    if not isinstance(new_jwk, dict) or not isinstance(new_jwk.get("kid"), str):
-        raise _bad("new_jwk must include kid")
     sender = call.params.get("from")
     member = call.member(sender)
     if member is None:
@@ -254,6 +252,10 @@ def participant_rotate_key(call: Call) -> dict[str, Any]:
         raise RpcError(KEY_NOT_FOUND, f"No key {old_kid} for {sender}")
     if member.keys[i].get("revoked_at") is not None:
         raise RpcError(KEY_REVOKED, f"Key {old_kid} is revoked")
+    # Checked after the key lookups, as 0.3.3 does: an unknown or revoked
+    # old key is reported first.
+    if not isinstance(new_jwk, dict) or not isinstance(new_jwk.get("kid"), str):
+        raise _bad("new_jwk must include kid")
     keys = list(member.keys)
     keys[i] = {**keys[i], "valid_until": call.arrived}
     keys.append(
