@@ -90,10 +90,11 @@ def _serve(db: str, host: str, port: int, profiles: tuple[str, ...]) -> int:
             coord = Coordinator(store=SqliteStore(db), default_profiles=profiles)
         except (sqlite3.Error, OSError, StoreError) as exc:
             raise _Failure(f"cannot open the database {db!r}: {exc}") from None
+        app = create_app(coord)
         try:
             server = uvicorn.Server(
                 uvicorn.Config(
-                    create_app(coord),
+                    app,
                     log_level="warning",
                     access_log=False,
                     lifespan="on",
@@ -107,8 +108,10 @@ def _serve(db: str, host: str, port: int, profiles: tuple[str, ...]) -> int:
             )
             _run(server, sock)
         finally:
-            # The server has stopped and its dispatcher has run every queued
-            # call, so nothing writes any more: closing leaves a consistent file.
+            # The lifespan has normally closed the dispatcher already; a forced
+            # stop skips it. Either way every queued call has run and nothing
+            # writes any more when the store closes.
+            app.state.dispatcher.close()
             coord.close()
     finally:
         sock.close()

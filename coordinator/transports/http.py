@@ -53,9 +53,11 @@ _encoder = msgspec.json.Encoder()
 def create_app(target: Dispatcher, *, max_body_bytes: int = MAX_BODY_BYTES) -> Starlette:
     """An ASGI app serving `target` (a Coordinator) over HTTP.
 
-    Calls are run one at a time, off the event loop, by a SerialDispatcher that
-    lives as long as the app's lifespan. The app never closes `target`: its
-    owner does, after the server has stopped.
+    Calls are run one at a time, off the event loop, by a SerialDispatcher
+    (`app.state.dispatcher`) that the app's lifespan starts and closes. The
+    app never closes `target`: its owner does, after the server has stopped,
+    and closes the dispatcher first, because a forced stop (a second Ctrl-C)
+    skips the lifespan shutdown.
     """
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes must be positive, got {max_body_bytes}")
@@ -93,6 +95,7 @@ def create_app(target: Dispatcher, *, max_body_bytes: int = MAX_BODY_BYTES) -> S
     )
     # /chap/ is another path (404 JSON), not a redirect with an empty body.
     app.router.redirect_slashes = False
+    app.state.dispatcher = dispatcher
     return app
 
 
