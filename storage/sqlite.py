@@ -161,7 +161,7 @@ class SqliteStore:
         self._lock = threading.RLock()
         self._closed = False
         try:
-            if wal and self.path != ":memory:" and not self.path.startswith("file:"):
+            if wal and self.path != ":memory:":
                 self._db.execute("PRAGMA journal_mode=WAL")
             # In WAL mode NORMAL syncs only at checkpoints, so a commit could
             # be lost on power failure after apply returned; FULL syncs the
@@ -196,12 +196,12 @@ class SqliteStore:
         rows = self._db.execute(
             f"SELECT id, CAST(data AS BLOB), version, updated_at FROM {_LEGACY}"
         ).fetchall()
+        migrated = 0
         for wid, text, version, updated_at in rows:
             try:
                 data = _object(text, "its data")
-                encoded = encode_change(
-                    change_from_record(WorkspaceRecord(wid, data, version, updated_at))
-                )
+                change = change_from_record(WorkspaceRecord(wid, data, version, updated_at))
+                encoded = encode_change(change)
             except (_Unreadable, ValueError, TypeError) as exc:
                 log.warning(
                     "workspace %r was not migrated from the pre-0.3.2 table: %s; "
@@ -210,7 +210,9 @@ class SqliteStore:
                     exc,
                 )
                 continue
-            self._write_change(wid, 0, version, updated_at, encoded, replace=True)
+            # The log decides the version (the old column could disagree).
+            self._write_change(wid, 0, change.version, change.updated_at, encoded, True)
+            migrated += 1
         taken = {
             name for (name,) in self._db.execute("SELECT name FROM sqlite_master")
         }
@@ -221,8 +223,10 @@ class SqliteStore:
         self._db.execute(f'ALTER TABLE {_LEGACY} RENAME TO "{target}"')
         self._db.execute("DROP INDEX IF EXISTS idx_chap_workspaces_updated_at")
         log.warning(
-            "%s: migrated %d pre-0.3.2 workspace rows; the old table is kept as %s",
+            "%s: migrated %d of %d workspaces from the pre-0.3.2 table; the old "
+            "table is kept, with every row, as %s",
             self.path,
+            migrated,
             len(rows),
             target,
         )
