@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Iterable
+from typing import Any
 
 import msgspec
 
@@ -11,14 +11,13 @@ from coordinator.canonical import ZERO_HASH, CanonicalError, canonical_bytes, li
 
 __all__ = [
     "AuditEntry",
-    "ChainReport",
+    "ChainVerifier",
     "READS",
     "PRIVILEGED_METHODS",
     "entry_is_well_formed",
     "record_of",
     "refusal_is_recorded",
     "signed_digest",
-    "verify_entries",
 ]
 
 # Never recorded, accepted or refused.
@@ -109,48 +108,131 @@ def entry_is_well_formed(entry: Any) -> bool:
     )
 
 
-class ChainReport(msgspec.Struct):
-    """The outcome of replaying a log's links."""
+class _Call(msgspec.Struct):
+    """The two fields that make a recorded call well formed."""
 
-    checked_from_seq: int | None = None
-    entries_checked: int = 0
-    head: str | None = None
-    breaks: list[str] = []
-    # After a malformed entry the next one is judged against its own prev_hash.
-    after_malformed: bool = False
+    jsonrpc: str
+    method: str
 
 
-def verify_entries(entries: Iterable[dict[str, Any]], report: ChainReport) -> None:
-    """Replay links over `entries` (in seq order), continuing `report`.
+class _Outcome(msgspec.Struct):
+    status: str
+    code: int
 
-    Chaining starts at the first entry that carries `prev_hash`; every later
-    entry must carry the link of the one before. Call repeatedly with
-    consecutive chunks of a log.
+
+class _StoredEntry(msgspec.Struct):
+    """A stored entry with its record's parts left as the bytes stored."""
+
+    seq: int
+    prev_hash: str | None = None
+    envelope: msgspec.Raw = msgspec.Raw()
+    request: msgspec.Raw = msgspec.Raw()
+    outcome: msgspec.Raw = msgspec.Raw()
+
+
+_decode_stored = msgspec.json.Decoder(_StoredEntry).decode
+_decode_call = msgspec.json.Decoder(_Call).decode
+_decode_outcome = msgspec.json.Decoder(_Outcome).decode
+_decode_any = msgspec.json.Decoder().decode
+
+
+class ChainVerifier:
+    """Replays the links of one workspace's log, fed in seq order.
+
+    Chaining starts at the first entry that carries `prev_hash` (its
+    prev_hash must be the zero hash); every later entry must carry the link of
+    the one before. Stored text is hashed as stored when it is canonical (as
+    chapline writes it): only where that link does not match is the entry
+    decoded and canonicalised, so logs written with other spacing verify too.
     """
-    head = report.head
-    after_malformed = report.after_malformed
-    for entry in entries:
-        seq = entry.get("seq")
-        prev = entry.get("prev_hash")
-        if report.checked_from_seq is None:
-            if prev is None:
-                continue
-            report.checked_from_seq = seq
-            head = ZERO_HASH
-        report.entries_checked += 1
-        if not entry_is_well_formed(entry):
-            report.breaks.append(f"seq {seq}: malformed entry")
-            after_malformed = True
-            head = prev if isinstance(prev, str) else head
-        elif prev != head and not after_malformed:
-            report.breaks.append(f"seq {seq}: prev_hash mismatch")
-        else:
-            after_malformed = False
+
+    def __init__(self) -> None:
+        self.checked_from_seq: int | None = None
+        self.entries_checked = 0
+        self.breaks: list[str] = []
+        self._head: str | None = None
+        # The previous entry, kept to recompute its link canonically when the
+        # link from its stored bytes does not match.
+        self._last: dict[str, Any] | bytes | None = None
+        self._last_prev = ""
+        self._after_malformed = False
+
+    def add_text(self, text: bytes) -> None:
+        """One stored entry, as the JSON text the store holds."""
+        try:
+            e = _decode_stored(text)
+            if len(e.envelope):
+                if len(e.request) or len(e.outcome):
+                    raise ValueError("both an envelope and a request")
+                _decode_call(e.envelope)
+                record = bytes(e.envelope)
+            else:
+                _decode_call(e.request)
+                _decode_outcome(e.outcome)
+                record = b'{"outcome":' + bytes(e.outcome) + b',"request":' + bytes(e.request) + b"}"
+        except (msgspec.DecodeError, msgspec.ValidationError, ValueError):
+            try:
+                entry = _decode_any(text)
+            except msgspec.DecodeError:
+                entry = {}
+            self.add_entry(entry if isinstance(entry, dict) else {})
+            return
+        prev = e.prev_hash
+        if prev is not None and prev == self._head and not self._after_malformed:
+            # The common case, inline: a chained entry that links to the head.
+            self.entries_checked += 1
+            self._head = "sha256:" + hashlib.sha256(record + prev.encode()).hexdigest()
+            self._last, self._last_prev = text, prev
+        elif self._start(e.seq, prev):
+            self._link(e.seq, prev, True, text, record)
+
+    def add_entry(self, entry: dict[str, Any]) -> None:
+        """One entry in wire shape."""
+        seq, prev = entry.get("seq"), entry.get("prev_hash")
+        if not self._start(seq, prev):
+            return
+        well_formed = entry_is_well_formed(entry)
         try:
             record = canonical_bytes(record_of(entry))
         except CanonicalError:
-            report.breaks.append(f"seq {seq}: record cannot be canonicalised")
+            self.breaks.append(f"seq {seq}: record cannot be canonicalised")
             record = b""
-        head = link_hash(record, prev if isinstance(prev, str) else head)
-    report.head = head
-    report.after_malformed = after_malformed
+        self._link(seq, prev, well_formed, entry, record)
+
+    def head(self) -> str | None:
+        """The recomputed head (canonically, for the last entry)."""
+        if isinstance(self._last, bytes):
+            self._relink_last()
+        return self._head
+
+    def _start(self, seq: Any, prev: Any) -> bool:
+        if self.checked_from_seq is None:
+            if prev is None:
+                return False
+            self.checked_from_seq = seq
+            self._head = ZERO_HASH
+        self.entries_checked += 1
+        return True
+
+    def _link(self, seq: Any, prev: Any, well_formed: bool, source: Any, record: bytes) -> None:
+        if not well_formed:
+            self.breaks.append(f"seq {seq}: malformed entry")
+            self._after_malformed = True
+        else:
+            if prev != self._head and isinstance(self._last, bytes):
+                self._relink_last()
+            if prev != self._head and not self._after_malformed:
+                self.breaks.append(f"seq {seq}: prev_hash mismatch")
+            self._after_malformed = False
+        # After a malformed entry the next one is judged against its own prev_hash.
+        base = prev if isinstance(prev, str) else (self._head or "")
+        self._head = link_hash(record, base)
+        self._last, self._last_prev = source, base
+
+    def _relink_last(self) -> None:
+        entry = _decode_any(self._last)
+        self._last = entry
+        try:
+            self._head = link_hash(canonical_bytes(record_of(entry)), self._last_prev)
+        except CanonicalError:
+            pass

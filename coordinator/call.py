@@ -17,7 +17,7 @@ from coordinator.wire import INVALID_PARAMS, NOT_AUTHORISED, RpcError, missing
 from storage import COLLECTIONS, IDEMPOTENCY_KEYS
 
 if TYPE_CHECKING:
-    from coordinator.coordinator import Options
+    from coordinator.coordinator import LogReader, Options
 
 __all__ = ["Call", "Handler", "Workspace", "COLLECTION_NAMES"]
 
@@ -61,7 +61,7 @@ class Call:
         "staged",
         "options",
         "new_id",
-        "read_log",
+        "log",
     )
 
     def __init__(
@@ -72,7 +72,7 @@ class Call:
         ws: Workspace | None,
         options: Options,
         new_id: Callable[[str], str],
-        read_log: Callable[..., list[dict[str, Any]]],
+        log: LogReader,
     ) -> None:
         self.method = method
         self.params = params
@@ -85,7 +85,7 @@ class Call:
         self.staged: dict[str, dict[str, Any]] = {}
         self.options = options
         self.new_id = new_id
-        self.read_log = read_log
+        self.log = log
 
     # -- reading ----------------------------------------------------------
 

@@ -20,10 +20,9 @@ from coordinator import catalogue
 from coordinator.audit import (
     READS,
     AuditEntry,
-    ChainReport,
+    ChainVerifier,
     refusal_is_recorded,
     signed_digest,
-    verify_entries,
 )
 from coordinator.call import COLLECTION_NAMES, Call, Workspace
 from coordinator.canonical import ZERO_HASH, CanonicalError, canonical_bytes, inspect, link_hash
@@ -559,13 +558,22 @@ class Coordinator:
                 out.append(copy)
         return out
 
-    def _log_reader(self, ws: Workspace | None) -> Callable[..., list[dict[str, Any]]]:
-        def read(start: int, stop: int, where: EntryFilter | None = None) -> list[dict[str, Any]]:
-            if ws is None:
-                return []
-            return self._read_log(ws, start, stop, where)
+    def _read_texts(self, ws: Workspace, start: int, stop: int) -> list[bytes]:
+        """The stored JSON text of entries `start <= seq < stop`."""
+        unwritten: list[Any] = []
+        if self._batch is not None and ws.id in self._batch.changes:
+            unwritten = self._batch.changes[ws.id][1]
+        durable = ws.count - len(unwritten)
+        out: list[bytes] = []
+        if start < min(stop, durable):
+            out = self.store.read_entry_texts(ws.id, start, min(stop, durable))
+        out.extend(
+            _encode_sorted(e) for e in unwritten[max(start - durable, 0) : max(stop - durable, 0)]
+        )
+        return out
 
-        return read
+    def _log_reader(self, ws: Workspace | None) -> "LogReader":
+        return LogReader(self, ws)
 
     def _index_signed(self, ws: Workspace, envelope: dict[str, Any], entry: AuditEntry) -> None:
         if ws.refusal_digests is not None and isinstance(envelope.get("sig"), str):
@@ -589,6 +597,26 @@ class Coordinator:
                     index.setdefault(d, (entry["seq"], code))
             ws.refusal_digests = index
         return index
+
+
+class LogReader:
+    """A call's view of its workspace's log (store plus a batch's unwritten part)."""
+
+    __slots__ = ("_coordinator", "_ws")
+
+    def __init__(self, coordinator: Coordinator, ws: Workspace | None) -> None:
+        self._coordinator = coordinator
+        self._ws = ws
+
+    def entries(self, start: int, stop: int, where: EntryFilter | None = None) -> list[dict[str, Any]]:
+        if self._ws is None:
+            return []
+        return self._coordinator._read_log(self._ws, start, stop, where)
+
+    def texts(self, start: int, stop: int) -> list[bytes]:
+        if self._ws is None:
+            return []
+        return self._coordinator._read_texts(self._ws, start, stop)
 
 
 def _conflict_error(exc: StoreConflictError) -> RpcError:
@@ -644,10 +672,12 @@ def _restore_change(item: Any) -> StoreChange:
                 f"workspace {item['id']!r}: audit entry {seq} is missing or out of order"
             )
     if item.get("chain_enabled"):
-        report = ChainReport()
-        verify_entries(audit, report)
-        if report.breaks or (report.head or None) != (item.get("chain_head") or None):
-            problems = "; ".join(report.breaks) or "chain_head does not match the log"
+        verifier = ChainVerifier()
+        for entry in audit:
+            verifier.add_entry(entry)
+        head = verifier.head()
+        if verifier.breaks or head != (item.get("chain_head") or None):
+            problems = "; ".join(verifier.breaks) or "chain_head does not match the log"
             raise RestoreError(f"workspace {item['id']!r}: the hash chain does not verify: {problems}")
     updated = audit[-1].get("arrived") if audit else item.get("created", "")
     try:

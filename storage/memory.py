@@ -144,6 +144,15 @@ class MemoryStore:
             return decoded
         return [e for e in decoded if entry_matches(e, where)]
 
+    def read_entry_texts(self, workspace: str, start: int = 0, stop: int | None = None) -> list[bytes]:
+        """The held JSON text of entries `start <= seq < stop`, by seq, undecoded."""
+        with self._lock:
+            ws = self._workspaces.get(workspace)
+            if ws is None:
+                return []
+            high = len(ws.entries) if stop is None else max(min(stop, len(ws.entries)), 0)
+            return ws.entries[max(start, 0) : high]
+
     def delete(self, workspace: str) -> None:
         with self._lock:
             self._workspaces.pop(workspace, None)

@@ -449,6 +449,18 @@ class SqliteStore:
                 out.append(entry)
         return out
 
+    def read_entry_texts(self, workspace: str, start: int = 0, stop: int | None = None) -> list[bytes]:
+        """The stored JSON text of entries `start <= seq < stop`, by seq, undecoded."""
+        sql = "SELECT CAST(data AS BLOB) FROM chap_entries WHERE workspace = ? AND seq >= ?"
+        args: list[Any] = [workspace, max(start, 0)]
+        if stop is not None:
+            sql += " AND seq < ?"
+            args.append(stop)
+        with self._lock:
+            self._check_open()
+            rows = self._db.execute(sql + " ORDER BY seq", args).fetchall()
+        return [text for (text,) in rows]
+
     def close(self) -> None:
         with self._lock:
             if not self._closed:

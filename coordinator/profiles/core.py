@@ -6,7 +6,7 @@ from typing import Any
 
 from msgspec.structs import replace
 
-from coordinator.audit import ChainReport, verify_entries
+from coordinator.audit import ChainVerifier
 from coordinator.call import Call
 from coordinator.canonical import ZERO_HASH
 from coordinator.catalogue import IMPLEMENTED_PROFILES, profile_name
@@ -449,7 +449,7 @@ def audit_read(call: Call) -> dict[str, Any]:
         )
         if where == EntryFilter():
             where = None
-    entries = call.read_log(start, stop, where) if start < stop else []
+    entries = call.log.entries(start, stop, where) if start < stop else []
     return {"entries": entries, "next_seq": max(stop, 0)}
 
 
@@ -462,16 +462,17 @@ def audit_verify_chain(call: Call) -> dict[str, Any]:
         )
     if not ws.meta.chain_enabled:
         raise _bad("Chain not enabled for this workspace")
-    report = ChainReport()
+    verifier = ChainVerifier()
     for start in range(0, ws.count, VERIFY_CHUNK):
-        verify_entries(call.read_log(start, min(start + VERIFY_CHUNK, ws.count)), report)
-    if report.head != ws.meta.chain_head:
-        report.breaks.append(
-            f"chain_head mismatch: recomputed {report.head}, recorded {ws.meta.chain_head}"
-        )
-    if report.breaks:
-        raise _bad("; ".join(report.breaks))
-    unchecked = ws.count - report.entries_checked
+        for text in call.log.texts(start, min(start + VERIFY_CHUNK, ws.count)):
+            verifier.add_text(text)
+    head = verifier.head()
+    breaks = verifier.breaks
+    if head != ws.meta.chain_head:
+        breaks.append(f"chain_head mismatch: recomputed {head}, recorded {ws.meta.chain_head}")
+    if breaks:
+        raise _bad("; ".join(breaks))
+    unchecked = ws.count - verifier.entries_checked
     out: dict[str, Any] = (
         {"status": "verified", "ok": True}
         if unchecked == 0
@@ -479,9 +480,9 @@ def audit_verify_chain(call: Call) -> dict[str, Any]:
     )
     out.update(
         entries_total=ws.count,
-        entries_checked=report.entries_checked,
+        entries_checked=verifier.entries_checked,
         entries_unchecked=unchecked,
-        checked_from_seq=report.checked_from_seq,
+        checked_from_seq=verifier.checked_from_seq,
         chain_head=ws.meta.chain_head,
     )
     return out
