@@ -7,8 +7,12 @@ standard setup, and real store subclasses. Append new helpers; do not rewrite.""
 
 from __future__ import annotations
 
+import copy
+import re
+from dataclasses import asdict, is_dataclass
 from typing import Any
 
+import chap_coordinator
 import msgspec
 
 from coordinator import Coordinator, CounterIds, StepClock
@@ -114,3 +118,191 @@ def state_of(coord: Coordinator, ws: str = WS) -> dict[str, Any]:
     """What a coordinator shows of one workspace: describe and the whole log."""
     c = Client(coord, ws)
     return {"describe": c.describe(), "log": c.log()}
+
+
+# -- review/modes helpers and the differential runner (review engineer) --------
+#
+# `ReviewClient` takes `frm=` for the `from` param and asserts codes in `err`.
+# `run_both` drives chapline and chap-coordinator 0.3.3 (used only by calling
+# it) with the same script and returns both runs in a comparable form.
+
+# Generated ids: a prefix and a ULID. Both coordinators make them, differently.
+ID_PATTERN = re.compile(r"\b(?:tsk|art|lgl|wsp)_[0-9A-HJKMNP-TV-Z]{26}\b")
+REVIEW_PROFILES = ("core/1.0", "review/1.0")
+
+
+def ours(profiles: tuple[str, ...] = REVIEW_PROFILES, **options: Any) -> Coordinator:
+    """A deterministic chapline coordinator (same timestamps as `reference`)."""
+    return make(enable_chain=True, default_profiles=profiles, **options)
+
+
+def reference(profiles: tuple[str, ...] = REVIEW_PROFILES) -> Any:
+    """The 0.3.3 reference with deterministic ids and clock, chain on."""
+    return chap_coordinator.Coordinator(
+        deterministic_ids=True,
+        deterministic_clock=True,
+        enable_chain=True,
+        default_profiles=list(profiles),
+    )
+
+
+class ReviewClient:
+    """Calls on one workspace. `frm=` stands for the `from` param.
+
+    `call` returns the whole response; `ok` asserts a result and returns it;
+    `err(code, ...)` asserts an error with that code and returns it.
+    """
+
+    def __init__(self, coord: Any, workspace: str = WS) -> None:
+        self.coord = coord
+        self.workspace = workspace
+        self.n = 0
+
+    def call(self, method: str, frm: str | None = None, **params: Any) -> dict[str, Any]:
+        self.n += 1
+        body: dict[str, Any] = {"workspace": self.workspace}
+        if frm is not None:
+            body["from"] = frm
+        body.update(params)
+        return self.coord.dispatch(env(method, body, id=f"r{self.n}"))
+
+    def ok(self, method: str, frm: str | None = None, **params: Any) -> Any:
+        response = self.call(method, frm, **params)
+        assert "error" not in response, f"{method} refused: {response['error']}"
+        return response["result"]
+
+    def err(self, code: int, method: str, frm: str | None = None, **params: Any) -> dict[str, Any]:
+        response = self.call(method, frm, **params)
+        assert "error" in response, f"{method} accepted, expected {code}: {response['result']}"
+        assert response["error"]["code"] == code, response["error"]
+        return response["error"]
+
+    def describe(self) -> dict[str, Any]:
+        return self.ok("workspace.describe")
+
+    def log(self) -> list[dict[str, Any]]:
+        return self.ok("audit.read")["entries"]
+
+    def count(self) -> int:
+        return self.describe()["audit_count"]
+
+    def last(self) -> dict[str, Any]:
+        return self.log()[-1]
+
+    def task(self, task_id: str) -> dict[str, Any]:
+        """The stored task, as chapline's snapshot holds it."""
+        return self.coord.snapshot(self.workspace)["tasks"][task_id]
+
+    def overrides(self) -> dict[str, Any]:
+        return self.coord.snapshot(self.workspace)["overrides"]
+
+    def setup(
+        self,
+        members: tuple[str, ...] = ("human:alice", "agent:bot", "human:bob", "human:carol"),
+        **create: Any,
+    ) -> None:
+        """Create the workspace and join `members` (the first one as admin)."""
+        self.ok("workspace.create", **create)
+        for i, uri in enumerate(members):
+            extra = {"role": "admin"} if i == 0 else {}
+            self.ok("participant.join", frm=uri, type=uri.split(":")[0], **extra)
+
+    def new_task(self, frm: str = ALICE, assignee: str = BOT, **params: Any) -> str:
+        params.setdefault("kind", "draft")
+        params.setdefault("input", {})
+        return self.ok("task.create", frm=frm, assignee=assignee, **params)["task_id"]
+
+
+# A script is a list of (method, params) steps. A string "$<n>" anywhere in
+# params is replaced by the first generated id in the result of step n.
+Script = list[tuple[str, dict[str, Any]]]
+
+
+def run_script(coord: Any, steps: Script) -> dict[str, Any]:
+    saved: dict[str, str] = {}
+    responses = []
+    for index, (method, params) in enumerate(steps):
+        body = _substitute(copy.deepcopy(params), saved)
+        response = coord.dispatch(env(method, body, id=f"s{index}"))
+        responses.append(response)
+        found = ID_PATTERN.findall(repr(response.get("result")))
+        if found:
+            saved[f"${index}"] = found[0]
+    workspace = steps[0][1].get("workspace", WS)
+    log = coord.dispatch(env("audit.read", {"workspace": workspace}, id="log"))["result"]["entries"]
+    return {"responses": responses, "log": log, "tasks": _tasks(coord, workspace)}
+
+
+def _substitute(value: Any, saved: dict[str, str]) -> Any:
+    if isinstance(value, str) and value in saved:
+        return saved[value]
+    if isinstance(value, dict):
+        return {k: _substitute(v, saved) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_substitute(v, saved) for v in value]
+    return value
+
+
+def _tasks(coord: Any, workspace: str) -> dict[str, Any]:
+    """Stored tasks, comparable across both (history notes are free text)."""
+    if isinstance(coord, Coordinator):
+        tasks = coord.snapshot(workspace)["tasks"]
+    else:
+        held = coord.get_workspace(workspace).tasks
+        tasks = {k: asdict(v) if is_dataclass(v) else v for k, v in held.items()}
+    out = {}
+    for key, task in tasks.items():
+        task = dict(task)
+        task["history"] = [{k: v for k, v in h.items() if k != "note"} for h in task["history"]]
+        out[key] = task
+    return out
+
+
+def normalise(value: Any) -> Any:
+    """`value` with generated ids renamed <1>, <2>, ... by first appearance."""
+    names: dict[str, str] = {}
+
+    def rename(match: re.Match[str]) -> str:
+        return names.setdefault(match.group(0), f"<{len(names) + 1}>")
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, str):
+            return ID_PATTERN.sub(rename, node)
+        if isinstance(node, dict):
+            return {walk(k): walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    return walk(value)
+
+
+def _comparable(run: dict[str, Any]) -> dict[str, Any]:
+    """Results, error codes and data, the log and describe without hashes (the
+    ids differ, so the hashes do), and the stored tasks."""
+    responses = []
+    for response in run["responses"]:
+        if "error" in response:
+            error = response["error"]
+            responses.append({"code": error["code"], "data": error.get("data")})
+        else:
+            result = response["result"]
+            if isinstance(result, dict) and "evidence_head" in result:
+                result = {**result, "evidence_head": "<hash>"}
+            responses.append({"result": result})
+    log = [{k: v for k, v in e.items() if k != "prev_hash"} for e in run["log"]]
+    return normalise({"responses": responses, "log": log, "tasks": run["tasks"]})
+
+
+def run_both(steps: Script, profiles: tuple[str, ...] = REVIEW_PROFILES) -> tuple[Any, Any]:
+    """`steps` run on chapline and on the reference, each in comparable form.
+
+    An error's `data` is compared only where the reference gives one: chapline
+    may say more (where a patch failed, say) but never less.
+    """
+    mine = _comparable(run_script(ours(profiles), steps))
+    theirs = _comparable(run_script(reference(profiles), steps))
+    for m, t in zip(mine["responses"], theirs["responses"]):
+        if "code" in m and "code" in t and t["data"] is None:
+            m["data"] = None
+    return mine, theirs
