@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from coordinator.call import Handler
-from coordinator.profiles import core
+from coordinator.profiles import core, review
 
 __all__ = ["HANDLERS"]
 
-HANDLERS: dict[str, Handler] = {**core.HANDLERS}
+HANDLERS: dict[str, Handler] = {**core.HANDLERS, **review.HANDLERS}
