@@ -76,10 +76,12 @@ class MemoryStore:
         # state is changed in place: a write costs the same at any log length.
         if ws is None or change.replace:
             ws = self._workspaces[change.id] = _Workspace()
-        for text in encoded.entries:
+        for entry, text in zip(change.entries, encoded.entries):
             seq = len(ws.entries)
             ws.entries.append(text)
-            for key in entry_keys(_decode(text)):
+            # Index from the value just encoded; decoding the text again costs more.
+            fields = entry if isinstance(entry, dict) else msgspec.structs.asdict(entry)
+            for key in entry_keys(fields):
                 ws.index.setdefault(key, []).append(seq)
         ws.meta = encoded.meta
         ws.version = change.version
