@@ -460,13 +460,12 @@ class Coordinator:
 
     def _reload(self, workspace_id: str) -> bool:
         """Replace memory's copy of one workspace with the store's."""
-        for record in self.store.load(entries=False):
-            if record.id == workspace_id:
-                ws = _workspace_from_record(record)
-                if ws is None:
-                    return False
-                self._workspaces[workspace_id] = ws
-                return True
+        for record in self.store.load(entries=False, workspace=workspace_id):
+            ws = _workspace_from_record(record)
+            if ws is None:
+                return False
+            self._workspaces[workspace_id] = ws
+            return True
         self._workspaces.pop(workspace_id, None)
         return True
 

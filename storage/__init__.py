@@ -117,8 +117,9 @@ class StoreConflictError(StoreError):
 class Store(Protocol):
     """What a coordinator needs from a store (see SPECIFICATION.md, "Stores")."""
 
-    def load(self, *, entries: bool = True) -> list[WorkspaceRecord]:
-        """Every readable workspace; without `entries`, `data` has no "audit"."""
+    def load(self, *, entries: bool = True, workspace: str | None = None) -> list[WorkspaceRecord]:
+        """Every readable workspace (or only `workspace`); without `entries`,
+        `data` has no "audit" and the log is not read."""
         ...
 
     def read_entries(

@@ -16,6 +16,8 @@ Needs pytest and hypothesis (the test extras).
 
 from __future__ import annotations
 
+import json
+
 import threading
 from typing import Any, Protocol
 
@@ -126,6 +128,22 @@ class StoreContract:
         assert "audit" not in light.data
         assert light.version == 2
         assert light.data == {k: v for k, v in record.data.items() if k != "audit"}
+
+    def test_load_one_workspace(self, store: Store) -> None:
+        store.apply(change("a", 0, 2, {"tasks": {"T1": {"id": "T1"}}}))
+        store.apply(change("b", 0, 3))
+        everything = {r.id: r for r in store.load()}
+        assert store.load(workspace="a") == [everything["a"]]
+        assert store.load(entries=False, workspace="b") == [
+            r for r in store.load(entries=False) if r.id == "b"
+        ]
+        assert store.load(workspace="nowhere") == []
+
+    def test_entry_texts_are_the_entries(self, store: Store) -> None:
+        store.apply(change("w", 0, 4))
+        texts = store.read_entry_texts("w", 1, 3)
+        assert [json.loads(t) for t in texts] == store.read_entries("w", 1, 3)
+        assert store.read_entry_texts("w") and store.read_entry_texts("nowhere") == []
 
     def test_entries_append_at_base(self, store: Store) -> None:
         store.apply(change("w", 0, 2))

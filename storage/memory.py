@@ -95,7 +95,7 @@ class MemoryStore:
     def save(self, record: WorkspaceRecord) -> None:
         self.apply(change_from_record(record))
 
-    def load(self, *, entries: bool = True) -> list[WorkspaceRecord]:
+    def load(self, *, entries: bool = True, workspace: str | None = None) -> list[WorkspaceRecord]:
         # Copy the held text under the lock (writers change it in place), then
         # decode outside it.
         with self._lock:
@@ -109,6 +109,7 @@ class MemoryStore:
                     list(ws.entries) if entries else [],
                 )
                 for wid, ws in sorted(self._workspaces.items())
+                if workspace is None or wid == workspace
             ]
         out = []
         for wid, meta, version, updated_at, objects, log in held:

@@ -340,30 +340,34 @@ class SqliteStore:
 
     # -- reading -----------------------------------------------------------
 
-    def load(self, *, entries: bool = True) -> list[WorkspaceRecord]:
+    def load(self, *, entries: bool = True, workspace: str | None = None) -> list[WorkspaceRecord]:
+        only, args = ("", ()) if workspace is None else (" WHERE workspace = ?", (workspace,))
         with self._read():
             metas = self._db.execute(
                 "SELECT workspace, CAST(data AS BLOB), version, updated_at "
-                "FROM chap_meta ORDER BY workspace"
+                f"FROM chap_meta{only} ORDER BY workspace",
+                args,
             ).fetchall()
             objects: dict[str, list[tuple[str, str, bytes]]] = {}
             for wid, collection, key, text in self._db.execute(
-                "SELECT workspace, collection, id, CAST(data AS BLOB) FROM chap_objects"
+                f"SELECT workspace, collection, id, CAST(data AS BLOB) FROM chap_objects{only}", args
             ):
                 objects.setdefault(wid, []).append((collection, key, text))
             logs: dict[str, list[tuple[int, bytes]]] = {}
             shape: dict[str, tuple[int, int, int]] = {}
             if entries:
                 for wid, seq, text in self._db.execute(
-                    "SELECT workspace, seq, CAST(data AS BLOB) FROM chap_entries "
-                    "ORDER BY workspace, seq"
+                    "SELECT workspace, seq, CAST(data AS BLOB) FROM chap_entries"
+                    f"{only} ORDER BY workspace, seq",
+                    args,
                 ):
                     logs.setdefault(wid, []).append((seq, text))
             else:
                 # The primary-key index alone answers this; no entry is read.
                 for wid, count, low, high in self._db.execute(
                     "SELECT workspace, COUNT(*), MIN(seq), MAX(seq) "
-                    "FROM chap_entries GROUP BY workspace"
+                    f"FROM chap_entries{only} GROUP BY workspace",
+                    args,
                 ):
                     shape[wid] = (count, low, high)
         out = []
