@@ -1,0 +1,739 @@
+"""CHAP over HTTP, tested over real sockets on 127.0.0.1.
+
+Part one has one test per behaviour of the official conformance harness
+(wf-01..03, cm-01..12, rv-01..11), each on a fresh workspace of one server
+that runs `create_app` on a Coordinator over SqliteStore with the default
+profiles of `chapline serve`. Part two covers the transport's own edges.
+Part three runs `chapline serve` as a subprocess: start-up line, clean stop on
+SIGTERM/SIGINT with every acknowledged write in the file, and start-up errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import pytest
+import rfc8785
+import uvicorn
+
+from coordinator import Coordinator
+from coordinator.cli import DEFAULT_PROFILES
+from coordinator.transports import MAX_BODY_BYTES, DispatcherClosed, SerialDispatcher, create_app
+from storage import SqliteStore
+
+ROOT = Path(__file__).resolve().parents[1]
+
+ALICE = "human:alice@example.org"
+BOT = "agent:test-bot"
+DRAFTER = "agent:reviewer-test-bot"
+GHOST = "human:ghost@example.org"
+BYSTANDER = "human:bystander@example.org"
+NEVER_JOINED = "agent:never-joined"
+COORD = "service:coordinator@example.org"
+
+
+# -- a server in this process -------------------------------------------------
+
+
+class ThreadServer:
+    """uvicorn on a pre-bound loopback socket, in a background thread.
+
+    The socket listens before the thread starts, so a client can connect at
+    once: the kernel queues the connection until uvicorn accepts it.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(128)
+        self.url = "http://127.0.0.1:%d" % self.sock.getsockname()[1]
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join()
+        self.sock.close()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Coordinator]]:
+    db = tmp_path_factory.mktemp("http") / "chap.db"
+    coord = Coordinator(store=SqliteStore(db), default_profiles=DEFAULT_PROFILES)
+    server = ThreadServer(create_app(coord))
+    try:
+        yield server.url, coord
+    finally:
+        server.stop()
+        coord.close()
+
+
+@pytest.fixture(scope="module")
+def http(served: tuple[str, Coordinator]) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=served[0], timeout=60) as client:
+        yield client
+
+
+class Chap:
+    """JSON-RPC calls on one workspace, shaped like the harness's."""
+
+    def __init__(self, http: httpx.Client, workspace: str) -> None:
+        self.http = http
+        self.workspace = workspace
+        self._ids = iter(range(1, 1_000_000))
+
+    def post(self, method: str, sender: str | None = None, **params: Any) -> httpx.Response:
+        params.setdefault("workspace", self.workspace)
+        if sender is not None:
+            params["from"] = sender
+            params.setdefault("to", COORD)
+            params.setdefault("ts", now())
+        envelope = {"jsonrpc": "2.0", "id": f"t-{next(self._ids)}", "method": method, "params": params}
+        return self.http.post("/chap", json=envelope)
+
+    def call(self, method: str, sender: str | None = None, **params: Any) -> dict[str, Any]:
+        reply = self.post(method, sender, **params)
+        body = reply.json()
+        # The status mirrors the body: 400 exactly when it carries an error.
+        assert reply.status_code == (400 if "error" in body else 200), (reply.status_code, body)
+        return body
+
+    def ok(self, method: str, sender: str | None = None, **params: Any) -> Any:
+        body = self.call(method, sender, **params)
+        assert "error" not in body, body
+        return body["result"]
+
+    def fail(self, method: str, sender: str | None = None, **params: Any) -> dict[str, Any]:
+        body = self.call(method, sender, **params)
+        assert "error" in body, body
+        return body["error"]
+
+    # Steps the harness repeats.
+
+    def join(self, who: str, kind: str, role: str) -> Any:
+        return self.ok("participant.join", who, type=kind, role=role)
+
+    def task_in_progress(self, assignee: str = DRAFTER) -> str:
+        task = self.ok(
+            "task.create", ALICE, to=assignee, kind="review_test", assignee=assignee, input={"test": True}
+        )
+        self.ok("task.update", assignee, to=ALICE, task_id=task["task_id"], state="in_progress")
+        return task["task_id"]
+
+    def request_review(self, task_id: str, artefact: Any, **params: Any) -> Any:
+        return self.ok("review.request", DRAFTER, to=[ALICE], task_id=task_id, artefact=artefact, **params)
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def digest(value: Any) -> str:
+    """`sha256:` + hex of SHA-256 over the JCS form (rfc8785 is the oracle)."""
+    return "sha256:" + hashlib.sha256(rfc8785.dumps(value)).hexdigest()
+
+
+@pytest.fixture
+def ws(http: httpx.Client) -> Chap:
+    """A fresh workspace, created in production mode as the harness does first."""
+    chap = Chap(http, f"wsp_http_{uuid.uuid4().hex[:12]}")
+    chap.ok("workspace.create", mode="production")
+    return chap
+
+
+@pytest.fixture
+def review_ws(ws: Chap) -> Chap:
+    """The cast of the harness's review part: alice reviews, the drafter drafts."""
+    ws.join(ALICE, "human", "reviewer")
+    ws.join(DRAFTER, "agent", "drafter")
+    return ws
+
+
+# -- part one: the 26 harness behaviours ---------------------------------------
+
+
+def test_wf01_malformed_json_is_a_parse_error(http: httpx.Client) -> None:
+    reply = http.post("/chap", content=b"{ not json", headers={"Content-Type": "application/json"})
+    assert reply.status_code == 400
+    body = reply.json()
+    assert body["error"]["code"] == -32700
+    assert body["id"] is None
+
+
+def test_wf02_body_without_jsonrpc_is_an_invalid_request(http: httpx.Client) -> None:
+    reply = http.post("/chap", json={"no_jsonrpc_field": "here"})
+    assert reply.status_code == 400
+    assert reply.json()["error"]["code"] == -32600
+
+
+def test_wf03_unknown_method(ws: Chap) -> None:
+    assert ws.fail("does.not.exist")["code"] == -32601
+
+
+def test_cm01_join_admits_a_human(ws: Chap) -> None:
+    result = ws.join(ALICE, "human", "reviewer")
+    assert result
+    assert result.get("joined", True) is True
+
+
+def test_cm02_join_admits_an_agent(ws: Chap) -> None:
+    assert ws.join(BOT, "agent", "drafter")
+
+
+def test_cm03_describe_lists_members_and_the_default_profiles(ws: Chap) -> None:
+    ws.join(ALICE, "human", "reviewer")
+    ws.join(BOT, "agent", "drafter")
+    result = ws.ok("workspace.describe", ALICE)
+    assert {m["uri"] for m in result["members"]} >= {ALICE, BOT}
+    assert result["profiles"] == list(DEFAULT_PROFILES)
+
+
+@pytest.fixture
+def core_ws(ws: Chap) -> Chap:
+    ws.join(ALICE, "human", "reviewer")
+    ws.join(BOT, "agent", "drafter")
+    return ws
+
+
+def _create(ws: Chap) -> dict[str, Any]:
+    return ws.ok("task.create", ALICE, to=BOT, kind="test_task", assignee=BOT, input={"test": True})
+
+
+def test_cm04_task_create_assigns_to_a_member(core_ws: Chap) -> None:
+    result = _create(core_ws)
+    assert result["task_id"]
+    assert result["state"] == "created"
+
+
+def test_cm05_task_create_refuses_a_non_member_assignee(core_ws: Chap) -> None:
+    error = core_ws.fail(
+        "task.create", ALICE, to=NEVER_JOINED, kind="test_task", assignee=NEVER_JOINED, input={}
+    )
+    assert error["code"] == -32602
+
+
+def test_cm06_task_update_to_in_progress(core_ws: Chap) -> None:
+    task_id = _create(core_ws)["task_id"]
+    result = core_ws.ok("task.update", BOT, to=ALICE, task_id=task_id, state="in_progress")
+    assert result["state"] == "in_progress"
+
+
+def test_cm07_task_update_refuses_an_illegal_transition(core_ws: Chap) -> None:
+    task_id = _create(core_ws)["task_id"]
+    core_ws.ok("task.update", BOT, to=ALICE, task_id=task_id, state="in_progress")
+    error = core_ws.fail("task.update", BOT, to=ALICE, task_id=task_id, state="created")
+    assert error["code"] == -32602
+
+
+def _completed(ws: Chap) -> str:
+    task_id = _create(ws)["task_id"]
+    ws.ok("task.update", BOT, to=ALICE, task_id=task_id, state="in_progress")
+    result = ws.ok("task.complete", BOT, to=ALICE, task_id=task_id, output={"result": "done"})
+    assert result["state"] == "completed"
+    return task_id
+
+
+def test_cm08_task_complete_finishes_the_task(core_ws: Chap) -> None:
+    _completed(core_ws)
+
+
+def test_cm09_task_complete_on_a_terminal_task_fails(core_ws: Chap) -> None:
+    task_id = _completed(core_ws)
+    assert core_ws.fail("task.complete", BOT, to=ALICE, task_id=task_id, output={"result": "again"})
+
+
+def test_cm10_audit_read_returns_entries_in_order(core_ws: Chap) -> None:
+    _completed(core_ws)
+    entries = core_ws.ok("audit.read", ALICE, range={"from_seq": 0})["entries"]
+    assert len(entries) >= 5  # workspace.create, 2 joins, create, update, complete
+    seqs = [e["seq"] for e in entries]
+    assert all(type(s) is int for s in seqs)
+    assert seqs == sorted(set(seqs))
+
+
+def test_cm11_audit_read_filters_by_method(core_ws: Chap) -> None:
+    _completed(core_ws)
+    _create(core_ws)
+    entries = core_ws.ok("audit.read", ALICE, filter={"method": "task.create"})["entries"]
+    assert len(entries) == 2
+    assert {e["envelope"]["method"] for e in entries} == {"task.create"}
+
+
+def test_cm12_leave_removes_the_member(core_ws: Chap) -> None:
+    assert core_ws.ok("participant.leave", BOT)
+    # The harness describes with nothing but the workspace id.
+    members = core_ws.ok("workspace.describe")["members"]
+    assert BOT not in {m["uri"] for m in members}
+    assert ALICE in {m["uri"] for m in members}
+
+
+ORIGINAL = {"subject": "test", "body": "original body", "severity": "high"}
+
+
+def test_rv01_review_request_enters_review_requested(review_ws: Chap) -> None:
+    task_id = review_ws.task_in_progress()
+    result = review_ws.request_review(task_id, ORIGINAL, rule="any_one_approves")
+    assert result["state"] == "review_requested"
+
+
+def _override(ws: Chap) -> tuple[str, Any]:
+    task_id = ws.task_in_progress()
+    ws.request_review(task_id, ORIGINAL, rule="any_one_approves")
+    result = ws.ok(
+        "decide.override",
+        ALICE,
+        task_id=task_id,
+        based_on_artefact=ORIGINAL,
+        diff=[
+            {"op": "replace", "path": "/body", "value": "softened body"},
+            {"op": "replace", "path": "/severity", "value": "low"},
+        ],
+        rationale="Tone too strong; severity overstated.",
+        tags=["tone-softened", "severity-downgraded"],
+        policy_refs=["test-policy-v1"],
+    )
+    return task_id, result
+
+
+def test_rv02_override_applies_the_patch(review_ws: Chap) -> None:
+    _, result = _override(review_ws)
+    assert result["state"] == "completed"
+    assert result["override_artefact_id"]
+    assert result["applied"] == {"subject": "test", "body": "softened body", "severity": "low"}
+
+
+def test_rv03_override_entry_keeps_the_structured_decision(review_ws: Chap) -> None:
+    task_id, _ = _override(review_ws)
+    # The harness reads with nothing but the workspace id and the filter.
+    entries = review_ws.ok("audit.read", filter={"method": "decide.override", "task_id": task_id})[
+        "entries"
+    ]
+    assert len(entries) == 1
+    params = entries[0]["envelope"]["params"]
+    assert isinstance(params["diff"], list)
+    assert isinstance(params["rationale"], str)
+    assert params["tags"] == ["tone-softened", "severity-downgraded"]
+    assert params["policy_refs"] == ["test-policy-v1"]
+
+
+def _open_empty_review(ws: Chap) -> str:
+    task_id = ws.task_in_progress()
+    ws.request_review(task_id, {})
+    return task_id
+
+
+def test_rv04_review_of_an_empty_artefact_without_a_rule(review_ws: Chap) -> None:
+    task_id = _open_empty_review(review_ws)
+    entries = review_ws.ok("audit.read", ALICE, filter={"method": "review.request", "task_id": task_id})
+    assert len(entries["entries"]) == 1
+
+
+def test_rv05_abstain_with_a_category(review_ws: Chap) -> None:
+    task_id = _open_empty_review(review_ws)
+    result = review_ws.ok(
+        "abstain.declare",
+        ALICE,
+        task_id=task_id,
+        reason="Out of my authorisation limit.",
+        category="out_of_authority",
+    )
+    assert result["state"] == "abstained"
+
+
+def test_rv06_reject_with_request_revision_returns_to_in_progress(review_ws: Chap) -> None:
+    task_id = _open_empty_review(review_ws)
+    result = review_ws.ok(
+        "decide.reject", ALICE, task_id=task_id, comment="Needs revision.", request_revision=True
+    )
+    assert result["state"] == "in_progress"
+
+
+def test_rv07_decide_by_a_non_member_is_refused(review_ws: Chap) -> None:
+    task_id = review_ws.task_in_progress()
+    review_ws.request_review(task_id, {"body": "x"})
+    assert review_ws.fail("decide.approve", GHOST, task_id=task_id)["code"] == -32011
+
+
+def test_rv08_decide_by_a_member_outside_the_reviewer_set_is_refused(review_ws: Chap) -> None:
+    task_id = review_ws.task_in_progress()
+    review_ws.request_review(task_id, {"body": "x"})
+    review_ws.join(BYSTANDER, "human", "observer")
+    assert review_ws.fail("decide.approve", BYSTANDER, task_id=task_id)["code"] == -32011
+    assert review_ws.ok("decide.approve", ALICE, task_id=task_id)["state"] == "completed"
+
+
+def test_rv09_approve_with_the_matching_digest(review_ws: Chap) -> None:
+    artefact = {"subject": "digest", "body": "bound body", "severity": "low"}
+    task_id = review_ws.task_in_progress()
+    review_ws.request_review(task_id, artefact, rule="any_one_approves")
+    result = review_ws.ok(
+        "decide.approve", ALICE, task_id=task_id, approved_artefact_digest=digest(artefact)
+    )
+    assert result["state"] == "completed"
+
+
+def test_rv10_approve_with_a_mismatched_digest_changes_nothing(review_ws: Chap) -> None:
+    artefact = {"subject": "digest", "body": "the reviewed body", "severity": "low"}
+    task_id = review_ws.task_in_progress()
+    review_ws.request_review(task_id, artefact, rule="any_one_approves")
+    swapped = digest({**artefact, "body": "swapped body"})
+    error = review_ws.fail("decide.approve", ALICE, task_id=task_id, approved_artefact_digest=swapped)
+    assert error["code"] == -32074
+    # The review is still open: the addressed reviewer can decide normally.
+    assert review_ws.ok("decide.approve", ALICE, task_id=task_id)["state"] == "completed"
+
+
+def test_rv11_re_request_substitution_is_refused_and_identical_amends(review_ws: Chap) -> None:
+    artefact = {"subject": "swap", "body": "first body", "severity": "low"}
+    task_id = review_ws.task_in_progress()
+    review_ws.request_review(task_id, artefact, rule="any_one_approves")
+    error = review_ws.fail(
+        "review.request",
+        DRAFTER,
+        to=[ALICE],
+        task_id=task_id,
+        artefact={**artefact, "body": "substituted body"},
+        rule="any_one_approves",
+    )
+    assert error["code"] == -32014
+    result = review_ws.ok(
+        "review.request", DRAFTER, to=[BYSTANDER], task_id=task_id, artefact=artefact, rule="any_one_approves"
+    )
+    assert result["amended"] is True
+
+
+# -- part two: the transport's own edges ----------------------------------------
+
+CORS = {
+    "access-control-allow-origin": "*",
+    "access-control-allow-methods": "POST, OPTIONS",
+    "access-control-allow-headers": "Content-Type",
+}
+
+
+def _is_rpc_error(reply: httpx.Response, status: int, code: int) -> dict[str, Any]:
+    assert reply.status_code == status
+    assert reply.headers["content-type"] == "application/json"
+    body = reply.json()
+    assert body["jsonrpc"] == "2.0"
+    assert body["error"]["code"] == code
+    assert "Traceback" not in reply.text
+    return body
+
+
+def test_root_path_serves_chap_as_well(http: httpx.Client) -> None:
+    reply = http.post("/", json={"jsonrpc": "2.0", "id": 1, "method": "does.not.exist", "params": {}})
+    assert _is_rpc_error(reply, 400, -32601)["id"] == 1
+
+
+def test_a_result_is_200_with_cors_headers(ws: Chap) -> None:
+    reply = ws.post("workspace.describe")
+    assert reply.status_code == 200
+    assert "result" in reply.json()
+    assert {k: reply.headers[k] for k in CORS} == CORS
+
+
+def test_a_body_that_is_not_utf8_is_a_parse_error(http: httpx.Client) -> None:
+    _is_rpc_error(http.post("/chap", content=b'{"jsonrpc": "2.0", "id": "\xff\xfe"}'), 400, -32700)
+
+
+def test_a_body_over_the_limit_is_refused_without_a_traceback(http: httpx.Client) -> None:
+    body = _is_rpc_error(http.post("/chap", content=b" " * (MAX_BODY_BYTES + 1)), 400, -32700)
+    assert body["id"] is None
+    assert str(MAX_BODY_BYTES) in body["error"]["message"]
+
+
+def test_a_chunked_body_over_the_limit_is_refused(http: httpx.Client) -> None:
+    chunk = b" " * 65536
+
+    def chunks() -> Iterator[bytes]:
+        # No Content-Length: httpx sends this with chunked transfer encoding.
+        for _ in range(MAX_BODY_BYTES // len(chunk) + 2):
+            yield chunk
+
+    _is_rpc_error(http.post("/chap", content=chunks()), 400, -32700)
+
+
+def test_an_envelope_of_exactly_the_limit_is_served(ws: Chap) -> None:
+    envelope: dict[str, Any] = {
+        "jsonrpc": "2.0",
+        "id": "big",
+        "method": "workspace.describe",
+        "params": {"workspace": ws.workspace, "note": ""},
+    }
+    padding = MAX_BODY_BYTES - len(rfc8785.dumps(envelope))
+    envelope["params"]["note"] = "x" * padding
+    body = rfc8785.dumps(envelope)
+    assert len(body) == MAX_BODY_BYTES
+    reply = ws.http.post("/chap", content=body)
+    assert reply.status_code == 200, reply.text
+    assert "members" in reply.json()["result"]
+
+
+def test_an_envelope_nested_too_deep_is_an_invalid_request(ws: Chap) -> None:
+    deep: dict[str, Any] = {}
+    for _ in range(100):
+        deep = {"d": deep}
+    _is_rpc_error(ws.post("workspace.describe", note=deep), 400, -32600)
+
+
+@pytest.mark.parametrize("path", ["/elsewhere", "/chap/", "/chap/events"])
+def test_another_path_is_404_json(http: httpx.Client, path: str) -> None:
+    reply = http.post(path, json={"jsonrpc": "2.0", "id": 1, "method": "x.y"})
+    body = _is_rpc_error(reply, 404, -32600)
+    assert "POST /chap" in body["error"]["message"]
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"])
+def test_another_method_is_405_json(http: httpx.Client, method: str) -> None:
+    reply = http.request(method, "/chap")
+    _is_rpc_error(reply, 405, -32600)
+    assert set(reply.headers["allow"].replace(" ", "").split(",")) == {"POST", "OPTIONS"}
+
+
+def test_options_is_a_cors_preflight(http: httpx.Client) -> None:
+    reply = http.options("/chap", headers={"Origin": "https://example.org"})
+    assert reply.status_code == 204
+    assert reply.content == b""
+    assert {k: reply.headers[k] for k in CORS} == CORS
+
+
+def test_concurrent_calls_are_serialised(served: tuple[str, Coordinator], ws: Chap) -> None:
+    """Calls from many connections at once: each is answered, each recorded
+    once, and the log has no gaps (the coordinator saw them one at a time)."""
+    ws.join(ALICE, "human", "reviewer")
+    ws.join(BOT, "agent", "drafter")
+    before = len(ws.ok("audit.read", ALICE, range={"from_seq": 0})["entries"])
+    threads, per_thread = 8, 10
+    created: list[str] = []
+    lock = threading.Lock()
+
+    def client() -> None:
+        with httpx.Client(base_url=served[0], timeout=60) as own:
+            mine = Chap(own, ws.workspace)
+            for _ in range(per_thread):
+                task_id = _create(mine)["task_id"]
+                with lock:
+                    created.append(task_id)
+
+    workers = [threading.Thread(target=client) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert len(set(created)) == threads * per_thread
+    entries = ws.ok("audit.read", ALICE, range={"from_seq": 0})["entries"]
+    assert [e["seq"] for e in entries] == list(range(len(entries)))
+    assert len(entries) == before + threads * per_thread
+    logged = [e["envelope"]["params"] for e in entries[before:]]
+    assert all(p["kind"] == "test_task" for p in logged)
+
+
+def test_a_closed_dispatcher_takes_no_calls(served: tuple[str, Coordinator]) -> None:
+    dispatcher = SerialDispatcher(served[1])
+    dispatcher.start()
+    dispatcher.close()
+    with pytest.raises(DispatcherClosed):
+        asyncio.run(dispatcher.dispatch(b'{"jsonrpc": "2.0", "id": 1, "method": "x.y"}'))
+
+
+# -- part three: `chapline serve` as a process ---------------------------------
+
+
+class Serve:
+    """`python -m coordinator serve --port 0 ...`, its address read from the
+    start-up line."""
+
+    def __init__(self, db: Path, *args: str) -> None:
+        self.db = db
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "coordinator", "serve", "--db", str(db), "--port", "0", *args],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        self.line = self.proc.stdout.readline()
+        match = re.search(r"http://127\.0\.0\.1:\d+/chap", self.line)
+        assert match, (self.line, self.stop_now())
+        self.url = match.group(0)
+        self.base = self.url.removesuffix("/chap")
+
+    def stop(self, sig: int = signal.SIGTERM) -> tuple[int, str]:
+        self.proc.send_signal(sig)
+        _, err = self.proc.communicate(timeout=120)
+        return self.proc.returncode, err
+
+    def stop_now(self) -> str:
+        self.proc.kill()
+        return self.proc.communicate()[1]
+
+
+def test_start_up_line_says_where_it_listens_and_what_it_writes(tmp_path: Path) -> None:
+    server = Serve(tmp_path / "chap.db")
+    try:
+        assert server.line.count("\n") == 1
+        assert str(tmp_path / "chap.db") in server.line
+        assert ", ".join(DEFAULT_PROFILES) in server.line
+        with httpx.Client(timeout=60) as http:
+            reply = http.post(server.url, json={"jsonrpc": "2.0", "id": 1, "method": "x.y", "params": {}})
+            assert reply.json()["error"]["code"] == -32601
+    finally:
+        code, err = server.stop()
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_stops_cleanly_with_every_acknowledged_write_on_disk(tmp_path: Path, sig: int) -> None:
+    """Clients keep writing while the signal arrives; every write that was
+    answered with a result is in the file, which reopens cleanly."""
+    db = tmp_path / "chap.db"
+    server = Serve(db)
+    workspace = "wsp_sigterm"
+    acknowledged: list[str] = []
+    lock = threading.Lock()
+    enough = threading.Event()
+    try:
+        with httpx.Client(base_url=server.base, timeout=60) as http:
+            chap = Chap(http, workspace)
+            chap.ok("workspace.create", mode="production")
+            chap.join(ALICE, "human", "reviewer")
+            chap.join(BOT, "agent", "drafter")
+
+        def writer() -> None:
+            with httpx.Client(base_url=server.base, timeout=60) as own:
+                mine = Chap(own, workspace)
+                for _ in range(500):
+                    try:
+                        task_id = _create(mine)["task_id"]
+                    except (httpx.HTTPError, AssertionError, ValueError):
+                        return  # the server has stopped answering
+                    with lock:
+                        acknowledged.append(task_id)
+                        if len(acknowledged) >= 20:
+                            enough.set()
+
+        writers = [threading.Thread(target=writer) for _ in range(4)]
+        for w in writers:
+            w.start()
+        enough.wait(timeout=120)
+        code, err = server.stop(sig)
+        for w in writers:
+            w.join()
+    finally:
+        if server.proc.poll() is None:
+            server.stop_now()
+    assert code == 0, err
+    assert "Traceback" not in err
+    assert len(acknowledged) >= 20
+    # A cleanly closed SQLite database has checkpointed and removed its WAL.
+    assert not Path(f"{db}-wal").exists()
+    with sqlite3.connect(db) as raw:
+        assert raw.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        stored = {
+            row[0]
+            for row in raw.execute(
+                "SELECT id FROM chap_objects WHERE workspace = ? AND collection = 'tasks'",
+                (workspace,),
+            )
+        }
+    assert set(acknowledged) <= stored
+    reopened = Coordinator(store=SqliteStore(db), default_profiles=DEFAULT_PROFILES)
+    try:
+        envelope = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "audit.read",
+            "params": {"workspace": workspace, "filter": {"method": "task.create"}},
+        }
+        entries = reopened.dispatch(envelope)["result"]["entries"]
+    finally:
+        reopened.close()
+    assert len(entries) == len(stored)
+
+
+def _run_serve(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "coordinator", "serve", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_taken_port_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        done = _run_serve("--db", str(tmp_path / "chap.db"), "--port", str(port))
+    assert done.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stdout == ""
+
+
+@pytest.mark.parametrize("kind", ["missing directory", "not a database", "a directory"])
+def test_a_database_that_cannot_be_opened_is_a_clear_error(tmp_path: Path, kind: str) -> None:
+    if kind == "missing directory":
+        db = tmp_path / "nowhere" / "chap.db"
+    elif kind == "not a database":
+        db = tmp_path / "chap.db"
+        db.write_bytes(b"this is not an SQLite file " * 200)
+    else:
+        db = tmp_path
+    done = _run_serve("--db", str(db), "--port", "0")
+    assert done.returncode == 1
+    assert "cannot open the database" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stdout == ""
+
+
+def test_profiles_without_core_are_refused(tmp_path: Path) -> None:
+    done = _run_serve("--db", str(tmp_path / "chap.db"), "--port", "0", "--profiles", "review/1.0")
+    assert done.returncode == 2
+    assert "core/1.0" in done.stderr
+    assert not (tmp_path / "chap.db").exists()
+
+
+def test_chosen_profiles_are_what_new_workspaces_advertise(tmp_path: Path) -> None:
+    server = Serve(tmp_path / "chap.db", "--profiles", "core/1.0,review/1.0")
+    try:
+        with httpx.Client(base_url=server.base, timeout=60) as http:
+            chap = Chap(http, "wsp_profiles")
+            chap.join(ALICE, "human", "reviewer")
+            assert chap.ok("workspace.describe")["profiles"] == ["core/1.0", "review/1.0"]
+    finally:
+        code, err = server.stop()
+    assert code == 0, err
+
+
+def test_the_module_help_runs_without_a_server() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "coordinator", "serve", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0
+    assert "--db" in done.stdout and "--profiles" in done.stdout
