@@ -11,6 +11,8 @@ import hashlib
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coordinator import canonical_bytes
 from support import ReviewClient as Client
@@ -813,4 +815,61 @@ MODES_SCRIPT = [
 
 def test_modes_same_as_the_reference() -> None:
     mine, theirs = run_both(MODES_SCRIPT, WITH_MODES)
+    assert mine == theirs
+
+
+# -- random review workloads agree with the reference --------------------------
+
+PEOPLE = [ALICE, BOT, BOB, CAROL, "group:g"]
+ARTEFACTS = [{"a": 1}, {"a": [1, 2]}, {"b": True}]
+DIFFS = [
+    [],
+    [{"op": "add", "path": "/z", "value": 1}],
+    [{"op": "remove", "path": "/a"}],
+    [{"op": "test", "path": "/b", "value": 1}],
+]
+
+
+def _random_step(data: st.DataObject, tasks: list[str]) -> tuple[str, dict[str, Any]]:
+    draw = data.draw
+    task = draw(st.sampled_from(tasks))
+    who = draw(st.sampled_from([ALICE, BOT, BOB, CAROL]))
+    kind = draw(st.integers(0, 8))
+    maybe = draw(st.booleans())
+    if kind == 0:
+        extra = {"rule": draw(st.sampled_from(["any_one_approves", "all_approve", "quorum:1", "quorum:2"]))}
+        return step("review.request", who, task_id=task, artefact=draw(st.sampled_from(ARTEFACTS)),
+                    to=draw(st.lists(st.sampled_from(PEOPLE), min_size=1, max_size=3)),
+                    **(extra if maybe else {}))
+    if kind == 1:
+        extra = {"approved_artefact_digest": sha(draw(st.sampled_from(ARTEFACTS)))}
+        return step("decide.approve", who, task_id=task, **(extra if maybe else {}))
+    if kind == 2:
+        return step("decide.reject", who, task_id=task, request_revision=maybe)
+    if kind == 3:
+        return step("decide.override", who, task_id=task, rationale="r", diff=draw(st.sampled_from(DIFFS)))
+    if kind == 4:
+        return step("abstain.declare", who, task_id=task, reason="r", **({"category": "out_of_scope"} if maybe else {}))
+    if kind == 5:
+        assignee = draw(st.sampled_from([BOT, BOB, "agent:ghost"]))
+        return step("escalate.raise", who, original_task_id=task, new_task={"assignee": assignee})
+    if kind == 6:
+        return step("task.complete", who, task_id=task, output=draw(st.sampled_from(ARTEFACTS)))
+    if kind == 7:
+        state = draw(st.sampled_from(["in_progress", "completed", "declined"]))
+        return step("task.update", who, task_id=task, state=state)
+    return step("task.create", ALICE, kind="d", input={}, assignee=BOT, **({"review_required": True} if maybe else {}))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data(), st.sampled_from([CORE_REVIEW, WITH_MODES]))
+def test_random_workloads_same_as_the_reference(data: st.DataObject, profiles: tuple[str, ...]) -> None:
+    steps = list(SETUP)
+    tasks = [T]
+    for _ in range(data.draw(st.integers(1, 25))):
+        method, params = _random_step(data, tasks)
+        if method in ("task.create", "escalate.raise"):
+            tasks.append(f"${len(steps)}")  # its new id, if it succeeds
+        steps.append((method, params))
+    mine, theirs = run_both(steps, profiles)
     assert mine == theirs

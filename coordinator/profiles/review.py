@@ -73,7 +73,7 @@ def _optional_str(call: Call, name: str) -> None:
 
 
 def _reviewers(value: Any) -> list[str]:
-    """`to` as a list of URIs, duplicates dropped, order kept."""
+    """`to` as a list of URIs, as given (0.3.3 stores repeats as sent)."""
     if isinstance(value, str):
         value = [value]
     if (
@@ -85,7 +85,7 @@ def _reviewers(value: Any) -> list[str]:
             "review.request needs 'to': a reviewer URI or a non-empty array of them "
             '(e.g. ["human:alice"]; "group:..." or "workspace:..." lets any member decide)'
         )
-    return list(dict.fromkeys(value))
+    return list(value)
 
 
 def _rule(value: Any) -> str:
@@ -143,7 +143,8 @@ def review_request(call: Call) -> dict[str, Any]:
                 f"Cannot change the decision rule of an open review (currently {review.rule}); "
                 "omit 'rule' to add reviewers",
             )
-        widened = list(dict.fromkeys([*review.requested_to, *to]))
+        widened = list(review.requested_to)
+        widened += [r for r in dict.fromkeys(to) if r not in widened]
         amended = Review(
             requested_at=review.requested_at,
             requested_to=widened,
