@@ -306,3 +306,20 @@ def run_both(steps: Script, profiles: tuple[str, ...] = REVIEW_PROFILES) -> tupl
         if "code" in m and "code" in t and t["data"] is None:
             m["data"] = None
     return mine, theirs
+
+
+# -- core/persistence helpers (tests engineer) ---------------------------------
+
+
+def edit_workspace(coord: Coordinator, workspace: str, fn: Any) -> None:
+    """Change a workspace through snapshot() -> fn(data) -> restore(): the way
+    the core tests reach states no core method can (paused workspace, paused
+    task or member) without touching internals."""
+    data = coord.snapshot(workspace)
+    fn(data)
+    coord.restore(data)
+
+
+def count(coord: Any, workspace: str = WS) -> int:
+    r = coord.dispatch(env("workspace.describe", {"workspace": workspace}, id="count"))
+    return r["result"]["audit_count"]
