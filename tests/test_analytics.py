@@ -484,8 +484,10 @@ class Served:
         return self.proc.returncode, err
 
 
-def run_served(db: Path) -> tuple[Tally, dict[str, Any]]:
-    """The workload over HTTP; the server's own chain check; a SIGTERM stop."""
+def run_served(db: Path) -> tuple[Tally, dict[str, Any], chap_analytics.Frames]:
+    """The workload over HTTP; the server's own chain check; a read of the
+    file while the server still has it open (the package says it is safe
+    against a database a coordinator is using); a SIGTERM stop."""
     server = Served(db)
     try:
         with httpx.Client(timeout=60) as http:
@@ -508,11 +510,16 @@ def run_served(db: Path) -> tuple[Tally, dict[str, Any]]:
                     "params": {"workspace": WORKSPACE},
                 }
             )["result"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            live = chap_analytics.frames(
+                chap_analytics.from_sqlite(str(db), workspace=WORKSPACE)
+            )
     finally:
         code, err = server.stop()
     assert code == 0, err
     assert "Traceback" not in err, err
-    return tally, verified
+    return tally, verified, live
 
 
 def run_reference(db: Path) -> Tally:
@@ -569,6 +576,7 @@ class Run:
     tally: Tally
     db: Path
     verified: dict[str, Any] | None = None  # the server's own audit.verify_chain
+    live: chap_analytics.Frames | None = None  # read while the server was running
 
 
 @pytest.fixture(scope="module")
@@ -578,8 +586,8 @@ def where(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def served_run(where: Path) -> Run:
-    tally, verified = run_served(where / "served.db")
-    return Run(tally, where / "served.db", verified)
+    tally, verified, live = run_served(where / "served.db")
+    return Run(tally, where / "served.db", verified, live)
 
 
 @pytest.fixture(scope="module")
@@ -798,3 +806,13 @@ def test_the_reference_gives_the_same_figures(
     theirs = figures(load(reference_run.db, caplog), reference_run.tally.tasks)
     for name in theirs:
         assert ours[name] == theirs[name], name
+
+
+def test_a_live_read_sees_what_the_stopped_file_holds(
+    served_run: Run, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert served_run.live is not None
+    tasks = served_run.tally.tasks
+    assert figures(served_run.live, tasks) == figures(
+        load(served_run.db, caplog), tasks
+    )
