@@ -403,7 +403,7 @@ def task_complete(call: Call) -> dict[str, Any]:
             call.advance(
                 task,
                 "review_requested",
-                "review required before completion",
+                "review required; opened on task.complete",
                 review=review,
                 pending_artefact=output,
             ),
