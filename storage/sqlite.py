@@ -349,8 +349,12 @@ class SqliteStore:
                 args,
             ).fetchall()
             objects: dict[str, list[tuple[str, str, bytes]]] = {}
+            # rowid order is insertion order (writes upsert, keeping the
+            # rowid): members come back in join order, as 0.3.3 loads them.
             for wid, collection, key, text in self._db.execute(
-                f"SELECT workspace, collection, id, CAST(data AS BLOB) FROM chap_objects{only}", args
+                "SELECT workspace, collection, id, CAST(data AS BLOB) "
+                f"FROM chap_objects{only} ORDER BY rowid",
+                args,
             ):
                 objects.setdefault(wid, []).append((collection, key, text))
             logs: dict[str, list[tuple[int, bytes]]] = {}
