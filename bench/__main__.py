@@ -118,9 +118,15 @@ def main(argv: list[str] | None = None) -> int:
           f"'chapline ×' = how many times better chapline is (higher is better)")
     print()
     print(R.table(results, chap, ref))
+    for n in results.meta.get("notes", []):
+        print(f"note: {n}")
     for w in results.meta.get("warnings", []):
         print(f"WARNING: {w}")
-    print(f"\n(elapsed {results.meta.get('elapsed_s', 0):.0f} s)")
+    print(
+        f"\n(elapsed {results.meta.get('elapsed_s', 0):.0f} s; load average before "
+        f"{results.meta.get('loadavg_before')}, after {results.meta.get('loadavg_after')} — "
+        "on a busy machine trust the CPU-time row and the ratios more than absolute calls/s)"
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results.to_json(), f, indent=1, default=str)
