@@ -1,0 +1,506 @@
+"""Write-ahead persistence, restarts, snapshot/restore, two writers on one
+SQLite file, and batches (issue 3 items 5-7, DESIGN.md §1 and §3)."""
+
+from __future__ import annotations
+
+import copy
+import random
+
+import pytest
+
+from coordinator import BatchWriteError, RestoreError
+from storage import MemoryStore, SqliteStore, StoreChange, StoreConflictError
+from support import (
+    ALICE,
+    BOB,
+    BOT,
+    WS,
+    Client,
+    FailingStore,
+    make,
+    s0,
+    stored,
+)
+
+
+def frm(uri):
+    return {"from": uri}
+
+
+def visible(coord, ws=WS):
+    """Everything a caller can see of a workspace, plus its objects."""
+    c = Client(coord, ws)
+    return {
+        "describe": c.describe(),
+        "log": c.log(),
+        "snapshot": coord.snapshot(ws),
+    }
+
+
+# =============================================================================
+# Write-ahead: a failed write leaves no trace
+# =============================================================================
+
+
+@pytest.fixture
+def failing():
+    store = FailingStore()
+    coord = make(store)
+    c = Client(coord)
+    T = s0(c)
+    return store, coord, c, T
+
+
+CALLS = [
+    ("task.update", lambda T: {**frm(BOT), "task_id": T, "state": "in_progress"}),
+    ("task.complete", lambda T: {**frm(BOT), "task_id": T, "output": {"o": 1}}),
+    ("task.create", lambda T: {**frm(ALICE), "assignee": BOT, "kind": "k", "input": {}, "idempotency_key": "K"}),
+    ("participant.join", lambda T: {**frm(BOB), "type": "human"}),
+    ("participant.leave", lambda T: {**frm(BOT)}),
+    ("workspace.set_profiles", lambda T: {**frm(ALICE), "profiles": ["core/1.0"]}),
+    # a refusal 0.3.3 records: its write fails the same way
+    ("workspace.set_profiles", lambda T: {**frm(BOT), "profiles": ["core/1.0"]}),
+]
+
+
+@pytest.mark.parametrize("method, params", CALLS, ids=[f"{m}-{i}" for i, (m, _) in enumerate(CALLS)])
+def test_failed_write_is_an_error_and_changes_nothing(failing, method, params):
+    store, coord, c, T = failing
+    before = visible(coord)
+    held = stored(store)
+    store.failing = True
+    sent = c.envelope(method, **params(T))
+    r = c.send(sent)
+    assert r["id"] == sent["id"] and "result" not in r
+    e = r["error"]
+    assert e["code"] == -32900
+    assert WS in e["message"] and "disk full" in e["message"] and "retry" in e["message"]
+    assert e["data"] == {"workspace": WS}
+    store.failing = False
+    assert visible(coord) == before
+    assert stored(store) == held
+    # the same call now goes through as if the failed one never happened
+    r = c.send(dict(sent, id="again"))
+    assert c.describe()["audit_count"] == 5
+    entry = c.log()[-1]
+    assert entry["seq"] == 4
+    assert (entry.get("envelope") or entry.get("request"))["id"] == "again"
+    assert c.ok("audit.verify_chain")["status"] == "verified"
+    # and a restart shows the same
+    assert visible(make(store)) == visible(coord)
+
+
+def test_failed_idempotent_create_leaves_no_key(failing):
+    store, coord, c, T = failing
+    store.failing = True
+    c.err("task.create", **frm(ALICE), assignee=BOT, kind="k", input={}, idempotency_key="K")
+    store.failing = False
+    r1 = c.ok("task.create", **frm(ALICE), assignee=BOT, kind="k", input={}, idempotency_key="K")
+    r2 = c.ok("task.create", **frm(ALICE), assignee=BOT, kind="k", input={}, idempotency_key="K")
+    assert r1 == r2 and c.describe()["task_count"] == 2
+
+
+def test_failed_workspace_create_and_join_create_nothing():
+    store = FailingStore()
+    coord = make(store)
+    store.failing = True
+    assert Client(coord, "w1").code("workspace.create") == -32900
+    assert Client(coord, "w2").code("participant.join", **frm(ALICE), type="human") == -32900
+    assert coord.workspace_ids() == []
+    assert Client(coord, "w1").code("workspace.describe") == -32602
+    assert store.load() == []
+    store.failing = False
+    c = Client(coord, "w2")
+    c.ok("participant.join", **frm(ALICE), type="human")
+    assert c.describe()["audit_count"] == 1
+
+
+def test_failed_write_in_one_workspace_leaves_others_alone(failing):
+    store, coord, c, T = failing
+    other = Client(coord, "w2")
+    other.ok("workspace.create")
+    store.fail_next = 1
+    assert c.code("task.update", **frm(BOT), task_id=T, state="in_progress") == -32900
+    other.ok("participant.join", **frm(ALICE), type="human")
+    assert other.describe()["audit_count"] == 2
+    assert c.describe()["audit_count"] == 4
+
+
+class _AlwaysConflicts(MemoryStore):
+    """A store that reports another writer on every non-replace write."""
+
+    conflicting = False
+
+    def apply(self, change: StoreChange) -> None:
+        if self.conflicting and not change.replace:
+            raise StoreConflictError(change.id, change.base + 1, change.base)
+        super().apply(change)
+
+
+def test_persistent_conflict_is_an_error_and_changes_nothing():
+    store = _AlwaysConflicts()
+    coord = make(store)
+    c = Client(coord)
+    T = s0(c)
+    before = visible(coord)
+    store.conflicting = True
+    e = c.err("task.update", **frm(BOT), task_id=T, state="in_progress")
+    assert e["code"] == -32901
+    assert "Retry" in e["message"] and e["data"]["workspace"] == WS
+    store.conflicting = False
+    assert visible(coord) == before
+
+
+# =============================================================================
+# Restart from SQLite
+# =============================================================================
+
+
+def _workload(c: Client) -> None:
+    T = s0(c, extra_humans=(BOB,))
+    c.ok("task.update", **frm(BOT), task_id=T, state="in_progress")
+    c.ok("participant.join", **frm("human:kim"), type="human", jwks={"keys": [{"kid": "b1", "kty": "OKP"}]})
+    c.ok("participant.rotate_key", **frm("human:kim"), old_kid="b1", new_jwk={"kid": "b2", "kty": "OKP"})
+    c.err("workspace.set_profiles", **frm(BOT), profiles=["core/1.0"])  # recorded refusal
+    R = c.ok("task.create", **frm(ALICE), assignee=BOT, kind="r", input={"a": [1]}, review_required=True,
+             idempotency_key="idem")["task_id"]
+    c.ok("task.complete", **frm(BOT), task_id=R, output={"o": "x"})
+    c.ok("task.complete", **frm(BOT), task_id=T, output={"done": True}, confidence=1)
+    c.ok("participant.leave", **frm(BOB))
+
+
+def test_restart_from_sqlite_gives_the_same_workspaces(tmp_path):
+    path = str(tmp_path / "restart.db")
+    coord = make(SqliteStore(path))
+    _workload(Client(coord))
+    second = Client(coord, "w2")
+    second.ok("participant.join", **frm(ALICE), type="human")
+    before = {ws: visible(coord, ws) for ws in (WS, "w2")}
+    coord.close()
+
+    again = make(SqliteStore(path))
+    assert sorted(again.workspace_ids()) == sorted([WS, "w2"])
+    for ws in (WS, "w2"):
+        assert visible(again, ws) == before[ws]
+    c = Client(again)
+    assert c.ok("audit.verify_chain")["entries_total"] == before[WS]["describe"]["audit_count"]
+    # the idempotency key came back too
+    assert c.ok("task.create", **frm(ALICE), assignee=BOT, kind="r", input={}, idempotency_key="idem")[
+        "state"
+    ] == "review_requested"
+    # and the restarted coordinator carries on the chain
+    c.ok("participant.join", **frm(BOB), type="human")
+    assert c.ok("audit.verify_chain")["status"] == "verified"
+    again.close()
+
+
+def test_memory_and_sqlite_hold_the_same(tmp_path):
+    mem = MemoryStore()
+    sql = SqliteStore(str(tmp_path / "same.db"))
+    _workload(Client(make(mem)))
+    _workload(Client(make(sql)))
+    assert stored(mem) == stored(sql)
+    sql.close()
+
+
+# =============================================================================
+# snapshot() / restore()
+# =============================================================================
+
+
+@pytest.fixture
+def source():
+    coord = make()
+    _workload(Client(coord))
+    return coord
+
+
+def _arrays(data):
+    """The same snapshot with every collection as an array of objects."""
+    out = copy.deepcopy(data)
+    for name in ("members", "tasks", "overrides", "whispers", "deliberations", "handoffs",
+                 "snapshots", "route_decisions"):
+        out[name] = list(out[name].values())
+    return out
+
+
+@pytest.mark.parametrize("shape", ["keyed", "arrays"])
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_snapshot_restore_round_trip(source, tmp_path, shape, kind):
+    data = source.snapshot(WS)
+    assert isinstance(data["members"], dict) and isinstance(data["audit"], list)
+    # JSON-safe: survives a trip through JSON text
+    import json
+    assert json.loads(json.dumps(data)) == data
+    given = _arrays(data) if shape == "arrays" else copy.deepcopy(data)
+    store = MemoryStore() if kind == "memory" else SqliteStore(str(tmp_path / "r.db"))
+    target = make(store)
+    assert target.restore(given) == [WS]
+    assert visible(target) == visible(source)
+    assert target.snapshot(WS) == data
+    assert Client(target).ok("audit.verify_chain")["status"] == "verified"
+    # written to the store: a new coordinator on it sees the same
+    assert visible(make(store)) == visible(source)
+    # and it carries on
+    Client(target).ok("participant.join", **frm("human:zed"), type="human")
+    assert Client(target).ok("audit.verify_chain")["entries_total"] == len(data["audit"]) + 1
+
+
+def test_restore_replaces_what_the_store_held(source):
+    store = MemoryStore()
+    target = make(store)
+    c = Client(target)
+    s0(c)
+    c.ok("participant.join", **frm("human:other"), type="human")
+    target.restore(source.snapshot(WS))
+    assert visible(target) == visible(source)
+    assert visible(make(store)) == visible(source)
+
+
+def test_restore_several_workspaces(source):
+    second = Client(source, "w2")
+    second.ok("workspace.create")
+    target = make()
+    assert target.restore({"workspaces": [source.snapshot(WS), source.snapshot("w2")]}) == [WS, "w2"]
+    assert visible(target, "w2") == visible(source, "w2")
+
+
+def _tamper_entry(data):
+    data["audit"][3]["envelope"]["params"]["kind"] = "forged"
+
+
+def _tamper_head(data):
+    data["chain_head"] = "sha256:" + "1" * 64
+
+
+def _drop_entry(data):
+    del data["audit"][2]
+
+
+def _drop_prev(data):
+    del data["audit"][5]["prev_hash"]
+
+
+@pytest.mark.parametrize("tamper", [_tamper_entry, _tamper_head, _drop_entry, _drop_prev])
+def test_restore_refuses_a_chain_that_does_not_verify(source, tamper):
+    data = source.snapshot(WS)
+    tamper(data)
+    store = MemoryStore()
+    target = make(store)
+    c = Client(target)
+    c.ok("workspace.create")
+    before = visible(target)
+    with pytest.raises(RestoreError) as info:
+        target.restore(data)
+    assert WS in str(info.value)
+    assert visible(target) == before
+    assert visible(make(store)) == before
+
+
+def test_restore_refuses_bad_data_and_writes_nothing(source):
+    store = MemoryStore()
+    target = make(store)
+    good = source.snapshot(WS)
+    for bad in [
+        [],
+        {"no": "id"},
+        dict(good, audit="nope"),
+        dict(good, members=5),
+        dict(good, members=[{"no": "uri"}]),
+    ]:
+        if bad == []:
+            assert target.restore(bad) == []
+            continue
+        with pytest.raises((RestoreError, ValueError)):
+            target.restore(bad)
+    # a batch of restores is checked whole before anything is written
+    with pytest.raises(RestoreError):
+        target.restore([good, {"id": "w9", "audit": [{"seq": 5}]}])
+    assert target.workspace_ids() == [] and store.load() == []
+
+
+# =============================================================================
+# Two coordinators on one SQLite file
+# =============================================================================
+
+
+def test_two_coordinators_interleaving_lose_nothing(tmp_path):
+    path = str(tmp_path / "shared.db")
+    first = make(SqliteStore(path))
+    a = Client(first)
+    T = s0(a, extra_humans=(BOB,))
+    second = make(SqliteStore(path))  # loads the workspace as it is now
+    b = Client(second)
+    b.n = 1000
+    rng = random.Random(7)
+    acknowledged = []
+    refused_ids = []
+    tasks = [T]
+    for step in range(60):
+        client = a if rng.random() < 0.5 else b
+        kind = rng.choice(["create", "update", "join", "refused"])
+        if kind == "create":
+            sent = client.envelope("task.create", **frm(ALICE), assignee=BOT, kind="k", input={"s": step})
+        elif kind == "update":
+            sent = client.envelope("task.update", **frm(BOT), task_id=rng.choice(tasks), state="in_progress")
+        elif kind == "join":
+            sent = client.envelope("participant.join", **frm(f"human:p{step}"), type="human")
+        else:
+            sent = client.envelope("workspace.set_profiles", **frm(BOT), profiles=["core/1.0"])
+        r = client.send(sent)
+        if "result" in r:
+            acknowledged.append(sent["id"])
+            if kind == "create":
+                tasks.append(r["result"]["task_id"])
+        else:
+            assert r["error"]["code"] in (-32011, -32602), r
+            if r["error"]["code"] == -32011:
+                refused_ids.append(sent["id"])
+    log = Client(make(SqliteStore(path))).log()
+    ids = [(e.get("envelope") or e.get("request"))["id"] for e in log]
+    assert [e["seq"] for e in log] == list(range(len(log)))
+    # every acknowledged call is in the log exactly once, and so is every
+    # recorded refusal; nothing else is
+    setup_ids = ids[:5]
+    assert sorted(ids[5:]) == sorted(acknowledged + refused_ids)
+    assert len(set(ids)) == len(ids) and len(setup_ids) == 5
+    for coord in (first, second, make(SqliteStore(path))):
+        c = Client(coord)
+        c.ok("participant.join", **frm(ALICE), type="human")  # catches up on conflict
+        v = c.ok("audit.verify_chain")
+        assert v["status"] == "verified"
+    final = Client(make(SqliteStore(path)))
+    assert final.ok("audit.verify_chain")["entries_total"] == len(log) + 3
+
+
+def test_second_coordinator_sees_the_other_writers_state_after_a_conflict(tmp_path):
+    path = str(tmp_path / "two.db")
+    first = make(SqliteStore(path))
+    a = Client(first)
+    T = s0(a)
+    second = make(SqliteStore(path))
+    b = Client(second)
+    b.n = 100
+    a.ok("task.update", **frm(BOT), task_id=T, state="in_progress")
+    a.ok("task.complete", **frm(BOT), task_id=T, output={})
+    # b still holds T as created; its call conflicts, reloads, and is re-run on
+    # the fresh state, where T is completed
+    e = b.err("task.complete", **frm(BOT), task_id=T)
+    assert e["code"] == -32602 and "completed" in e["message"]
+    assert b.describe()["audit_count"] == 6
+    b.ok("participant.join", **frm(BOB), type="human")
+    # a is now the stale one: its next write conflicts, and after the reload
+    # it holds b's join too
+    a.ok("participant.join", **frm("human:carol"), type="human")
+    assert [m["uri"] for m in a.describe()["members"]] == [ALICE, BOT, BOB, "human:carol"]
+    assert a.describe()["audit_count"] == 8
+
+
+def test_join_auto_create_race(tmp_path):
+    path = str(tmp_path / "race.db")
+    first, second = make(SqliteStore(path)), make(SqliteStore(path))
+    a, b = Client(first, "wnew"), Client(second, "wnew")
+    b.n = 50
+    a.ok("participant.join", **frm(ALICE), type="human")
+    # b did not know wnew: its create conflicts, it reloads and re-runs the join
+    b.ok("participant.join", **frm(BOB), type="human")
+    d = Client(make(SqliteStore(path)), "wnew").describe()
+    assert [m["uri"] for m in d["members"]] == [ALICE, BOB] and d["audit_count"] == 2
+    assert Client(make(SqliteStore(path)), "wnew").ok("audit.verify_chain")["status"] == "verified"
+
+
+# =============================================================================
+# Batches
+# =============================================================================
+
+
+class _Recording(FailingStore):
+    pass
+
+
+def test_batch_writes_one_change_per_workspace():
+    store = _Recording()
+    heard = []
+    coord = make(store, on_audit=lambda w, e: heard.append((w, e.seq)))
+    c, d = Client(coord), Client(coord, "w2")
+    T = s0(c)
+    store.applied.clear()
+    heard.clear()
+    with coord.batch():
+        r1 = c.call("task.update", **frm(BOT), task_id=T, state="in_progress")
+        r2 = d.call("workspace.create")
+        r3 = c.call("task.complete", **frm(BOT), task_id=T, output={})
+        r4 = d.call("participant.join", **frm(ALICE), type="human")
+        # calls in a batch see each other's effects at once
+        assert c.describe()["audit_count"] == 6
+        assert len(c.log()) == 6
+        assert heard == []  # nothing is durable yet
+    assert all("result" in r for r in (r1, r2, r3, r4))
+    assert [(ch.id, ch.base, ch.version, len(ch.entries)) for ch in store.applied] == [
+        (WS, 4, 6, 2), ("w2", 0, 2, 2),
+    ]
+    assert sorted(heard) == sorted([(WS, 4), (WS, 5), ("w2", 0), ("w2", 1)])
+    assert [s for w, s in heard if w == WS] == [4, 5]
+    assert visible(make(store)) == visible(coord)
+    assert c.ok("audit.verify_chain")["status"] == "verified"
+
+
+def test_failed_batch_undoes_every_call_and_rewrites_responses():
+    store = _Recording()
+    heard = []
+    coord = make(store, on_audit=lambda w, e: heard.append(e.seq))
+    c = Client(coord)
+    T = s0(c)
+    d = Client(coord, "w2")
+    before = visible(coord)
+    held = stored(store)
+    heard.clear()
+    responses = []
+    with pytest.raises(BatchWriteError) as info:
+        with coord.batch():
+            responses.append(c.call("task.update", **frm(BOT), task_id=T, state="in_progress"))
+            responses.append(c.call("participant.join", **frm(BOB), type="human"))
+            responses.append(c.call("workspace.set_profiles", **frm(BOT), profiles=["core/1.0"]))
+            responses.append(d.call("workspace.create"))
+            responses.append(c.call("task.create", **frm(ALICE), assignee=BOT, kind="k", input={},
+                                    idempotency_key="B"))
+            store.failing = True
+    store.failing = False
+    assert info.value.error.code == -32900
+    for r in responses:
+        assert "result" not in r and r["error"]["code"] == -32900, r
+    assert visible(coord) == before
+    assert stored(store) == held
+    assert coord.workspace_ids() == [WS]
+    assert heard == []
+    # the same calls now succeed from the old state
+    assert c.ok("task.update", **frm(BOT), task_id=T, state="in_progress") == {"state": "in_progress"}
+    r = c.ok("task.create", **frm(ALICE), assignee=BOT, kind="k", input={}, idempotency_key="B")
+    assert c.describe()["task_count"] == 2 and r["state"] == "created"
+    assert c.ok("audit.verify_chain")["entries_total"] == 6
+
+
+def test_exception_inside_a_batch_undoes_it():
+    store = _Recording()
+    coord = make(store)
+    c = Client(coord)
+    T = s0(c)
+    before = visible(coord)
+    with pytest.raises(KeyError):
+        with coord.batch():
+            c.ok("task.update", **frm(BOT), task_id=T, state="in_progress")
+            raise KeyError("caller bug")
+    assert visible(coord) == before
+    assert visible(make(store)) == before
+
+
+def test_unrecorded_calls_in_a_batch_write_nothing():
+    store = _Recording()
+    coord = make(store)
+    c = Client(coord)
+    s0(c)
+    store.applied.clear()
+    with coord.batch():
+        c.describe()
+        c.err("task.update", **frm("human:ghost"), task_id="x", state="in_progress")
+    assert store.applied == []
