@@ -319,7 +319,7 @@ def test_deliberate_differences(method, params, ours_code, theirs):
 
 
 def test_chain_is_on_by_default_in_chapline_only():
-    ours = Coordinator(clock=make()._clock)
+    ours = make()  # enable_chain left at its default
     theirs = Reference(deterministic_ids=True, deterministic_clock=True)
     for c in (ours, theirs):
         c.dispatch(env("workspace.create", {"workspace": W}))
@@ -367,3 +367,36 @@ def test_reference_sqlite_file_loads_with_the_same_describe_and_chain(tmp_path):
     assert v["status"] == "verified"
     again = Reference(deterministic_ids=True, deterministic_clock=True, store=ReferenceSqlite(path))
     assert again.dispatch(env("audit.verify_chain", {"workspace": wid}))["result"] == v
+
+
+# -- the limits, found by calling the reference -------------------------------
+
+
+def _nest(n: int) -> Any:
+    v: Any = 0
+    for _ in range(n):
+        v = [v] if n % 2 else {"k": v}
+    return v
+
+
+@pytest.mark.parametrize("n", [59, 60, 61, 62, 63])
+def test_nesting_limit_agrees_with_the_reference(n):
+    envelope = env("workspace.create", {"workspace": W, "x": _nest(n)})
+    ra, rb = make().dispatch(envelope), reference().dispatch(envelope)
+    assert shape(ra).keys() == shape(rb).keys()
+    assert ra.get("error", {}).get("code") == rb.get("error", {}).get("code")
+    assert ("error" in rb) == (n > 61)  # the innermost value at level 65 is refused
+
+
+@pytest.mark.parametrize("extra", [0, 1, 2])
+def test_size_limit_agrees_with_the_reference(extra):
+    import rfc8785
+
+    base = env("workspace.create", {"workspace": W, "pad": ""})
+    pad = "x" * (300 - len(rfc8785.dumps(base)) + extra)
+    envelope = env("workspace.create", {"workspace": W, "pad": pad})
+    ours = make(max_envelope_bytes=300)
+    theirs = Reference(deterministic_ids=True, deterministic_clock=True, max_envelope_bytes=300)
+    ra, rb = ours.dispatch(envelope), theirs.dispatch(envelope)
+    assert ra.get("error", {}).get("code") == rb.get("error", {}).get("code")
+    assert ("error" in rb) == (extra > 0)
