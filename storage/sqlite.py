@@ -12,6 +12,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 from typing import Any, Iterable
 
 import msgspec
@@ -143,6 +144,10 @@ def _entries(rows: list[tuple[int, bytes]], what: str) -> list[dict[str, Any]]:
     return [_object(text, f"the entry at seq {seq}") for seq, text in rows]
 
 
+# Seconds a connection waits for another writer before giving up.
+_BUSY_TIMEOUT = 30.0
+
+
 class SqliteStore:
     """A store in the SQLite file at `path` (":memory:" for a private one).
 
@@ -156,13 +161,13 @@ class SqliteStore:
         # isolation_level=None: we issue BEGIN ourselves, so a read-then-write
         # (the base check, then the insert) is one transaction.
         self._db = sqlite3.connect(
-            self.path, isolation_level=None, check_same_thread=False, timeout=30.0
+            self.path, isolation_level=None, check_same_thread=False, timeout=_BUSY_TIMEOUT
         )
         self._lock = threading.RLock()
         self._closed = False
         try:
             if wal and self.path != ":memory:":
-                self._db.execute("PRAGMA journal_mode=WAL")
+                self._switch_to_wal()
             # In WAL mode NORMAL syncs only at checkpoints, so a commit could
             # be lost on power failure after apply returned; FULL syncs the
             # WAL on every commit.
@@ -173,6 +178,24 @@ class SqliteStore:
             raise
 
     # -- opening -----------------------------------------------------------
+
+    def _switch_to_wal(self) -> None:
+        """Switch an old rollback-journal file to WAL.
+
+        The switch needs an exclusive lock, and SQLite refuses at once rather
+        than wait (a wait could deadlock) while another process that opened the
+        same old file holds its lock; so wait here, for as long as the
+        connection's own busy timeout.
+        """
+        deadline = time.monotonic() + _BUSY_TIMEOUT
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
 
     def _prepare(self) -> None:
         """Create the schema, migrating a pre-0.3.2 file, in one transaction,
