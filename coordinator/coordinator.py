@@ -279,8 +279,10 @@ class Coordinator:
                         f"Envelope exceeds max_envelope_bytes ({len(raw)} > {limit})",
                     ),
                 )
-        params = envelope.get("params", {}) if "params" in envelope else {}
-        if not isinstance(params, dict):
+        params = envelope.get("params")
+        if params is None:  # absent or null: no params (as 0.3.3 reads it)
+            params = {}
+        elif not isinstance(params, dict):
             return error_response(req_id, RpcError(INVALID_PARAMS, "Invalid params: expected an object"))
         owner = catalogue.OWNING_PROFILE.get(method)
         if owner is None:
@@ -291,7 +293,7 @@ class Coordinator:
         envelope = _decode(raw)
         params = envelope.get("params") or {}
         wid = params.get("workspace")
-        ws = self._workspaces.get(wid) if isinstance(wid, str) else None
+        ws = self._workspace(wid) if isinstance(wid, str) else None
 
         sig = envelope.get("sig")
         if ws is not None and isinstance(sig, str):
@@ -325,7 +327,10 @@ class Coordinator:
 
         if call.ws is None or method in READS:
             return result_response(req_id, result)
-        return self._record(envelope, req_id, call, result, None, raw, arrived, retry)
+        # 0.3.3 records a call only when params.workspace names the workspace:
+        # a create with a generated id is kept, but leaves no entry.
+        record = raw if params.get("workspace") == call.ws.id else None
+        return self._record(envelope, call, result_response(req_id, result), record, None, arrived, retry)
 
     def _route(
         self, method: str, owner: str, params: dict[str, Any], ws: Workspace | None
@@ -385,66 +390,69 @@ class Coordinator:
         # JCS of {"outcome", "request"}: keys in order, request already canonical.
         record = b'{"outcome":' + _encode_sorted(outcome) + b',"request":' + raw + b"}"
         call = Call(method, params, arrived, ws, self.options, self._ids, self._log_reader(ws))
-        return self._record(envelope, req_id, call, None, (outcome, err), record, arrived, retry)
+        return self._record(envelope, call, error_response(req_id, err), record, outcome, arrived, retry)
 
     def _record(
         self,
         envelope: dict[str, Any],
-        req_id: Any,
         call: Call,
-        result: Any,
-        refusal: tuple[dict[str, Any], RpcError] | None,
-        record: bytes,
+        response: dict[str, Any],
+        record: bytes | None,
+        outcome: dict[str, Any] | None,
         arrived: str,
         retry: bool,
     ) -> dict[str, Any]:
+        """Write the call's change (with its entry, unless `record` is None),
+        then commit it to memory and tell the listeners."""
         ws = call.ws
         assert ws is not None
         meta = call.meta or ws.meta
-        prev = None
-        if meta.chain_enabled:
-            prev = meta.chain_head or ZERO_HASH
-            meta = msgspec.structs.replace(meta, chain_head=link_hash(record, prev))
-        if refusal is None:
-            entry = AuditEntry(ws.count, arrived, envelope=envelope, prev_hash=prev)
-            response = result_response(req_id, result)
-        else:
-            entry = AuditEntry(
-                ws.count, arrived, request=envelope, outcome=refusal[0], prev_hash=prev
-            )
-            response = error_response(req_id, refusal[1])
+        entries: list[AuditEntry] = []
+        if record is not None:
+            prev = None
+            if meta.chain_enabled:
+                prev = meta.chain_head or ZERO_HASH
+                meta = msgspec.structs.replace(meta, chain_head=link_hash(record, prev))
+            if outcome is None:
+                entries.append(AuditEntry(ws.count, arrived, envelope=envelope, prev_hash=prev))
+            else:
+                entries.append(
+                    AuditEntry(ws.count, arrived, request=envelope, outcome=outcome, prev_hash=prev)
+                )
         change = StoreChange(
             id=ws.id,
             base=ws.count,
-            version=ws.count + 1,
+            version=ws.count + len(entries),
             updated_at=arrived,
             meta=meta,
-            entries=[entry],
+            entries=entries,
             objects=call.staged,
         )
-        if self._batch is not None:
-            self._stage_in_batch(self._batch, ws, call, meta, change)
-            self._commit(ws, call, meta)
+        if self._batch is None:
+            try:
+                self.store.apply(change)
+            except StoreConflictError as exc:
+                if retry and self._reload(ws.id):
+                    return self._dispatch(envelope, arrived, retry=False)
+                return error_response(envelope.get("id"), _conflict_error(exc))
+            except Exception as exc:
+                log.error("store write failed for workspace %s: %s", ws.id, exc)
+                return error_response(envelope.get("id"), _write_error(ws.id, exc))
+        else:
+            self._stage_in_batch(self._batch, ws, call, change)
+        self._commit(ws, call, meta, len(entries))
+        written = [(ws.id, e) for e in entries]
+        for entry in entries:
             self._index_signed(ws, envelope, entry)
-            self._batch.responses.append((response, [(ws.id, entry)]))
-            return response
-        try:
-            self.store.apply(change)
-        except StoreConflictError as exc:
-            if retry and self._reload(ws.id):
-                return self._dispatch(envelope, arrived, retry=False)
-            return error_response(req_id, _conflict_error(exc))
-        except Exception as exc:
-            log.error("store write failed for workspace %s: %s", ws.id, exc)
-            return error_response(req_id, _write_error(ws.id, exc))
-        self._commit(ws, call, meta)
-        self._index_signed(ws, envelope, entry)
-        self._notify([(ws.id, entry)])
+        if self._batch is not None:
+            self._batch.responses.append((response, written))
+        else:
+            self._notify(written)
         return response
 
     # -- memory -------------------------------------------------------------
 
-    def _commit(self, ws: Workspace, call: Call, meta: WorkspaceMeta) -> None:
+    def _commit(self, ws: Workspace, call: Call, meta: WorkspaceMeta, appended: int) -> None:
         """Swap the call's staged values into memory (after the store took them)."""
         for collection, items in call.staged.items():
             held = ws.objects[collection]
@@ -454,9 +462,17 @@ class Coordinator:
                 else:
                     held[key] = value
         ws.meta = meta
-        ws.count += 1
+        ws.count += appended
         if call.created:
             self._workspaces[ws.id] = ws
+
+    def _workspace(self, workspace_id: str) -> Workspace | None:
+        """The workspace held in memory, or one another writer has since put in
+        the store (so coordinators sharing a store see each other's)."""
+        ws = self._workspaces.get(workspace_id)
+        if ws is None and self._batch is None and self._reload(workspace_id):
+            ws = self._workspaces.get(workspace_id)
+        return ws
 
     def _reload(self, workspace_id: str) -> bool:
         """Replace memory's copy of one workspace with the store's."""
@@ -479,9 +495,7 @@ class Coordinator:
 
     # -- batches ------------------------------------------------------------
 
-    def _stage_in_batch(
-        self, pending: _Pending, ws: Workspace, call: Call, meta: WorkspaceMeta, change: StoreChange
-    ) -> None:
+    def _stage_in_batch(self, pending: _Pending, ws: Workspace, call: Call, change: StoreChange) -> None:
         if ws.id not in pending.undo:
             pending.undo[ws.id] = (ws.meta, ws.count, {})
             pending.changes[ws.id] = [ws.count, [], {}, None]

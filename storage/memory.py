@@ -108,8 +108,13 @@ class MemoryStore:
                     [(c, k, v) for c, items in ws.objects.items() for k, v in items.items()],
                     list(ws.entries) if entries else [],
                 )
-                for wid, ws in sorted(self._workspaces.items())
-                if workspace is None or wid == workspace
+                for wid, ws in (
+                    sorted(self._workspaces.items())
+                    if workspace is None
+                    else [(workspace, self._workspaces[workspace])]
+                    if workspace in self._workspaces
+                    else []
+                )
             ]
         out = []
         for wid, meta, version, updated_at, objects, log in held:

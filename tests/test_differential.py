@@ -224,10 +224,9 @@ def test_create_with_a_generated_id_is_not_recorded(tmp_path):
     """0.3.3 records a call only when params.workspace names an existing
     workspace, so `workspace.create` without a `workspace` param (id
     generated) appends no entry: the log starts with the first join at seq 0
-    with prev_hash ZERO. chapline records the create as seq 0, so every later
-    seq and link of such a workspace differs from the reference's.
+    with prev_hash ZERO. chapline does the same, so seqs and links agree.
     (0.3.3 also never persists such a workspace until its first entry; ours
-    must stay durable, so it is written with no entries.)"""
+    stays durable: it is written with no entries.)"""
     path = str(tmp_path / "gen.db")
     a, b, ra, rb = drive(
         [
@@ -240,7 +239,7 @@ def test_create_with_a_generated_id_is_not_recorded(tmp_path):
     assert [mapped(shape(x), mapping) for x in ra] == [shape(y) for y in rb]
     ours, theirs = read_all(a.coord, a.names["$G"]), read_all(b.coord, b.names["$G"])
     assert [e["envelope"]["method"] for e in theirs] == ["participant.join"]
-    assert [mapped(e, mapping) for e in ours] == theirs  # FAILS: ours logs the create as seq 0
+    assert [mapped(e, mapping) for e in ours] == theirs
     assert describe(a.coord, a.names["$G"])["audit_count"] == 1
     # durable all the same
     again = Coordinator(SqliteStore(path))
