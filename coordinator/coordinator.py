@@ -107,18 +107,33 @@ class BatchWriteError(Exception):
         self.error = error
 
 
-class _Pending:
-    """A batch in progress: undo records and unwritten changes per workspace."""
+class _Part:
+    """One workspace's share of a batch: its unwritten change and how to undo it."""
 
-    __slots__ = ("undo", "changes", "responses", "created")
+    __slots__ = ("base", "meta", "count", "created", "undo", "entries", "objects", "last", "calls")
+
+    def __init__(self, ws: Workspace, created: bool) -> None:
+        self.base = ws.count
+        self.meta = ws.meta  # as before the batch
+        self.count = ws.count
+        self.created = created
+        # {collection: {key: value before the batch, or _ABSENT}}
+        self.undo: dict[str, dict[str, Any]] = {}
+        self.entries: list[AuditEntry] = []
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.last: StoreChange | None = None
+        # (envelope, arrived, response) of each call, to answer or re-run it
+        self.calls: list[tuple[dict[str, Any], str, dict[str, Any]]] = []
+
+
+class _Pending:
+    """A batch in progress: each workspace's part, and the entries in call order."""
+
+    __slots__ = ("parts", "written")
 
     def __init__(self) -> None:
-        # workspace id -> (meta, count, {collection: {key: old value or _ABSENT}})
-        self.undo: dict[str, tuple[WorkspaceMeta, int, dict[str, dict[str, Any]]]] = {}
-        # workspace id -> (base, [entry dict], {collection: {key: value}}, meta)
-        self.changes: dict[str, list[Any]] = {}
-        self.responses: list[tuple[dict[str, Any], list[tuple[str, AuditEntry]]]] = []
-        self.created: set[str] = set()
+        self.parts: dict[str, _Part] = {}
+        self.written: list[tuple[str, AuditEntry]] = []
 
 
 class Coordinator:
@@ -183,10 +198,13 @@ class Coordinator:
     def batch(self) -> Iterator[None]:
         """Group the calls made inside into one store write per workspace.
 
-        Calls see each other's effects at once. On exit the changes are
-        written; if a write fails, every call of the batch is undone, each
-        response dict it returned is rewritten in place to the error, and
-        BatchWriteError is raised.
+        Calls see each other's effects at once and are answered provisionally.
+        On exit each workspace's change is written. A workspace whose write
+        conflicts with another writer is reloaded and its calls are run again,
+        one by one, their response dicts updated in place. A workspace whose
+        write fails is undone, its calls' response dicts are rewritten in
+        place to the error, and BatchWriteError is raised once the other
+        workspaces are written.
         """
         if self._batch is not None:
             yield  # nested: the outer batch writes
@@ -196,18 +214,35 @@ class Coordinator:
             yield
         except BaseException:
             self._batch = None
-            self._undo(pending)
+            for wid, part in pending.parts.items():
+                self._undo(wid, part)
             raise
         self._batch = None
-        error = self._write_batch(pending)
-        if error is not None:
-            self._undo(pending)
-            for response, _ in pending.responses:
-                response.pop("result", None)
-                response["error"] = error.to_wire()
-            raise BatchWriteError(error)
-        for _, entries in pending.responses:
-            self._notify(entries)
+        failed: dict[str, RpcError] = {}
+        conflicted: list[str] = []
+        for wid, part in pending.parts.items():
+            error = self._write_part(wid, part)
+            if error is None:
+                continue
+            self._undo(wid, part)
+            if error.code == STORE_CONFLICT:
+                conflicted.append(wid)
+            else:
+                failed[wid] = error
+                for _, _, response in part.calls:
+                    response.pop("result", None)
+                    response["error"] = error.to_wire()
+        self._notify(
+            [(wid, e) for wid, e in pending.written if wid not in failed and wid not in conflicted]
+        )
+        for wid in conflicted:
+            self._reload(wid)
+            for envelope, arrived, response in pending.parts[wid].calls:
+                again = self._dispatch(envelope, arrived, retry=False)
+                response.clear()
+                response.update(again)
+        if failed:
+            raise BatchWriteError(next(iter(failed.values())))
 
     def snapshot(self, workspace_id: str) -> dict[str, Any]:
         """The workspace as a JSON-safe dict: meta, collections keyed by id, audit."""
@@ -439,15 +474,12 @@ class Coordinator:
                 log.error("store write failed for workspace %s: %s", ws.id, exc)
                 return error_response(envelope.get("id"), _write_error(ws.id, exc))
         else:
-            self._stage_in_batch(self._batch, ws, call, change)
+            self._stage_in_batch(ws, call, change, envelope, response)
         self._commit(ws, call, meta, len(entries))
-        written = [(ws.id, e) for e in entries]
         for entry in entries:
             self._index_signed(ws, envelope, entry)
-        if self._batch is not None:
-            self._batch.responses.append((response, written))
-        else:
-            self._notify(written)
+        if self._batch is None:
+            self._notify([(ws.id, e) for e in entries])
         return response
 
     # -- memory -------------------------------------------------------------
@@ -495,62 +527,61 @@ class Coordinator:
 
     # -- batches ------------------------------------------------------------
 
-    def _stage_in_batch(self, pending: _Pending, ws: Workspace, call: Call, change: StoreChange) -> None:
-        if ws.id not in pending.undo:
-            pending.undo[ws.id] = (ws.meta, ws.count, {})
-            pending.changes[ws.id] = [ws.count, [], {}, None]
-            if call.created:
-                pending.created.add(ws.id)
-        undo = pending.undo[ws.id][2]
+    def _stage_in_batch(
+        self, ws: Workspace, call: Call, change: StoreChange, envelope: dict[str, Any], response: dict[str, Any]
+    ) -> None:
+        pending = self._batch
+        assert pending is not None
+        part = pending.parts.get(ws.id)
+        if part is None:
+            part = pending.parts[ws.id] = _Part(ws, call.created)
         for collection, items in call.staged.items():
             held = ws.objects[collection]
-            first = undo.setdefault(collection, {})
+            first = part.undo.setdefault(collection, {})
             for key in items:
                 if key not in first:
                     first[key] = held.get(key, _ABSENT)
-        acc = pending.changes[ws.id]
-        acc[1].extend(change.entries)
-        for collection, items in change.objects.items():
-            acc[2].setdefault(collection, {}).update(items)
-        acc[3] = change
+            part.objects.setdefault(collection, {}).update(items)
+        part.entries.extend(change.entries)
+        part.last = change
+        part.calls.append((envelope, change.updated_at, response))
+        pending.written.extend((ws.id, e) for e in change.entries)
 
-    def _write_batch(self, pending: _Pending) -> RpcError | None:
-        for wid, (base, entries, objects, last) in pending.changes.items():
-            change = StoreChange(
-                id=wid,
-                base=base,
-                version=base + len(entries),
-                updated_at=last.updated_at,
-                meta=last.meta,
-                entries=entries,
-                objects=objects,
-            )
-            try:
-                self.store.apply(change)
-            except StoreConflictError as exc:
-                return _conflict_error(exc)
-            except Exception as exc:
-                log.error("store write failed for workspace %s: %s", wid, exc)
-                return _write_error(wid, exc)
-            del pending.undo[wid]
-            pending.created.discard(wid)
+    def _write_part(self, wid: str, part: _Part) -> RpcError | None:
+        last = part.last
+        assert last is not None
+        change = StoreChange(
+            id=wid,
+            base=part.base,
+            version=part.base + len(part.entries),
+            updated_at=last.updated_at,
+            meta=last.meta,
+            entries=part.entries,
+            objects=part.objects,
+        )
+        try:
+            self.store.apply(change)
+        except StoreConflictError as exc:
+            return _conflict_error(exc)
+        except Exception as exc:
+            log.error("store write failed for workspace %s: %s", wid, exc)
+            return _write_error(wid, exc)
         return None
 
-    def _undo(self, pending: _Pending) -> None:
-        for wid, (meta, count, old) in pending.undo.items():
-            if wid in pending.created:
-                self._workspaces.pop(wid, None)
-                continue
-            ws = self._workspaces[wid]
-            ws.meta, ws.count = meta, count
-            for collection, items in old.items():
-                held = ws.objects[collection]
-                for key, value in items.items():
-                    if value is _ABSENT:
-                        held.pop(key, None)
-                    else:
-                        held[key] = value
-            ws.refusal_digests = None
+    def _undo(self, wid: str, part: _Part) -> None:
+        if part.created:
+            self._workspaces.pop(wid, None)
+            return
+        ws = self._workspaces[wid]
+        ws.meta, ws.count = part.meta, part.count
+        for collection, items in part.undo.items():
+            held = ws.objects[collection]
+            for key, value in items.items():
+                if value is _ABSENT:
+                    held.pop(key, None)
+                else:
+                    held[key] = value
+        ws.refusal_digests = None
 
     # -- the log ------------------------------------------------------------
 
@@ -558,9 +589,9 @@ class Coordinator:
         self, ws: Workspace, start: int, stop: int, where: EntryFilter | None
     ) -> list[dict[str, Any]]:
         """Entries `start <= seq < stop`, including a batch's unwritten ones."""
-        unwritten: list[dict[str, Any]] = []
-        if self._batch is not None and ws.id in self._batch.changes:
-            unwritten = self._batch.changes[ws.id][1]
+        unwritten: list[AuditEntry] = []
+        if self._batch is not None and ws.id in self._batch.parts:
+            unwritten = self._batch.parts[ws.id].entries
         durable = ws.count - len(unwritten)
         out = []
         if start < min(stop, durable):
@@ -573,9 +604,9 @@ class Coordinator:
 
     def _read_texts(self, ws: Workspace, start: int, stop: int) -> list[bytes]:
         """The stored JSON text of entries `start <= seq < stop`."""
-        unwritten: list[Any] = []
-        if self._batch is not None and ws.id in self._batch.changes:
-            unwritten = self._batch.changes[ws.id][1]
+        unwritten: list[AuditEntry] = []
+        if self._batch is not None and ws.id in self._batch.parts:
+            unwritten = self._batch.parts[ws.id].entries
         durable = ws.count - len(unwritten)
         out: list[bytes] = []
         if start < min(stop, durable):

@@ -480,6 +480,68 @@ def test_failed_batch_undoes_every_call_and_rewrites_responses():
     assert c.ok("audit.verify_chain")["entries_total"] == 6
 
 
+class _FailsFor(MemoryStore):
+    """Refuses writes to one workspace only."""
+
+    def __init__(self, workspace: str) -> None:
+        super().__init__()
+        self.workspace = workspace
+        self.failing = False
+
+    def apply(self, change: StoreChange) -> None:
+        if self.failing and change.id == self.workspace:
+            raise OSError("disk full (injected)")
+        super().apply(change)
+
+
+def test_a_batch_keeps_the_workspaces_whose_write_succeeded():
+    store = _FailsFor("w2")
+    heard = []
+    coord = make(store, on_audit=lambda w, e: heard.append((w, e.seq)))
+    c, d = Client(coord), Client(coord, "w2")
+    T = s0(c)
+    d.ok("workspace.create")
+    heard.clear()
+    store.failing = True
+    with pytest.raises(BatchWriteError) as info:
+        with coord.batch():
+            kept = c.call("task.update", **frm(BOT), task_id=T, state="in_progress")
+            lost = d.call("participant.join", **frm(ALICE), type="human")
+    store.failing = False
+    assert info.value.error.code == -32900 and info.value.error.data == {"workspace": "w2"}
+    assert kept == {"jsonrpc": "2.0", "id": kept["id"], "result": {"state": "in_progress"}}
+    assert lost["error"]["code"] == -32900 and "result" not in lost
+    assert heard == [(WS, 4)]
+    # what was answered with a result is durable; what was not left no trace
+    again = make(store)
+    assert Client(again).describe()["audit_count"] == 5
+    assert Client(again, "w2").describe()["members"] == []
+    assert d.describe()["members"] == []
+
+
+def test_a_batch_that_conflicts_reruns_its_calls_on_the_fresh_state(tmp_path):
+    path = str(tmp_path / "two.db")
+    first = make(SqliteStore(path))
+    c1 = Client(first)
+    T = s0(c1)
+    second = make(SqliteStore(path))
+    c2 = Client(second)
+    with first.batch():
+        r1 = c1.call("task.update", **frm(BOT), task_id=T, state="in_progress")
+        r2 = c1.call("participant.join", **frm(BOB), type="human")
+        # another writer appends to the same workspace before the batch writes
+        c2.ok("participant.join", **frm("human:carol"), type="human")
+    assert r1["result"] == {"state": "in_progress"} and r2["result"] == {"joined": True, "as": BOB}
+    fresh = Client(make(SqliteStore(path)))
+    log = fresh.log()
+    assert [e["envelope"]["method"] for e in log[-3:]] == [
+        "participant.join", "task.update", "participant.join",
+    ]
+    assert [e["envelope"]["params"]["from"] for e in log[-3:]] == ["human:carol", BOT, BOB]
+    assert fresh.ok("audit.verify_chain")["status"] == "verified"
+    assert c1.describe() == fresh.describe()
+
+
 def test_exception_inside_a_batch_undoes_it():
     store = _Recording()
     coord = make(store)
