@@ -80,7 +80,6 @@ _PAUSE_EXEMPT = frozenset(
         "participant.leave",
     }
 )
-_ABSENT = object()
 
 
 class Options(msgspec.Struct, frozen=True):
@@ -117,7 +116,7 @@ class _Part:
         self.meta = ws.meta  # as before the batch
         self.count = ws.count
         self.created = created
-        # {collection: {key: value before the batch, or _ABSENT}}
+        # {collection: {key: value before the batch, None where absent}}
         self.undo: dict[str, dict[str, Any]] = {}
         self.entries: list[AuditEntry] = []
         self.objects: dict[str, dict[str, Any]] = {}
@@ -486,13 +485,7 @@ class Coordinator:
 
     def _commit(self, ws: Workspace, call: Call, meta: WorkspaceMeta, appended: int) -> None:
         """Swap the call's staged values into memory (after the store took them)."""
-        for collection, items in call.staged.items():
-            held = ws.objects[collection]
-            for key, value in items.items():
-                if value is None:
-                    held.pop(key, None)
-                else:
-                    held[key] = value
+        _put_values(ws, call.staged)
         ws.meta = meta
         ws.count += appended
         if call.created:
@@ -540,7 +533,7 @@ class Coordinator:
             first = part.undo.setdefault(collection, {})
             for key in items:
                 if key not in first:
-                    first[key] = held.get(key, _ABSENT)
+                    first[key] = held.get(key)  # None: it was absent
             part.objects.setdefault(collection, {}).update(items)
         part.entries.extend(change.entries)
         part.last = change
@@ -574,13 +567,7 @@ class Coordinator:
             return
         ws = self._workspaces[wid]
         ws.meta, ws.count = part.meta, part.count
-        for collection, items in part.undo.items():
-            held = ws.objects[collection]
-            for key, value in items.items():
-                if value is _ABSENT:
-                    held.pop(key, None)
-                else:
-                    held[key] = value
+        _put_values(ws, part.undo)
         ws.refusal_digests = None
 
     # -- the log ------------------------------------------------------------
@@ -661,6 +648,18 @@ class LogReader:
         if self._ws is None:
             return []
         return self._coordinator._read_texts(self._ws, start, stop)
+
+
+def _put_values(ws: Workspace, values: dict[str, dict[str, Any]]) -> None:
+    """Set each collection's keys to the values given; None removes the key.
+    (Held objects are never None, so None can stand for "absent".)"""
+    for collection, items in values.items():
+        held = ws.objects[collection]
+        for key, value in items.items():
+            if value is None:
+                held.pop(key, None)
+            else:
+                held[key] = value
 
 
 def _conflict_error(exc: StoreConflictError) -> RpcError:
