@@ -413,6 +413,20 @@ def phase_sizes(cfg: Config, impls: list[Impl], results: Results, tmp: str) -> N
         if g.opened is not None:
             g.opened.close()
             g.opened = None
+    big = max(cfg.sizes)
+    if big > cfg.start_size:
+        # one probe on the biggest log: how start-up scales (chapline only
+        # where the reference was not grown this far)
+        ft = results.fig("start_s_big", f"start on a {_k(big)}-entry file", "s", "lower")
+        fm = results.fig("start_rss_big", f"peak RSS after start on a {_k(big)}-entry file", "MiB", "lower")
+        for g in grown:
+            if big <= cap[g.impl.name]:
+                p = _start_probe(g.impl, g.path)
+                ft.add(g.impl.name, p["first_answer_s"])
+                fm.add(g.impl.name, p["peak_rss_mib"])
+                log(f"start on {_k(big)}: {g.impl.name} {p['first_answer_s']:.2f} s / {p['peak_rss_mib']:.0f} MiB")
+            else:
+                ft.notes[g.impl.name] = fm.notes[g.impl.name] = "not run"
     _extrapolate(cfg, grown, results)
 
 
