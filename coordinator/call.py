@@ -12,22 +12,30 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from msgspec.structs import replace
 
-from coordinator.model import HistoryEntry, Member, Task, WorkspaceMeta
+import msgspec
+
+from coordinator.model import HistoryEntry, Member, Task, WorkspaceMeta, from_text
 from coordinator.wire import INVALID_PARAMS, NOT_AUTHORISED, RpcError, missing
 from storage import COLLECTIONS, IDEMPOTENCY_KEYS
 
 if TYPE_CHECKING:
     from coordinator.coordinator import LogReader, Options
 
-__all__ = ["Call", "Handler", "Workspace", "COLLECTION_NAMES"]
+__all__ = ["Call", "Handler", "StoredObjectError", "Workspace", "COLLECTION_NAMES"]
 
 COLLECTION_NAMES = (*COLLECTIONS, IDEMPOTENCY_KEYS)
+
+
+class StoredObjectError(ValueError):
+    """An object the store holds cannot be read as the coordinator's type."""
 
 
 class Workspace:
     """One workspace as memory holds it: meta, objects, chain head and count.
 
-    The log itself lives in the store.
+    The log itself lives in the store. Objects loaded from the store stay as
+    their stored JSON text until a call first uses them, so a workspace with
+    many finished tasks costs little memory and starts fast.
     """
 
     __slots__ = ("meta", "objects", "count", "refusal_digests")
@@ -42,6 +50,27 @@ class Workspace:
     @property
     def id(self) -> str:
         return self.meta.id
+
+    def get(self, collection: str, key: Any) -> Any:
+        """A held object, decoded from its stored text on first use."""
+        held = self.objects[collection]
+        try:
+            value = held.get(key)
+        except TypeError:  # an unhashable key names nothing
+            return None
+        if type(value) is bytes:
+            try:
+                value = held[key] = from_text(collection, value)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                raise StoredObjectError(
+                    f"workspace {self.id!r}: the stored {collection} object {key!r} "
+                    f"cannot be read ({exc}); repair or delete its row in the store"
+                ) from None
+        return value
+
+    def values(self, collection: str) -> list[Any]:
+        """Every object of a collection, in held order."""
+        return [self.get(collection, key) for key in list(self.objects[collection])]
 
 
 _ABSENT = object()
@@ -122,18 +151,16 @@ class Call:
                 return value
         if self.ws is None:
             return None
-        try:
-            return self.ws.objects[collection].get(key)
-        except TypeError:  # an unhashable key names nothing
-            return None
+        return self.ws.get(collection, key)
 
     def items(self, collection: str) -> list[tuple[str, Any]]:
         """Every object of a collection as this call sees it, in held order."""
-        live = self.ws.objects[collection] if self.ws is not None else {}
+        live = list(self.ws.objects[collection]) if self.ws is not None else []
         staged = self.staged.get(collection, {})
-        out = [(k, staged.get(k, v)) for k, v in live.items()]
+        out = [(k, self.get(collection, k)) for k in live]
         out = [(k, v) for k, v in out if v is not None]
-        out.extend((k, v) for k, v in staged.items() if k not in live and v is not None)
+        held = set(live)
+        out.extend((k, v) for k, v in staged.items() if k not in held and v is not None)
         return out
 
     def member(self, uri: Any) -> Member | None:

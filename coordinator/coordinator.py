@@ -11,6 +11,7 @@ was.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 from typing import Any, Callable, Iterator
 
@@ -24,7 +25,7 @@ from coordinator.audit import (
     refusal_is_recorded,
     signed_digest,
 )
-from coordinator.call import COLLECTION_NAMES, Call, Workspace
+from coordinator.call import Call, Workspace
 from coordinator.canonical import ZERO_HASH, CanonicalError, canonical_bytes, inspect, link_hash
 from coordinator.clock import Clock, iso_ms, system_clock
 from coordinator.ids import IdSource, random_ids
@@ -47,6 +48,7 @@ from coordinator.wire import (
 from storage import (
     IDEMPOTENCY_KEYS,
     EntryFilter,
+    HeldWorkspace,
     MemoryStore,
     Store,
     StoreChange,
@@ -167,10 +169,16 @@ class Coordinator:
         self._listeners: list[AuditListener] = [on_audit] if on_audit else []
         self._workspaces: dict[str, Workspace] = {}
         self._batch: _Pending | None = None
-        for record in self.store.load(entries=False):
-            ws = _workspace_from_record(record)
-            if ws is not None:
-                self._workspaces[ws.id] = ws
+        # Objects stay as stored text until used: a fresh collection is young
+        # garbage the collector would otherwise scan again and again.
+        gc.disable()
+        try:
+            for held in self.store.load_held():
+                ws = _workspace_from_held(held)
+                if ws is not None:
+                    self._workspaces[ws.id] = ws
+        finally:
+            gc.enable()
 
     # -- public API ---------------------------------------------------------
 
@@ -261,21 +269,11 @@ class Coordinator:
             data = data["workspaces"]
         items = data if isinstance(data, list) else [data]
         changes = [_restore_change(item) for item in items]
-        restored = []
         for change in changes:
             self.store.apply(change)
-            record = WorkspaceRecord(
-                change.id,
-                {**change.meta, **change.objects},
-                change.version,
-                change.updated_at,
-            )
-            ws = _workspace_from_record(record)
-            if ws is None:
+            if not self._reload(change.id) or change.id not in self._workspaces:
                 raise RestoreError(f"workspace {change.id!r} was written but cannot be loaded")
-            self._workspaces[ws.id] = ws
-            restored.append(ws.id)
-        return restored
+        return [change.id for change in changes]
 
     def close(self) -> None:
         self.store.close()
@@ -348,8 +346,8 @@ class Coordinator:
         if method == "task.create" and ws is not None:
             key = params.get("idempotency_key")
             if isinstance(key, str):
-                task_id = ws.objects[IDEMPOTENCY_KEYS].get(key)
-                task = ws.objects["tasks"].get(task_id) if task_id is not None else None
+                task_id = ws.get(IDEMPOTENCY_KEYS, key)
+                task = ws.get("tasks", task_id) if task_id is not None else None
                 if task is not None:
                     return result_response(req_id, {"task_id": task.id, "state": task.state})
 
@@ -501,8 +499,8 @@ class Coordinator:
 
     def _reload(self, workspace_id: str) -> bool:
         """Replace memory's copy of one workspace with the store's."""
-        for record in self.store.load(entries=False, workspace=workspace_id):
-            ws = _workspace_from_record(record)
+        for held in self.store.load_held(workspace_id):
+            ws = _workspace_from_held(held)
             if ws is None:
                 return False
             self._workspaces[workspace_id] = ws
@@ -681,25 +679,19 @@ def _write_error(workspace_id: str, exc: Exception) -> RpcError:
     )
 
 
-def _workspace_from_record(record: WorkspaceRecord) -> Workspace | None:
-    """Memory's form of a stored workspace; None (with a warning) if unreadable."""
-    data = record.data
+def _workspace_from_held(held: HeldWorkspace) -> Workspace | None:
+    """Memory's form of a stored workspace; None (with a warning) if its own
+    fields cannot be read. Objects are checked when first used."""
     try:
-        meta_fields = {k: v for k, v in data.items() if k not in COLLECTION_NAMES and k != "audit"}
-        meta_fields.setdefault("id", record.id)
-        meta = msgspec.convert(meta_fields, WorkspaceMeta)
-        ws = Workspace(meta, record.version)
-        for collection in COLLECTION_NAMES:
-            items = data.get(collection) or {}
-            if isinstance(items, list):
-                raise ValueError(f"collection {collection} is an array")
-            held = ws.objects[collection]
-            for key, value in items.items():
-                held[key] = from_stored(collection, value) if collection != IDEMPOTENCY_KEYS else value
-        return ws
-    except (msgspec.ValidationError, ValueError, TypeError, AttributeError) as exc:
-        log.warning("workspace %s skipped: its stored form cannot be read (%s)", record.id, exc)
+        meta = msgspec.convert({"id": held.id, **held.meta}, WorkspaceMeta)
+    except msgspec.ValidationError as exc:
+        log.warning("workspace %s skipped: its stored fields cannot be read (%s)", held.id, exc)
         return None
+    ws = Workspace(meta, held.version)
+    for collection, items in held.objects.items():
+        if collection in ws.objects:
+            ws.objects[collection] = items
+    return ws
 
 
 def _restore_change(item: Any) -> StoreChange:

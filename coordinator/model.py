@@ -21,6 +21,7 @@ __all__ = [
     "Task",
     "WorkspaceMeta",
     "from_stored",
+    "from_text",
     "mode_le",
     "to_stored",
     "trial_forces_review",
@@ -120,10 +121,12 @@ _TYPES: dict[str, type[msgspec.Struct]] = {
     "tasks": Task,
     "overrides": Override,
 }
+_DECODERS = {c: msgspec.json.Decoder(t) for c, t in _TYPES.items()}
+_decode_json = msgspec.json.Decoder().decode
 
 
 def from_stored(collection: str, value: Any) -> Any:
-    """A stored object body as the value this coordinator holds.
+    """A stored object body (decoded JSON) as the value this coordinator holds.
 
     Collections no profile of ours types (whispers, handoffs, ...) stay plain
     JSON, kept as read so they round-trip unchanged.
@@ -134,10 +137,18 @@ def from_stored(collection: str, value: Any) -> Any:
     return msgspec.convert(value, kind)
 
 
+def from_text(collection: str, text: bytes) -> Any:
+    """A stored object body (its JSON text) as the value this coordinator holds."""
+    decoder = _DECODERS.get(collection)
+    return _decode_json(text) if decoder is None else decoder.decode(text)
+
+
 def to_stored(value: Any) -> Any:
-    """The JSON body of a held value (Structs as dicts, others unchanged)."""
+    """The JSON body of a held value (Structs as dicts, stored text decoded)."""
     if isinstance(value, msgspec.Struct):
         return msgspec.to_builtins(value)
+    if isinstance(value, bytes):
+        return _decode_json(value)
     return value
 
 

@@ -16,6 +16,7 @@ __all__ = [
     "COLLECTIONS",
     "IDEMPOTENCY_KEYS",
     "EntryFilter",
+    "HeldWorkspace",
     "MemoryStore",
     "SqliteStore",
     "Store",
@@ -72,6 +73,18 @@ class WorkspaceRecord(msgspec.Struct, frozen=True):
     updated_at: str
 
 
+class HeldWorkspace(msgspec.Struct, frozen=True):
+    """A workspace as a coordinator starts from it: its own fields, its entry
+    count, and each object as the JSON text the store holds, undecoded (a
+    coordinator decodes an object when a call first uses it)."""
+
+    id: str
+    meta: dict[str, Any]
+    version: int
+    updated_at: str
+    objects: dict[str, dict[str, bytes]]
+
+
 class EntryFilter(msgspec.Struct, frozen=True):
     """Which audit entries `read_entries` returns.
 
@@ -120,6 +133,11 @@ class Store(Protocol):
     def load(self, *, entries: bool = True, workspace: str | None = None) -> list[WorkspaceRecord]:
         """Every readable workspace (or only `workspace`); without `entries`,
         `data` has no "audit" and the log is not read."""
+        ...
+
+    def load_held(self, workspace: str | None = None) -> list[HeldWorkspace]:
+        """Every readable workspace (or only `workspace`) without its log, its
+        objects as stored JSON text; skips a workspace as `load` does."""
         ...
 
     def read_entries(
@@ -202,18 +220,20 @@ def change_from_record(record: WorkspaceRecord) -> StoreChange:
 
 def assemble_snapshot(
     meta: dict[str, Any],
-    entries: list[Any],
+    entries: list[Any] | None,
     objects: Iterable[tuple[str, str, Any]],
 ) -> dict[str, Any]:
     """A workspace in the snapshot shape: meta fields, collections keyed by id,
-    `idempotency_keys`, and `audit` as the ordered log."""
+    `idempotency_keys`, and `audit` as the ordered log (left out when
+    `entries` is None)."""
     out = dict(meta)
     for c in COLLECTIONS:
         out[c] = {}
     out[IDEMPOTENCY_KEYS] = {}
     for collection, key, value in objects:
         out.setdefault(collection, {})[key] = value
-    out["audit"] = list(entries)
+    if entries is not None:
+        out["audit"] = list(entries)
     return out
 
 

@@ -139,6 +139,20 @@ class StoreContract:
         ]
         assert store.load(workspace="nowhere") == []
 
+    def test_held_is_load_without_entries_undecoded(self, store: Store) -> None:
+        store.apply(change("a", 0, 2, {"tasks": {"T1": {"id": "T1"}, "T2": {"id": "T2"}},
+                                       "members": {"human:a": {"uri": "human:a"}}}))
+        store.apply(change("b", 0, 1))
+        for held, record in zip(store.load_held(), store.load(entries=False)):
+            assert (held.id, held.version, held.updated_at) == (
+                record.id, record.version, record.updated_at
+            )
+            decoded = {c: {k: json.loads(v) for k, v in objs.items()} for c, objs in held.objects.items()}
+            rebuilt = {**held.meta, **{c: {} for c in COLLECTIONS}, IDEMPOTENCY_KEYS: {}, **decoded}
+            assert rebuilt == record.data
+        assert [h.id for h in store.load_held(workspace="b")] == ["b"]
+        assert store.load_held(workspace="nowhere") == []
+
     def test_entry_texts_are_the_entries(self, store: Store) -> None:
         store.apply(change("w", 0, 4))
         texts = store.read_entry_texts("w", 1, 3)

@@ -14,6 +14,7 @@ import msgspec
 
 from storage import (
     EntryFilter,
+    HeldWorkspace,
     StoreChange,
     StoreConflictError,
     WorkspaceRecord,
@@ -39,6 +40,19 @@ class _Workspace:
         # (filter field, value) -> seqs in order, so a filtered read decodes
         # only its candidates (see storage._match.entry_keys).
         self.index: dict[tuple[str, str], list[int]] = {}
+
+
+def _held(wid: str, ws: _Workspace) -> HeldWorkspace:
+    objects = {c: dict(items) for c, items in ws.objects.items()}
+    return HeldWorkspace(wid, _decode(ws.meta), ws.version, ws.updated_at, objects)
+
+
+def _record(held: HeldWorkspace, log: list[Any] | None) -> WorkspaceRecord:
+    """The decoded record of a held workspace; `log` None leaves "audit" out."""
+    items = [(c, k, _decode(v)) for c, objs in held.objects.items() for k, v in objs.items()]
+    return WorkspaceRecord(
+        held.id, assemble_snapshot(held.meta, log, items), held.version, held.updated_at
+    )
 
 
 class MemoryStore:
@@ -95,35 +109,25 @@ class MemoryStore:
     def save(self, record: WorkspaceRecord) -> None:
         self.apply(change_from_record(record))
 
+    def _held(self, workspace: str | None) -> list[tuple[str, _Workspace]]:
+        if workspace is None:
+            return sorted(self._workspaces.items())
+        ws = self._workspaces.get(workspace)
+        return [] if ws is None else [(workspace, ws)]
+
+    def load_held(self, workspace: str | None = None) -> list[HeldWorkspace]:
+        with self._lock:
+            return [_held(wid, ws) for wid, ws in self._held(workspace)]
+
     def load(self, *, entries: bool = True, workspace: str | None = None) -> list[WorkspaceRecord]:
         # Copy the held text under the lock (writers change it in place), then
         # decode outside it.
         with self._lock:
             held = [
-                (
-                    wid,
-                    ws.meta,
-                    ws.version,
-                    ws.updated_at,
-                    [(c, k, v) for c, items in ws.objects.items() for k, v in items.items()],
-                    list(ws.entries) if entries else [],
-                )
-                for wid, ws in (
-                    sorted(self._workspaces.items())
-                    if workspace is None
-                    else [(workspace, self._workspaces[workspace])]
-                    if workspace in self._workspaces
-                    else []
-                )
+                (_held(wid, ws), list(ws.entries) if entries else None)
+                for wid, ws in self._held(workspace)
             ]
-        out = []
-        for wid, meta, version, updated_at, objects, log in held:
-            items = [(c, k, _decode(v)) for c, k, v in objects]
-            data = assemble_snapshot(_decode(meta), [_decode(e) for e in log], items)
-            if not entries:
-                del data["audit"]
-            out.append(WorkspaceRecord(wid, data, version, updated_at))
-        return out
+        return [_record(h, None if log is None else [_decode(e) for e in log]) for h, log in held]
 
     def read_entries(
         self,

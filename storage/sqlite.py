@@ -18,6 +18,7 @@ from typing import Any, Iterable
 import msgspec
 
 from storage import (
+    HeldWorkspace,
     COLLECTIONS,
     IDEMPOTENCY_KEYS,
     EntryFilter,
@@ -363,7 +364,31 @@ class SqliteStore:
 
     # -- reading -----------------------------------------------------------
 
+    def load_held(self, workspace: str | None = None) -> list[HeldWorkspace]:
+        return [held for held, _ in self._load(workspace, entries=False)]
+
     def load(self, *, entries: bool = True, workspace: str | None = None) -> list[WorkspaceRecord]:
+        out = []
+        for held, log_ in self._load(workspace, entries):
+            try:
+                items = [
+                    (c, k, _value(text, f"object {c}/{k}"))
+                    for c, objs in held.objects.items()
+                    for k, text in objs.items()
+                ]
+            except _Unreadable as exc:
+                self._skip(held.id, exc)
+                continue
+            data = assemble_snapshot(held.meta, log_, items)
+            out.append(WorkspaceRecord(held.id, data, held.version, held.updated_at))
+        return out
+
+    def _load(
+        self, workspace: str | None, entries: bool
+    ) -> list[tuple[HeldWorkspace, list[dict[str, Any]] | None]]:
+        """Each readable workspace, in one read transaction: meta, objects as
+        text, and the decoded log if `entries`; a workspace with a gap in its
+        seqs or an unreadable meta row or entry is skipped with a warning."""
         only, args = ("", ()) if workspace is None else (" WHERE workspace = ?", (workspace,))
         with self._read():
             metas = self._db.execute(
@@ -371,7 +396,7 @@ class SqliteStore:
                 f"FROM chap_meta{only} ORDER BY workspace",
                 args,
             ).fetchall()
-            objects: dict[str, list[tuple[str, str, bytes]]] = {}
+            objects: dict[str, dict[str, dict[str, bytes]]] = {}
             # rowid order is insertion order (writes upsert, keeping the
             # rowid): members come back in join order, as 0.3.3 loads them.
             for wid, collection, key, text in self._db.execute(
@@ -379,7 +404,7 @@ class SqliteStore:
                 f"FROM chap_objects{only} ORDER BY rowid",
                 args,
             ):
-                objects.setdefault(wid, []).append((collection, key, text))
+                objects.setdefault(wid, {}).setdefault(collection, {})[key] = text
             logs: dict[str, list[tuple[int, bytes]]] = {}
             shape: dict[str, tuple[int, int, int]] = {}
             if entries:
@@ -401,9 +426,7 @@ class SqliteStore:
         for wid, meta_text, stored_version, updated_at in metas:
             try:
                 meta = _object(meta_text, "its meta row")
-                items = [
-                    (c, k, _value(text, f"object {c}/{k}")) for c, k, text in objects.get(wid, ())
-                ]
+                log_ = None
                 if entries:
                     log_ = _entries(logs.get(wid, []), "its audit log")
                     held = len(log_)
@@ -415,15 +438,8 @@ class SqliteStore:
                             f"run {low}..{high}, so some seq is missing"
                         )
                     held = count
-                    log_ = []
             except _Unreadable as exc:
-                log.warning(
-                    "workspace %r skipped while loading %s: %s; the other "
-                    "workspaces load. Repair or delete its rows to load it again.",
-                    wid,
-                    self.path,
-                    exc,
-                )
+                self._skip(wid, exc)
                 continue
             if stored_version != held:
                 log.warning(
@@ -434,11 +450,17 @@ class SqliteStore:
                     held,
                     held,
                 )
-            data = assemble_snapshot(meta, log_, items)
-            if not entries:
-                del data["audit"]
-            out.append(WorkspaceRecord(wid, data, held, updated_at))
+            out.append((HeldWorkspace(wid, meta, held, updated_at, objects.get(wid, {})), log_))
         return out
+
+    def _skip(self, wid: str, exc: Exception) -> None:
+        log.warning(
+            "workspace %r skipped while loading %s: %s; the other "
+            "workspaces load. Repair or delete its rows to load it again.",
+            wid,
+            self.path,
+            exc,
+        )
 
     def read_entries(
         self,

@@ -194,6 +194,29 @@ def test_restart_from_sqlite_gives_the_same_workspaces(tmp_path):
     again.close()
 
 
+def test_an_unreadable_stored_object_fails_only_the_calls_that_use_it(tmp_path):
+    import sqlite3
+
+    path = str(tmp_path / "damaged.db")
+    c = Client(make(SqliteStore(path)))
+    T = s0(c)
+    other = c.ok("task.create", **frm(ALICE), assignee=BOT, kind="k", input={})["task_id"]
+    db = sqlite3.connect(path)
+    with db:
+        db.execute(
+            "UPDATE chap_objects SET data = '{\"id\": 5}' WHERE collection = 'tasks' AND id = ?", (T,)
+        )
+    db.close()
+    again = Client(make(SqliteStore(path)))
+    assert again.describe()["task_count"] == 2  # objects are read when used
+    err = again.err("task.update", **frm(BOT), task_id=T, state="in_progress")
+    assert err["code"] == -32603
+    assert "cannot be read" in err["data"]["detail"] and T in err["data"]["detail"]
+    assert "Traceback" not in str(err)
+    assert again.ok("task.update", **frm(BOT), task_id=other, state="in_progress")
+    assert again.describe()["audit_count"] == 6
+
+
 def test_memory_and_sqlite_hold_the_same(tmp_path):
     mem = MemoryStore()
     sql = SqliteStore(str(tmp_path / "same.db"))

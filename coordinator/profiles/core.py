@@ -135,7 +135,7 @@ def workspace_describe(call: Call) -> dict[str, Any]:
         "max_envelope_bytes": call.options.max_envelope_bytes,
         "step_up_window_sec": meta.step_up_window_sec,
         "profiles": list(meta.profiles),
-        "members": [_member_view(m) for m in ws.objects["members"].values()],
+        "members": [_member_view(m) for m in ws.values("members")],
         "audit_count": ws.count,
         "task_count": len(ws.objects["tasks"]),
         "override_count": len(ws.objects["overrides"]),
