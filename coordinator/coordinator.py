@@ -21,16 +21,23 @@ from coordinator import catalogue
 from coordinator.audit import (
     READS,
     AuditEntry,
-    ChainVerifier,
     refusal_is_recorded,
     signed_digest,
 )
+from coordinator.batch import Part, Pending, put_values
 from coordinator.call import Call, Workspace
-from coordinator.canonical import ZERO_HASH, CanonicalError, canonical_bytes, inspect, link_hash
+from coordinator.canonical import (
+    ZERO_HASH,
+    CanonicalError,
+    canonical_bytes,
+    inspect,
+    link_hash,
+)
 from coordinator.clock import Clock, iso_ms, system_clock
 from coordinator.ids import IdSource, random_ids
-from coordinator.model import WorkspaceMeta, from_stored, to_stored
+from coordinator.model import WorkspaceMeta, to_stored
 from coordinator.profiles import HANDLERS
+from coordinator.snapshot import RestoreError, restore_change, workspace_from_held
 from coordinator.wire import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -48,18 +55,15 @@ from coordinator.wire import (
 from storage import (
     IDEMPOTENCY_KEYS,
     EntryFilter,
-    HeldWorkspace,
     MemoryStore,
     Store,
     StoreChange,
     StoreConflictError,
-    WorkspaceRecord,
     assemble_snapshot,
-    change_from_record,
 )
 from storage._match import entry_matches
 
-__all__ = ["AuditListener", "BatchWriteError", "Coordinator", "Options", "RestoreError"]
+__all__ = ["AuditListener", "BatchWriteError", "Coordinator", "LogReader", "Options"]
 
 log = logging.getLogger("chapline")
 
@@ -93,48 +97,15 @@ class Options(msgspec.Struct, frozen=True):
     require_read_membership: bool = False
 
 
-class RestoreError(ValueError):
-    """`restore()` was given data it cannot take; nothing was written."""
-
-
 class BatchWriteError(Exception):
-    """A batch's store write failed; every call in it was undone.
+    """A batch's store write failed for a workspace; its calls were undone.
 
-    `error` is the JSON-RPC error each call of the batch is now answered with.
+    `error` is the JSON-RPC error each of those calls is now answered with.
     """
 
     def __init__(self, error: RpcError) -> None:
         super().__init__(error.message)
         self.error = error
-
-
-class _Part:
-    """One workspace's share of a batch: its unwritten change and how to undo it."""
-
-    __slots__ = ("base", "meta", "count", "created", "undo", "entries", "objects", "last", "calls")
-
-    def __init__(self, ws: Workspace, created: bool) -> None:
-        self.base = ws.count
-        self.meta = ws.meta  # as before the batch
-        self.count = ws.count
-        self.created = created
-        # {collection: {key: value before the batch, None where absent}}
-        self.undo: dict[str, dict[str, Any]] = {}
-        self.entries: list[AuditEntry] = []
-        self.objects: dict[str, dict[str, Any]] = {}
-        self.last: StoreChange | None = None
-        # (envelope, arrived, response) of each call, to answer or re-run it
-        self.calls: list[tuple[dict[str, Any], str, dict[str, Any]]] = []
-
-
-class _Pending:
-    """A batch in progress: each workspace's part, and the entries in call order."""
-
-    __slots__ = ("parts", "written")
-
-    def __init__(self) -> None:
-        self.parts: dict[str, _Part] = {}
-        self.written: list[tuple[str, AuditEntry]] = []
 
 
 class Coordinator:
@@ -168,13 +139,13 @@ class Coordinator:
         )
         self._listeners: list[AuditListener] = [on_audit] if on_audit else []
         self._workspaces: dict[str, Workspace] = {}
-        self._batch: _Pending | None = None
+        self._batch: Pending | None = None
         # Objects stay as stored text until used: a fresh collection is young
         # garbage the collector would otherwise scan again and again.
         gc.disable()
         try:
             for held in self.store.load_held():
-                ws = _workspace_from_held(held)
+                ws = workspace_from_held(held)
                 if ws is not None:
                     self._workspaces[ws.id] = ws
         finally:
@@ -216,7 +187,7 @@ class Coordinator:
         if self._batch is not None:
             yield  # nested: the outer batch writes
             return
-        self._batch = pending = _Pending()
+        self._batch = pending = Pending()
         try:
             yield
         except BaseException:
@@ -268,7 +239,7 @@ class Coordinator:
         if isinstance(data, dict) and isinstance(data.get("workspaces"), list):
             data = data["workspaces"]
         items = data if isinstance(data, list) else [data]
-        changes = [_restore_change(item) for item in items]
+        changes = [restore_change(item) for item in items]
         for change in changes:
             self.store.apply(change)
             if not self._reload(change.id) or change.id not in self._workspaces:
@@ -471,7 +442,11 @@ class Coordinator:
                 log.error("store write failed for workspace %s: %s", ws.id, exc)
                 return error_response(envelope.get("id"), _write_error(ws.id, exc))
         else:
-            self._stage_in_batch(ws, call, change, envelope, response)
+            part = self._batch.parts.get(ws.id)
+            if part is None:
+                part = self._batch.parts[ws.id] = Part(ws, call.created)
+            part.add(ws, call, change, envelope, response)
+            self._batch.written.extend((ws.id, e) for e in entries)
         self._commit(ws, call, meta, len(entries))
         for entry in entries:
             self._index_signed(ws, envelope, entry)
@@ -483,7 +458,7 @@ class Coordinator:
 
     def _commit(self, ws: Workspace, call: Call, meta: WorkspaceMeta, appended: int) -> None:
         """Swap the call's staged values into memory (after the store took them)."""
-        _put_values(ws, call.staged)
+        put_values(ws, call.staged)
         ws.meta = meta
         ws.count += appended
         if call.created:
@@ -500,7 +475,7 @@ class Coordinator:
     def _reload(self, workspace_id: str) -> bool:
         """Replace memory's copy of one workspace with the store's."""
         for held in self.store.load_held(workspace_id):
-            ws = _workspace_from_held(held)
+            ws = workspace_from_held(held)
             if ws is None:
                 return False
             self._workspaces[workspace_id] = ws
@@ -518,40 +493,9 @@ class Coordinator:
 
     # -- batches ------------------------------------------------------------
 
-    def _stage_in_batch(
-        self, ws: Workspace, call: Call, change: StoreChange, envelope: dict[str, Any], response: dict[str, Any]
-    ) -> None:
-        pending = self._batch
-        assert pending is not None
-        part = pending.parts.get(ws.id)
-        if part is None:
-            part = pending.parts[ws.id] = _Part(ws, call.created)
-        for collection, items in call.staged.items():
-            held = ws.objects[collection]
-            first = part.undo.setdefault(collection, {})
-            for key in items:
-                if key not in first:
-                    first[key] = held.get(key)  # None: it was absent
-            part.objects.setdefault(collection, {}).update(items)
-        part.entries.extend(change.entries)
-        part.last = change
-        part.calls.append((envelope, change.updated_at, response))
-        pending.written.extend((ws.id, e) for e in change.entries)
-
-    def _write_part(self, wid: str, part: _Part) -> RpcError | None:
-        last = part.last
-        assert last is not None
-        change = StoreChange(
-            id=wid,
-            base=part.base,
-            version=part.base + len(part.entries),
-            updated_at=last.updated_at,
-            meta=last.meta,
-            entries=part.entries,
-            objects=part.objects,
-        )
+    def _write_part(self, wid: str, part: Part) -> RpcError | None:
         try:
-            self.store.apply(change)
+            self.store.apply(part.change(wid))
         except StoreConflictError as exc:
             return _conflict_error(exc)
         except Exception as exc:
@@ -559,14 +503,11 @@ class Coordinator:
             return _write_error(wid, exc)
         return None
 
-    def _undo(self, wid: str, part: _Part) -> None:
+    def _undo(self, wid: str, part: Part) -> None:
         if part.created:
             self._workspaces.pop(wid, None)
-            return
-        ws = self._workspaces[wid]
-        ws.meta, ws.count = part.meta, part.count
-        _put_values(ws, part.undo)
-        ws.refusal_digests = None
+        else:
+            part.undo_into(self._workspaces[wid])
 
     # -- the log ------------------------------------------------------------
 
@@ -648,18 +589,6 @@ class LogReader:
         return self._coordinator._read_texts(self._ws, start, stop)
 
 
-def _put_values(ws: Workspace, values: dict[str, dict[str, Any]]) -> None:
-    """Set each collection's keys to the values given; None removes the key.
-    (Held objects are never None, so None can stand for "absent".)"""
-    for collection, items in values.items():
-        held = ws.objects[collection]
-        for key, value in items.items():
-            if value is None:
-                held.pop(key, None)
-            else:
-                held[key] = value
-
-
 def _conflict_error(exc: StoreConflictError) -> RpcError:
     return RpcError(
         STORE_CONFLICT,
@@ -677,54 +606,3 @@ def _write_error(workspace_id: str, exc: Exception) -> RpcError:
         "and retry the call.",
         {"workspace": workspace_id},
     )
-
-
-def _workspace_from_held(held: HeldWorkspace) -> Workspace | None:
-    """Memory's form of a stored workspace; None (with a warning) if its own
-    fields cannot be read. Objects are checked when first used."""
-    try:
-        meta = msgspec.convert({"id": held.id, **held.meta}, WorkspaceMeta)
-    except msgspec.ValidationError as exc:
-        log.warning("workspace %s skipped: its stored fields cannot be read (%s)", held.id, exc)
-        return None
-    ws = Workspace(meta, held.version)
-    for collection, items in held.objects.items():
-        if collection in ws.objects:
-            ws.objects[collection] = items
-    return ws
-
-
-def _restore_change(item: Any) -> StoreChange:
-    """The replace change for one snapshot, checked before anything is written."""
-    if not isinstance(item, dict) or not isinstance(item.get("id"), str):
-        raise RestoreError("a snapshot must be an object with a string 'id'")
-    audit = item.get("audit") or []
-    if not isinstance(audit, list):
-        raise RestoreError(f"workspace {item['id']!r}: 'audit' must be an array of entries")
-    for seq, entry in enumerate(audit):
-        if not isinstance(entry, dict) or entry.get("seq") != seq:
-            raise RestoreError(
-                f"workspace {item['id']!r}: audit entry {seq} is missing or out of order"
-            )
-    if item.get("chain_enabled"):
-        verifier = ChainVerifier()
-        for entry in audit:
-            verifier.add_entry(entry)
-        head = verifier.head()
-        if verifier.breaks or head != (item.get("chain_head") or None):
-            problems = "; ".join(verifier.breaks) or "chain_head does not match the log"
-            raise RestoreError(f"workspace {item['id']!r}: the hash chain does not verify: {problems}")
-    updated = audit[-1].get("arrived") if audit else item.get("created", "")
-    try:
-        change = change_from_record(
-            WorkspaceRecord(item["id"], item, len(audit), updated if isinstance(updated, str) else "")
-        )
-        # Every object must be one this coordinator can hold.
-        for collection, items in change.objects.items():
-            for value in items.values():
-                if collection != IDEMPOTENCY_KEYS:
-                    from_stored(collection, value)
-        msgspec.convert({**change.meta}, WorkspaceMeta)
-    except (ValueError, msgspec.ValidationError) as exc:
-        raise RestoreError(f"workspace {item['id']!r}: {exc}") from None
-    return change

@@ -1,0 +1,90 @@
+"""A batch in progress: per workspace, the unwritten change and how to undo it.
+
+The Coordinator drives batches (`Coordinator.batch`); this module holds what
+a batch accumulates, so that building its store change and undoing it in
+memory live beside the data they use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from coordinator.audit import AuditEntry
+from coordinator.call import Call, Workspace
+from storage import StoreChange
+
+__all__ = ["Pending", "Part", "put_values"]
+
+
+def put_values(ws: Workspace, values: dict[str, dict[str, Any]]) -> None:
+    """Set each collection's keys to the values given; None removes the key.
+    (Held objects are never None, so None can stand for "absent".)"""
+    for collection, items in values.items():
+        held = ws.objects[collection]
+        for key, value in items.items():
+            if value is None:
+                held.pop(key, None)
+            else:
+                held[key] = value
+
+
+class Part:
+    """One workspace's share of a batch."""
+
+    __slots__ = ("base", "meta", "created", "undo", "entries", "objects", "last", "calls")
+
+    def __init__(self, ws: Workspace, created: bool) -> None:
+        self.base = ws.count  # entries held before the batch
+        self.meta = ws.meta  # as before the batch
+        self.created = created
+        # {collection: {key: value before the batch, None where absent}}
+        self.undo: dict[str, dict[str, Any]] = {}
+        self.entries: list[AuditEntry] = []
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.last: StoreChange | None = None
+        # (envelope, arrived, response) of each call, to answer or re-run it
+        self.calls: list[tuple[dict[str, Any], str, dict[str, Any]]] = []
+
+    def add(self, ws: Workspace, call: Call, change: StoreChange, envelope: dict[str, Any],
+            response: dict[str, Any]) -> None:
+        """Take one call's change (before memory has it, so undo sees old values)."""
+        for collection, items in call.staged.items():
+            held = ws.objects[collection]
+            first = self.undo.setdefault(collection, {})
+            for key in items:
+                if key not in first:
+                    first[key] = held.get(key)
+            self.objects.setdefault(collection, {}).update(items)
+        self.entries.extend(change.entries)
+        self.last = change
+        self.calls.append((envelope, change.updated_at, response))
+
+    def change(self, workspace_id: str) -> StoreChange:
+        """The one store change for everything this part holds."""
+        last = self.last
+        assert last is not None
+        return StoreChange(
+            id=workspace_id,
+            base=self.base,
+            version=self.base + len(self.entries),
+            updated_at=last.updated_at,
+            meta=last.meta,
+            entries=self.entries,
+            objects=self.objects,
+        )
+
+    def undo_into(self, ws: Workspace) -> None:
+        """Put the workspace back as it was before the batch."""
+        ws.meta, ws.count = self.meta, self.base
+        put_values(ws, self.undo)
+        ws.refusal_digests = None
+
+
+class Pending:
+    """A batch in progress: each workspace's part, and the entries in call order."""
+
+    __slots__ = ("parts", "written")
+
+    def __init__(self) -> None:
+        self.parts: dict[str, Part] = {}
+        self.written: list[tuple[str, AuditEntry]] = []

@@ -1,0 +1,78 @@
+"""Between a workspace in memory and its stored or snapshot forms."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import msgspec
+
+from coordinator.audit import ChainVerifier
+from coordinator.call import Workspace
+from coordinator.model import WorkspaceMeta, from_stored
+from storage import (
+    IDEMPOTENCY_KEYS,
+    HeldWorkspace,
+    StoreChange,
+    WorkspaceRecord,
+    change_from_record,
+)
+
+__all__ = ["RestoreError", "restore_change", "workspace_from_held"]
+
+log = logging.getLogger("chapline")
+
+
+class RestoreError(ValueError):
+    """`restore()` was given data it cannot take; nothing was written."""
+
+
+def workspace_from_held(held: HeldWorkspace) -> Workspace | None:
+    """Memory's form of a stored workspace; None (with a warning) if its own
+    fields cannot be read. Objects are checked when first used."""
+    try:
+        meta = msgspec.convert({"id": held.id, **held.meta}, WorkspaceMeta)
+    except msgspec.ValidationError as exc:
+        log.warning("workspace %s skipped: its stored fields cannot be read (%s)", held.id, exc)
+        return None
+    ws = Workspace(meta, held.version)
+    for collection, items in held.objects.items():
+        if collection in ws.objects:
+            ws.objects[collection] = items
+    return ws
+
+
+def restore_change(item: Any) -> StoreChange:
+    """The replace change for one snapshot, checked before anything is written."""
+    if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+        raise RestoreError("a snapshot must be an object with a string 'id'")
+    audit = item.get("audit") or []
+    if not isinstance(audit, list):
+        raise RestoreError(f"workspace {item['id']!r}: 'audit' must be an array of entries")
+    for seq, entry in enumerate(audit):
+        if not isinstance(entry, dict) or entry.get("seq") != seq:
+            raise RestoreError(
+                f"workspace {item['id']!r}: audit entry {seq} is missing or out of order"
+            )
+    if item.get("chain_enabled"):
+        verifier = ChainVerifier()
+        for entry in audit:
+            verifier.add_entry(entry)
+        head = verifier.head()
+        if verifier.breaks or head != (item.get("chain_head") or None):
+            problems = "; ".join(verifier.breaks) or "chain_head does not match the log"
+            raise RestoreError(f"workspace {item['id']!r}: the hash chain does not verify: {problems}")
+    updated = audit[-1].get("arrived") if audit else item.get("created", "")
+    try:
+        change = change_from_record(
+            WorkspaceRecord(item["id"], item, len(audit), updated if isinstance(updated, str) else "")
+        )
+        # Every object must be one this coordinator can hold.
+        for collection, items in change.objects.items():
+            for value in items.values():
+                if collection != IDEMPOTENCY_KEYS:
+                    from_stored(collection, value)
+        msgspec.convert({**change.meta}, WorkspaceMeta)
+    except (ValueError, msgspec.ValidationError) as exc:
+        raise RestoreError(f"workspace {item['id']!r}: {exc}") from None
+    return change
