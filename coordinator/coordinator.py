@@ -71,6 +71,7 @@ AuditListener = Callable[[str, AuditEntry], None]
 
 MAX_DEPTH = 64
 _decode = msgspec.json.decode
+_decode_entry = msgspec.json.Decoder(AuditEntry).decode
 _encode_sorted = msgspec.json.Encoder(order="sorted").encode
 
 # Methods whose caller must be a member before anything else is looked at.
@@ -328,6 +329,8 @@ class Coordinator:
         except RpcError as err:
             return self._refuse(envelope, raw, method, params, ws, err, False, arrived, retry)
 
+        # The caller gets its own copy: results can share values with held objects.
+        result = _decode(_encode_sorted(result))
         if call.ws is None or method in READS:
             return result_response(req_id, result)
         # 0.3.3 records a call only when params.workspace names the workspace:
@@ -484,7 +487,11 @@ class Coordinator:
         return True
 
     def _notify(self, entries: list[tuple[str, AuditEntry]]) -> None:
+        if not self._listeners:
+            return
         for workspace_id, entry in entries:
+            # A copy: the envelope's values are shared with the objects held.
+            entry = _decode_entry(_encode_sorted(entry))
             for listener in self._listeners:
                 try:
                     listener(workspace_id, entry)

@@ -589,3 +589,26 @@ def test_unrecorded_calls_in_a_batch_write_nothing():
         c.describe()
         c.err("task.update", **frm("human:ghost"), task_id="x", state="in_progress")
     assert store.applied == []
+
+
+def test_mutating_responses_and_listener_entries_changes_nothing_held():
+    seen = []
+    coord = make(on_audit=lambda w, e: seen.append(e))
+    c = Client(coord)
+    T = s0(c)
+    c.ok("participant.join", **frm(BOB), type="human", capabilities={"kinds": ["k"]})
+    before = visible(coord)
+    described = c.describe()
+    described["members"][-1]["capabilities"]["kinds"].append("forged")
+    for entry in seen:
+        entry.envelope["params"]["forged"] = True
+    c.ok("task.update", **frm(BOT), task_id=T, state="in_progress")
+    c.ok("review.request", **frm(BOT), task_id=T, to=[ALICE], artefact={"body": "b"})
+    applied = c.ok("decide.override", **frm(ALICE), task_id=T, rationale="r",
+                   diff=[{"op": "replace", "path": "/body", "value": "c"}])["applied"]
+    applied["body"] = "forged"
+    snap = coord.snapshot(WS)
+    assert snap["tasks"][T]["output"] == {"body": "c"}
+    assert before["describe"]["members"] == c.describe()["members"]
+    assert all("forged" not in e["envelope"]["params"] for e in c.log())
+    assert c.ok("audit.verify_chain")["status"] == "verified"
