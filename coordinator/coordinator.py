@@ -73,6 +73,7 @@ MAX_DEPTH = 64
 _decode = msgspec.json.decode
 _decode_entry = msgspec.json.Decoder(AuditEntry).decode
 _encode_sorted = msgspec.json.Encoder(order="sorted").encode
+_encode = msgspec.json.Encoder().encode  # keeps key order, as results are shown
 
 # Methods whose caller must be a member before anything else is looked at.
 _FLOOR_PREFIXES = ("control.", "deliberate.", "handoff.", "whisper.")
@@ -330,7 +331,7 @@ class Coordinator:
             return self._refuse(envelope, raw, method, params, ws, err, False, arrived, retry)
 
         # The caller gets its own copy: results can share values with held objects.
-        result = _decode(_encode_sorted(result))
+        result = _decode(_encode(result))
         if call.ws is None or method in READS:
             return result_response(req_id, result)
         # 0.3.3 records a call only when params.workspace names the workspace:
