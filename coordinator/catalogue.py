@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+
 __all__ = [
     "ALWAYS_AVAILABLE",
     "IMPLEMENTED_PROFILES",
     "OWNING_PROFILE",
     "profile_name",
+    "profile_names",
 ]
 
 _OWNERS = {
@@ -46,3 +49,13 @@ IMPLEMENTED_PROFILES = frozenset({"core", "review", "modes"})
 def profile_name(profile: str) -> str:
     """`review/1.0` -> `review`: gating matches names, any version."""
     return profile.split("/", 1)[0]
+
+
+@functools.lru_cache(maxsize=256)
+def _names(profiles: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(profile_name(p) for p in profiles)
+
+
+def profile_names(profiles: list[str]) -> frozenset[str]:
+    """The profile names a workspace advertises (cached: every gated call asks)."""
+    return _names(tuple(profiles))

@@ -330,8 +330,10 @@ class Coordinator:
         except RpcError as err:
             return self._refuse(envelope, raw, method, params, ws, err, False, arrived, retry)
 
-        # The caller gets its own copy: results can share values with held objects.
-        result = _decode(_encode(result))
+        # The caller gets its own copy: results can share values with held
+        # objects (audit.read's entries are decoded afresh from the store).
+        if method != "audit.read":
+            result = _decode(_encode(result))
         if call.ws is None or method in READS:
             return result_response(req_id, result)
         # 0.3.3 records a call only when params.workspace names the workspace:
@@ -345,7 +347,7 @@ class Coordinator:
         """The handler for `method`, or the refusal the gates give first."""
         if ws is not None and method not in catalogue.ALWAYS_AVAILABLE and owner != "core/1.0":
             advertised = ws.meta.profiles
-            if catalogue.profile_name(owner) not in {catalogue.profile_name(p) for p in advertised}:
+            if catalogue.profile_name(owner) not in catalogue.profile_names(advertised):
                 raise RpcError(
                     METHOD_NOT_FOUND,
                     f"Unknown method: {method}",
