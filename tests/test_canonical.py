@@ -23,7 +23,7 @@ from coordinator.canonical import (
 )
 
 VECTORS = json.loads(
-    (Path("/work/shared/chap/vectors/canonical-number-vectors.json")).read_text(encoding="utf-8")
+    (Path(__file__).parent / "vectors" / "canonical-number-vectors.json").read_text(encoding="utf-8")
 )
 
 
