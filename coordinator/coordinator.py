@@ -200,10 +200,8 @@ class Coordinator:
         self._batch = None
         failed: dict[str, RpcError] = {}
         conflicted: list[str] = []
-        for wid, part in pending.parts.items():
-            error = self._write_part(wid, part)
-            if error is None:
-                continue
+        for wid, error in self._write_parts(pending.parts).items():
+            part = pending.parts[wid]
             self._undo(wid, part)
             if error.code == STORE_CONFLICT:
                 conflicted.append(wid)
@@ -503,15 +501,35 @@ class Coordinator:
 
     # -- batches ------------------------------------------------------------
 
-    def _write_part(self, wid: str, part: Part) -> RpcError | None:
-        try:
-            self.store.apply(part.change(wid))
-        except StoreConflictError as exc:
-            return _conflict_error(exc)
-        except Exception as exc:
-            log.error("store write failed for workspace %s: %s", wid, exc)
-            return _write_error(wid, exc)
-        return None
+    def _write_parts(self, parts: dict[str, Part]) -> dict[str, RpcError]:
+        """Write each workspace's part; the errors of those not written.
+
+        A store with `apply_many` takes them all with one commit (each still
+        all or nothing on its own)."""
+        changes = [part.change(wid) for wid, part in parts.items()]
+        apply_many = getattr(self.store, "apply_many", None)
+        results: list[Exception | None]
+        if apply_many is not None and len(changes) > 1:
+            try:
+                results = apply_many(changes)
+            except Exception as exc:  # the commit itself failed: nothing was written
+                results = [exc] * len(changes)
+        else:
+            results = []
+            for change in changes:
+                try:
+                    self.store.apply(change)
+                    results.append(None)
+                except Exception as exc:
+                    results.append(exc)
+        errors: dict[str, RpcError] = {}
+        for change, exc in zip(changes, results):
+            if isinstance(exc, StoreConflictError):
+                errors[change.id] = _conflict_error(exc)
+            elif exc is not None:
+                log.error("store write failed for workspace %s: %s", change.id, exc)
+                errors[change.id] = _write_error(change.id, exc)
+        return errors
 
     def _undo(self, wid: str, part: Part) -> None:
         if part.created:

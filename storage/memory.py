@@ -77,7 +77,7 @@ class MemoryStore:
             try:
                 self.apply(change)
                 results.append(None)
-            except (StoreConflictError, ValueError, TypeError, msgspec.EncodeError) as exc:
+            except Exception as exc:  # each change stands alone: report it, go on
                 results.append(exc)
         return results
 

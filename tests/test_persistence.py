@@ -612,3 +612,34 @@ def test_mutating_responses_and_listener_entries_changes_nothing_held():
     assert before["describe"]["members"] == c.describe()["members"]
     assert all("forged" not in e["envelope"]["params"] for e in c.log())
     assert c.ok("audit.verify_chain")["status"] == "verified"
+
+
+class _CountingSqlite(SqliteStore):
+    def __init__(self, path):
+        super().__init__(path)
+        self.calls: list[str] = []
+
+    def apply(self, change):
+        self.calls.append("apply")
+        super().apply(change)
+
+    def apply_many(self, changes):
+        self.calls.append("apply_many")
+        return super().apply_many(changes)
+
+
+def test_a_batch_over_several_workspaces_commits_once(tmp_path):
+    path = str(tmp_path / "many.db")
+    store = _CountingSqlite(path)
+    coord = make(store)
+    c, d = Client(coord), Client(coord, "w2")
+    T = s0(c)
+    store.calls.clear()
+    with coord.batch():
+        c.ok("task.update", **frm(BOT), task_id=T, state="in_progress")
+        d.ok("workspace.create")
+        d.ok("participant.join", **frm(ALICE), type="human")
+    assert store.calls == ["apply_many"]
+    again = make(SqliteStore(path))
+    assert Client(again).describe()["audit_count"] == 5
+    assert [m["uri"] for m in Client(again, "w2").describe()["members"]] == [ALICE]
