@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -109,14 +109,16 @@ def entry_is_well_formed(entry: Any) -> bool:
 
 
 class _Call(msgspec.Struct):
-    """The two fields that make a recorded call well formed."""
+    """The two fields that make a recorded call well formed (as `_is_call`)."""
 
-    jsonrpc: str
+    jsonrpc: Literal["2.0"]
     method: str
 
 
 class _Outcome(msgspec.Struct):
-    status: str
+    """A refusal's outcome (as `entry_is_well_formed`)."""
+
+    status: Literal["refused"]
     code: int
 
 
@@ -230,9 +232,10 @@ class ChainVerifier:
         self._last, self._last_prev = source, base
 
     def _relink_last(self) -> None:
+        """The previous link did not match as stored: recompute it canonically."""
         entry = _decode_any(self._last)
         self._last = entry
         try:
             self._head = link_hash(canonical_bytes(record_of(entry)), self._last_prev)
         except CanonicalError:
-            pass
+            self.breaks.append(f"seq {entry.get('seq')}: record cannot be canonicalised")

@@ -31,7 +31,7 @@ def put_values(ws: Workspace, values: dict[str, dict[str, Any]]) -> None:
 class Part:
     """One workspace's share of a batch."""
 
-    __slots__ = ("base", "meta", "created", "undo", "entries", "objects", "last", "calls")
+    __slots__ = ("base", "meta", "created", "undo", "order", "entries", "objects", "last", "calls")
 
     def __init__(self, ws: Workspace, created: bool) -> None:
         self.base = ws.count  # entries held before the batch
@@ -39,17 +39,21 @@ class Part:
         self.created = created
         # {collection: {key: value before the batch, None where absent}}
         self.undo: dict[str, dict[str, Any]] = {}
+        # {collection: keys in held order}, for collections the batch deletes from
+        self.order: dict[str, list[str]] = {}
         self.entries: list[AuditEntry] = []
         self.objects: dict[str, dict[str, Any]] = {}
         self.last: StoreChange | None = None
-        # (envelope, arrived, response) of each call, to answer or re-run it
+        # (envelope, arrived, response) of each call answered from this
+        # workspace's provisional state, to rewrite or re-run it
         self.calls: list[tuple[dict[str, Any], str, dict[str, Any]]] = []
 
-    def add(self, ws: Workspace, call: Call, change: StoreChange, envelope: dict[str, Any],
-            response: dict[str, Any]) -> None:
+    def add(self, ws: Workspace, call: Call, change: StoreChange) -> None:
         """Take one call's change (before memory has it, so undo sees old values)."""
         for collection, items in call.staged.items():
             held = ws.objects[collection]
+            if None in items.values() and collection not in self.order:
+                self.order[collection] = list(held)  # a deletion: undo restores the order
             first = self.undo.setdefault(collection, {})
             for key in items:
                 if key not in first:
@@ -57,7 +61,6 @@ class Part:
             self.objects.setdefault(collection, {}).update(items)
         self.entries.extend(change.entries)
         self.last = change
-        self.calls.append((envelope, change.updated_at, response))
 
     def change(self, workspace_id: str) -> StoreChange:
         """The one store change for everything this part holds."""
@@ -77,14 +80,19 @@ class Part:
         """Put the workspace back as it was before the batch."""
         ws.meta, ws.count = self.meta, self.base
         put_values(ws, self.undo)
+        for collection, keys in self.order.items():
+            held = ws.objects[collection]
+            ws.objects[collection] = {key: held[key] for key in keys}
         ws.refusal_digests = None
 
 
 class Pending:
     """A batch in progress: each workspace's part, and the entries in call order."""
 
-    __slots__ = ("parts", "written")
+    __slots__ = ("parts", "written", "current")
 
     def __init__(self) -> None:
         self.parts: dict[str, Part] = {}
         self.written: list[tuple[str, AuditEntry]] = []
+        # (workspace id, envelope, arrived) of the call being dispatched
+        self.current: tuple[str, dict[str, Any], str] | None = None

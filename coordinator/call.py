@@ -83,13 +83,12 @@ class Call:
         "method",
         "params",
         "arrived",
-        "workspace_id",
         "ws",
         "created",
         "meta",
         "staged",
         "options",
-        "new_id",
+        "_ids",
         "log",
     )
 
@@ -106,14 +105,12 @@ class Call:
         self.method = method
         self.params = params
         self.arrived = arrived
-        wid = params.get("workspace")
-        self.workspace_id = wid if isinstance(wid, str) else None
         self.ws = ws
         self.created = False
         self.meta: WorkspaceMeta | None = None  # a new meta, when staged
         self.staged: dict[str, dict[str, Any]] = {}
         self.options = options
-        self.new_id = new_id
+        self._ids = new_id
         self.log = log
 
     # -- reading ----------------------------------------------------------
@@ -125,11 +122,6 @@ class Call:
             raise missing(name)
         return value
 
-    def require_str(self, name: str) -> str:
-        value = self.require(name)
-        if not isinstance(value, str):
-            raise RpcError(INVALID_PARAMS, f"Invalid field: {name} must be a string")
-        return value
 
     def workspace(self) -> Workspace:
         """The workspace the call names, else -32602."""
@@ -137,10 +129,6 @@ class Call:
             raise RpcError(INVALID_PARAMS, f"Unknown workspace: {self.params.get('workspace')}")
         return self.ws
 
-    def current_meta(self) -> WorkspaceMeta:
-        if self.meta is not None:
-            return self.meta
-        return self.workspace().meta
 
     def get(self, collection: str, key: Any) -> Any:
         """An object as this call sees it: staged value first, then live."""
@@ -180,6 +168,14 @@ class Call:
             raise RpcError(INVALID_PARAMS, f"Unknown task: {task_id}")
         return t
 
+    def new_id(self, prefix: str, collection: str | None = None) -> str:
+        """A generated id that names nothing held in `collection` (an id
+        source restarted with the same seed would otherwise repeat ids)."""
+        while True:
+            candidate = self._ids(prefix)
+            if collection is None or self.get(collection, candidate) is None:
+                return candidate
+
     # -- staging ----------------------------------------------------------
 
     def advance(self, task: Task, state: str, note: Any = None, **changes: Any) -> Task:
@@ -201,7 +197,6 @@ class Call:
     def create_workspace(self, meta: WorkspaceMeta) -> Workspace:
         """Stage a new workspace; it exists for others once the call commits."""
         self.ws = Workspace(meta)
-        self.workspace_id = meta.id
         self.created = True
         self.meta = meta
         return self.ws

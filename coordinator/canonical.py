@@ -28,6 +28,10 @@ __all__ = [
 MAX_SAFE_INTEGER = 2**53 - 1
 ZERO_HASH = "sha256:" + "0" * 64
 
+# The walk stops descending here (a refusal for depth needs no deeper look,
+# and Python's recursion limit must never be reached).
+_DEEPEST = 100
+
 _sorted_encode = msgspec.json.Encoder(order="sorted").encode
 _ordered_encode = msgspec.json.Encoder().encode
 
@@ -105,6 +109,8 @@ def _walk(container: Any, level: int, shape: Shape) -> None:
         members = container
     if members and level + 1 > shape.depth:
         shape.depth = level + 1
+    if level > _DEEPEST:
+        return  # far past any limit: the depth alone refuses it
     for v in members:
         t = type(v)
         if t is str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Callable
 
 __all__ = ["Clock", "StepClock", "iso_ms", "system_clock"]
 
@@ -32,16 +32,20 @@ class StepClock:
         return self._now
 
 
-_last_day: list[Any] = [None, ""]  # formatting a date costs ~5 µs; a day's calls share it
+# (day number, "YYYY-MM-DD"): formatting a date costs ~5 µs, so a day's calls
+# share it. One tuple, replaced whole, so threads never see a torn pair.
+_last_day: tuple[int, str] = (-1, "")
 
 
 def iso_ms(epoch_ms: int) -> str:
     """`YYYY-MM-DDTHH:MM:SS.mmmZ`, the one timestamp form CHAP coordinators write."""
+    global _last_day
     day, ms_of_day = divmod(epoch_ms, 86_400_000)
-    cached = _last_day
-    if cached[0] != day:
-        cached[0], cached[1] = day, f"{datetime.fromtimestamp(day * 86_400, tz=timezone.utc):%Y-%m-%d}"
+    cached_day, date = _last_day
+    if cached_day != day:
+        date = f"{datetime.fromtimestamp(day * 86_400, tz=timezone.utc):%Y-%m-%d}"
+        _last_day = (day, date)
     seconds, ms = divmod(ms_of_day, 1000)
     minutes, s = divmod(seconds, 60)
     h, m = divmod(minutes, 60)
-    return f"{cached[1]}T{h:02d}:{m:02d}:{s:02d}.{ms:03d}Z"
+    return f"{date}T{h:02d}:{m:02d}:{s:02d}.{ms:03d}Z"

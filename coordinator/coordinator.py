@@ -130,6 +130,12 @@ class Coordinator:
         require_read_membership: bool = False,
         on_audit: AuditListener | None = None,
     ) -> None:
+        unknown = [p for p in default_profiles if catalogue.profile_name(p) not in catalogue.IMPLEMENTED_PROFILES]
+        if unknown:
+            raise ValueError(
+                f"default_profiles {unknown} are not implemented by chapline; it implements "
+                f"{', '.join(sorted(n + '/1.0' for n in catalogue.IMPLEMENTED_PROFILES))}"
+            )
         self.store: Store = store if store is not None else MemoryStore()
         self._clock = clock or system_clock
         self._ids = ids or random_ids
@@ -144,6 +150,7 @@ class Coordinator:
         self._batch: Pending | None = None
         # Objects stay as stored text until used: a fresh collection is young
         # garbage the collector would otherwise scan again and again.
+        collecting = gc.isenabled()
         gc.disable()
         try:
             for held in self.store.load_held():
@@ -151,16 +158,33 @@ class Coordinator:
                 if ws is not None:
                     self._workspaces[ws.id] = ws
         finally:
-            gc.enable()
+            if collecting:
+                gc.enable()
 
     # -- public API ---------------------------------------------------------
 
     def dispatch(self, envelope: dict[str, Any] | str | bytes) -> dict[str, Any]:
         """Answer one JSON-RPC envelope (a dict, or its JSON text). Never raises."""
-        arrived = iso_ms(self._clock())
+        batch = self._batch
+        if batch is not None:
+            batch.current = None
+        response = self._dispatch_safe(envelope, None, retry=True)
+        if batch is not None and batch.current is not None:
+            # Anything answered from a workspace the batch changed depends on
+            # that write: it is rewritten or run again with the batch's calls.
+            wid, own, arrived = batch.current
+            part = batch.parts.get(wid)
+            if part is not None:
+                part.calls.append((own, arrived, response))
+        return response
+
+    def _dispatch_safe(self, envelope: Any, arrived: str | None, retry: bool) -> dict[str, Any]:
+        """`_dispatch`, with a defect answered -32603 (no traceback), never raised."""
         try:
-            return self._dispatch(envelope, arrived, retry=True)
-        except Exception as exc:  # a defect: answer it, never leak a traceback
+            if arrived is None:
+                arrived = iso_ms(int(self._clock()))
+            return self._dispatch(envelope, arrived, retry)
+        except Exception as exc:
             log.exception("internal error while dispatching")
             req_id = envelope.get("id") if isinstance(envelope, dict) else None
             return error_response(
@@ -214,9 +238,12 @@ class Coordinator:
             [(wid, e) for wid, e in pending.written if wid not in failed and wid not in conflicted]
         )
         for wid in conflicted:
-            self._reload(wid)
+            try:
+                self._reload(wid)
+            except Exception:  # the re-runs conflict again and reload themselves
+                log.exception("reloading workspace %s after a conflict failed", wid)
             for envelope, arrived, response in pending.parts[wid].calls:
-                again = self._dispatch(envelope, arrived, retry=False)
+                again = self._dispatch_safe(envelope, arrived, retry=True)
                 response.clear()
                 response.update(again)
         if failed:
@@ -297,6 +324,8 @@ class Coordinator:
         params = envelope.get("params") or {}
         wid = params.get("workspace")
         ws = self._workspace(wid) if isinstance(wid, str) else None
+        if self._batch is not None and isinstance(wid, str):
+            self._batch.current = (wid, envelope, arrived)
 
         sig = envelope.get("sig")
         if ws is not None and isinstance(sig, str):
@@ -322,7 +351,7 @@ class Coordinator:
                 if task is not None:
                     return result_response(req_id, {"task_id": task.id, "state": task.state})
 
-        call = Call(method, params, arrived, ws, self.options, self._ids, self._log_reader(ws))
+        call = Call(method, params, arrived, ws, self.options, self._new_id, self._log_reader(ws))
         try:
             result = handler(call)
         except RpcError as err:
@@ -396,7 +425,7 @@ class Coordinator:
         outcome = {"status": "refused", "code": err.code}
         # JCS of {"outcome", "request"}: keys in order, request already canonical.
         record = b'{"outcome":' + _encode_sorted(outcome) + b',"request":' + raw + b"}"
-        call = Call(method, params, arrived, ws, self.options, self._ids, self._log_reader(ws))
+        call = Call(method, params, arrived, ws, self.options, self._new_id, self._log_reader(ws))
         return self._record(envelope, call, error_response(req_id, err), record, outcome, arrived, retry)
 
     def _record(
@@ -436,21 +465,18 @@ class Coordinator:
             objects=call.staged,
         )
         if self._batch is None:
-            try:
-                self.store.apply(change)
-            except StoreConflictError as exc:
-                if retry and self._reload(ws.id):
+            error = self._apply(change)
+            if error is not None:
+                if error.code == STORE_CONFLICT and retry and self._reload(ws.id):
                     return self._dispatch(envelope, arrived, retry=False)
-                return error_response(envelope.get("id"), _conflict_error(exc))
-            except Exception as exc:
-                log.error("store write failed for workspace %s: %s", ws.id, exc)
-                return error_response(envelope.get("id"), _write_error(ws.id, exc))
+                return error_response(envelope.get("id"), error)
         else:
             part = self._batch.parts.get(ws.id)
             if part is None:
                 part = self._batch.parts[ws.id] = Part(ws, call.created)
-            part.add(ws, call, change, envelope, response)
+            part.add(ws, call, change)
             self._batch.written.extend((ws.id, e) for e in entries)
+            self._batch.current = (ws.id, envelope, arrived)
         self._commit(ws, call, meta, len(entries))
         for entry in entries:
             self._index_signed(ws, envelope, entry)
@@ -468,12 +494,20 @@ class Coordinator:
         if call.created:
             self._workspaces[ws.id] = ws
 
+    def _new_id(self, prefix: str) -> str:
+        """A generated id; a workspace id that names no workspace already."""
+        candidate = self._ids(prefix)
+        while prefix == "wsp" and self._workspace(candidate) is not None:
+            candidate = self._ids(prefix)
+        return candidate
+
     def _workspace(self, workspace_id: str) -> Workspace | None:
         """The workspace held in memory, or one another writer has since put in
         the store (so coordinators sharing a store see each other's)."""
         ws = self._workspaces.get(workspace_id)
-        if ws is None and self._batch is None and self._reload(workspace_id):
-            ws = self._workspaces.get(workspace_id)
+        if ws is None and (self._batch is None or workspace_id not in self._batch.parts):
+            if self._reload(workspace_id):
+                ws = self._workspaces.get(workspace_id)
         return ws
 
     def _reload(self, workspace_id: str) -> bool:
@@ -491,11 +525,12 @@ class Coordinator:
         if not self._listeners:
             return
         for workspace_id, entry in entries:
-            # A copy: the envelope's values are shared with the objects held.
-            entry = _decode_entry(_encode_sorted(entry))
+            text = _encode_sorted(entry)
             for listener in self._listeners:
                 try:
-                    listener(workspace_id, entry)
+                    # Its own copy: the envelope's values are shared with held
+                    # objects, and one listener must not change what another sees.
+                    listener(workspace_id, _decode_entry(text))
                 except Exception:
                     log.exception("audit listener %r raised; the call is unaffected", listener)
 
@@ -508,28 +543,26 @@ class Coordinator:
         all or nothing on its own)."""
         changes = [part.change(wid) for wid, part in parts.items()]
         apply_many = getattr(self.store, "apply_many", None)
-        results: list[Exception | None]
-        if apply_many is not None and len(changes) > 1:
-            try:
-                results = apply_many(changes)
-            except Exception as exc:  # the commit itself failed: nothing was written
-                results = [exc] * len(changes)
-        else:
-            results = []
-            for change in changes:
-                try:
-                    self.store.apply(change)
-                    results.append(None)
-                except Exception as exc:
-                    results.append(exc)
-        errors: dict[str, RpcError] = {}
-        for change, exc in zip(changes, results):
-            if isinstance(exc, StoreConflictError):
-                errors[change.id] = _conflict_error(exc)
-            elif exc is not None:
-                log.error("store write failed for workspace %s: %s", change.id, exc)
-                errors[change.id] = _write_error(change.id, exc)
-        return errors
+        if apply_many is None or len(changes) == 1:
+            errors = {change.id: self._apply(change) for change in changes}
+            return {wid: error for wid, error in errors.items() if error is not None}
+        try:
+            results = apply_many(changes)
+        except Exception as exc:  # the commit itself failed: nothing was written
+            results = [exc] * len(changes)
+        return {
+            change.id: _store_error(change.id, exc)
+            for change, exc in zip(changes, results)
+            if exc is not None
+        }
+
+    def _apply(self, change: StoreChange) -> RpcError | None:
+        """Write one change; the error to answer with if the store refused it."""
+        try:
+            self.store.apply(change)
+        except Exception as exc:
+            return _store_error(change.id, exc)
+        return None
 
     def _undo(self, wid: str, part: Part) -> None:
         if part.created:
@@ -615,6 +648,14 @@ class LogReader:
         if self._ws is None:
             return []
         return self._coordinator._read_texts(self._ws, start, stop)
+
+
+def _store_error(workspace_id: str, exc: Exception) -> RpcError:
+    """The answer to a call whose write the store refused."""
+    if isinstance(exc, StoreConflictError):
+        return _conflict_error(exc)
+    log.error("store write failed for workspace %s: %s", workspace_id, exc)
+    return _write_error(workspace_id, exc)
 
 
 def _conflict_error(exc: StoreConflictError) -> RpcError:

@@ -7,7 +7,8 @@ from typing import Any
 
 import msgspec
 
-from coordinator.audit import ChainVerifier
+from coordinator.audit import ChainVerifier, entry_is_well_formed
+from coordinator.canonical import ZERO_HASH
 from coordinator.call import Workspace
 from coordinator.model import WorkspaceMeta, from_stored
 from storage import (
@@ -54,12 +55,18 @@ def restore_change(item: Any) -> StoreChange:
             raise RestoreError(
                 f"workspace {item['id']!r}: audit entry {seq} is missing or out of order"
             )
+        if not entry_is_well_formed(entry):
+            raise RestoreError(
+                f"workspace {item['id']!r}: audit entry {seq} is neither an accepted call "
+                "{seq, arrived, envelope} nor a refusal {seq, arrived, request, outcome}"
+            )
     if item.get("chain_enabled"):
         verifier = ChainVerifier()
         for entry in audit:
             verifier.add_entry(entry)
-        head = verifier.head()
-        if verifier.breaks or head != (item.get("chain_head") or None):
+        # A chained workspace with no chained entry yet has the zero head.
+        head = verifier.head() or ZERO_HASH
+        if verifier.breaks or head != item.get("chain_head"):
             problems = "; ".join(verifier.breaks) or "chain_head does not match the log"
             raise RestoreError(f"workspace {item['id']!r}: the hash chain does not verify: {problems}")
     updated = audit[-1].get("arrived") if audit else item.get("created", "")

@@ -84,5 +84,9 @@ def decode_json(raw: bytes | str) -> Any:
     """Parse a request body; raises RpcError(-32700) on anything but JSON."""
     try:
         return _decoder.decode(raw)
-    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+    except (msgspec.DecodeError, UnicodeError) as exc:  # UnicodeError: a str with a lone surrogate
         raise RpcError(PARSE_ERROR, f"Parse error: {exc}") from None
+    except RecursionError:
+        raise RpcError(
+            INVALID_REQUEST, "Envelope nests too deep to parse (CHAP allows 64 levels)"
+        ) from None

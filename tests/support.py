@@ -35,7 +35,9 @@ def env(method: str, params: Any = None, id: Any = "r1") -> dict[str, Any]:
 def make(store: Any = None, **kw: Any) -> Coordinator:
     """A deterministic coordinator: StepClock and CounterIds, as the reference's
     deterministic mode."""
-    return Coordinator(store, clock=StepClock(), ids=CounterIds(), **kw)
+    kw.setdefault("clock", StepClock())
+    kw.setdefault("ids", CounterIds())
+    return Coordinator(store, **kw)
 
 
 class Client:

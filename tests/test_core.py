@@ -24,7 +24,6 @@ from support import (
     WS,
     Client,
     FailingStore,
-    count,
     edit_workspace,
     env,
     make,

@@ -643,3 +643,119 @@ def test_a_batch_over_several_workspaces_commits_once(tmp_path):
     again = make(SqliteStore(path))
     assert Client(again).describe()["audit_count"] == 5
     assert [m["uri"] for m in Client(again, "w2").describe()["members"]] == [ALICE]
+
+
+# -- findings of the whole-repository review -----------------------------------
+
+
+def test_values_that_would_not_load_again_are_refused(tmp_path):
+    path = str(tmp_path / "typed.db")
+    c = Client(make(SqliteStore(path)))
+    assert c.err("workspace.create", routing_policy_uri=5)["code"] == -32602
+    c.ok("workspace.create")
+    assert c.err("participant.join", **frm(ALICE), type="human", role=7)["code"] == -32602
+    c.ok("participant.join", **frm(ALICE), type="human", role="reviewer")
+    again = Client(make(SqliteStore(path)))
+    assert [m["role"] for m in again.describe()["members"]] == ["reviewer"]
+
+
+def test_a_replay_in_a_failed_batch_is_answered_with_the_error():
+    store = FailingStore()
+    coord = make(store)
+    c = Client(coord)
+    s0(c)
+    store.failing = True
+    with pytest.raises(BatchWriteError):
+        with coord.batch():
+            first = c.call("task.create", **frm(ALICE), assignee=BOT, kind="k", input={},
+                           idempotency_key="K")
+            replay = c.call("task.create", **frm(ALICE), assignee=BOT, kind="k", input={},
+                            idempotency_key="K")
+            read = c.call("workspace.describe")
+            assert read["result"]["task_count"] == 2  # provisional
+    store.failing = False
+    for r in (first, replay, read):
+        assert "result" not in r and r["error"]["code"] == -32900, r
+    assert c.describe()["task_count"] == 1
+
+
+def test_a_replay_in_a_conflicting_batch_is_run_again(tmp_path):
+    path = str(tmp_path / "replay.db")
+    one = make(SqliteStore(path))
+    c1 = Client(one)
+    s0(c1)
+    c2 = Client(make(SqliteStore(path)))
+    with one.batch():
+        first = c1.call("task.create", **frm(ALICE), assignee=BOT, kind="k", input={},
+                        idempotency_key="K")
+        replay = c1.call("task.create", **frm(ALICE), assignee=BOT, kind="k", input={},
+                         idempotency_key="K")
+        c2.ok("participant.join", **frm(BOB), type="human")
+    assert first["result"]["task_id"] == replay["result"]["task_id"]
+    fresh = make(SqliteStore(path))
+    assert fresh.snapshot(WS)["tasks"].keys() >= {first["result"]["task_id"]}
+    assert Client(fresh).describe()["task_count"] == 2
+
+
+def test_a_join_in_a_batch_finds_a_workspace_another_writer_created(tmp_path):
+    from coordinator.ids import random_ids
+
+    path = str(tmp_path / "other.db")
+    a = make(SqliteStore(path))
+    # a generated id: the workspace is stored with no entries, so only a
+    # lookup (not the base check) can tell that it exists
+    b = make(SqliteStore(path), ids=random_ids)
+    theirs = Client(b, None).call("workspace.create", mode_ceiling="shadow")["result"]["workspace"]
+    with a.batch():
+        r = Client(a, theirs).call("participant.join", **frm(ALICE), type="human")
+    assert r["result"]["joined"] is True
+    assert Client(make(SqliteStore(path)), theirs).describe()["mode_ceiling"] == "shadow"
+
+
+def test_generated_ids_never_reuse_a_held_one(tmp_path):
+    from coordinator import CounterIds
+
+    path = str(tmp_path / "ids.db")
+    c = Client(make(SqliteStore(path), ids=CounterIds()))
+    s0(c)
+    again = Client(make(SqliteStore(path), ids=CounterIds()))
+    again.ok("task.create", **frm(ALICE), assignee=BOT, kind="k", input={})
+    assert again.describe()["task_count"] == 2
+
+
+def test_unimplemented_default_profiles_are_refused():
+    with pytest.raises(ValueError, match="whisper/1.0"):
+        make(default_profiles=("core/1.0", "whisper/1.0"))
+
+
+def test_restore_takes_back_what_snapshot_gave_for_an_empty_chained_workspace():
+    coord = make()
+    wid = Client(coord, None).call("workspace.create")["result"]["workspace"]
+    again = make()
+    assert again.restore(coord.snapshot(wid)) == [wid]
+    assert again.snapshot(wid) == coord.snapshot(wid)
+
+
+def test_restore_refuses_malformed_entries_without_a_chain():
+    bad = {"id": "w", "created": "t", "chain_enabled": False,
+           "audit": [{"seq": 0, "arrived": "t", "envelope": "junk"}]}
+    with pytest.raises(RestoreError, match="entry 0"):
+        make().restore(bad)
+
+
+def test_dispatch_never_raises_and_answers_deep_or_broken_input():
+    import time
+
+    coord = make(clock=lambda: time.time() * 1000)  # a float clock
+    assert "result" in coord.dispatch(
+        {"jsonrpc": "2.0", "id": 1, "method": "workspace.create", "params": {"workspace": "w"}}
+    )
+    deep = b'{"jsonrpc":"2.0","id":1,"method":"workspace.describe","params":{"x":' + b"[" * 5000 + b"]" * 5000 + b"}}"
+    assert coord.dispatch(deep)["error"]["code"] == -32600
+    nested: dict = {"a": 1}
+    for _ in range(5000):
+        nested = {"a": nested}
+    r = coord.dispatch({"jsonrpc": "2.0", "id": 1, "method": "workspace.describe", "params": {"x": nested}})
+    assert r["error"]["code"] == -32600
+    r = coord.dispatch('{"jsonrpc":"2.0","id":1,"method":"a\ud800"}')
+    assert r["error"]["code"] == -32700

@@ -59,9 +59,7 @@ def _new_workspace(call: Call, wid: str) -> WorkspaceMeta:
     """Stage a new workspace from the call's params (or the defaults)."""
     profiles = _profiles_param(call, call.options.default_profiles)
     p = call.params
-    chained = call.options.enable_chain or any(
-        profile_name(x) == "audit-scitt" for x in profiles
-    )
+    chained = call.options.enable_chain
     meta = WorkspaceMeta(
         id=wid,
         created=call.arrived,
@@ -77,6 +75,8 @@ def _new_workspace(call: Call, wid: str) -> WorkspaceMeta:
     for name in ("mode", "mode_ceiling"):
         if not isinstance(getattr(meta, name), str):
             raise _bad(f"{name} must be a string")
+    if not isinstance(meta.routing_policy_uri, (str, type(None))):
+        raise _bad("routing_policy_uri must be a string (a URI)")
     if type(meta.step_up_window_sec) is not int:
         raise _bad("step_up_window_sec must be an integer number of seconds")
     call.create_workspace(meta)
@@ -157,11 +157,7 @@ def workspace_set_profiles(call: Call) -> dict[str, Any]:
     profiles = _profiles_param(call, None)
     if not any(profile_name(p) == "core" for p in profiles):
         profiles = [*profiles, "core/1.0"]
-    meta = replace(ws.meta, profiles=profiles)
-    if not meta.chain_enabled and any(profile_name(p) == "audit-scitt" for p in profiles):
-        # Chaining starts with this very entry; nothing earlier is back-filled.
-        meta = replace(meta, chain_enabled=True, chain_head=ZERO_HASH)
-    call.set_meta(meta)
+    call.set_meta(replace(ws.meta, profiles=profiles))
     return {"profiles": profiles}
 
 
@@ -176,6 +172,9 @@ def participant_join(call: Call) -> dict[str, Any]:
         raise _bad("from must be a participant URI string")
     if not isinstance(kind, str):
         raise _bad("type must be a string: human, agent, service, group or workspace")
+    role = call.params.get("role")
+    if role is not None and not isinstance(role, str):
+        raise _bad("role must be a string, such as \"reviewer\"")
     if call.ws is None:
         _new_workspace_for_join(call, wid)
     existing = call.member(sender)
@@ -323,7 +322,7 @@ def task_create(call: Call) -> dict[str, Any]:
         raise _bad("review_required must be a boolean")
     if trial_forces_review(meta, mode):
         review_required = True
-    task_id = call.new_id("tsk")
+    task_id = call.new_id("tsk", "tasks")
     task = Task(
         id=task_id,
         kind=kind,

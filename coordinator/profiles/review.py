@@ -303,7 +303,7 @@ def decide_override(call: Call) -> dict[str, Any]:
     except PatchError as exc:
         raise RpcError(PATCH_FAILED, f"JSON Patch failed: {exc.message}", exc.data or None) from None
     p = call.params
-    override_id = call.new_id("art")
+    override_id = call.new_id("art", "overrides")
     call.put(
         "overrides",
         override_id,
@@ -392,7 +392,7 @@ def escalate_raise(call: Call) -> dict[str, Any]:
             "give new_task.mode at or below it",
         )
     required = True if original.review_required or trial_forces_review(meta, mode) else None
-    new_id = call.new_id("tsk")
+    new_id = call.new_id("tsk", "tasks")
     successor = call.advance(
         Task(
             id=new_id,
