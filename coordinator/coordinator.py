@@ -572,18 +572,22 @@ class Coordinator:
 
     # -- the log ------------------------------------------------------------
 
-    def _read_log(
-        self, ws: Workspace, start: int, stop: int, where: EntryFilter | None
-    ) -> list[dict[str, Any]]:
-        """Entries `start <= seq < stop`, including a batch's unwritten ones."""
+    def _log_split(self, ws: Workspace, start: int, stop: int) -> tuple[int, list[AuditEntry]]:
+        """Where the durable part of `start <= seq < stop` ends, and the
+        batch's unwritten entries within it."""
         unwritten: list[AuditEntry] = []
         if self._batch is not None and ws.id in self._batch.parts:
             unwritten = self._batch.parts[ws.id].entries
         durable = ws.count - len(unwritten)
-        out = []
-        if start < min(stop, durable):
-            out = self.store.read_entries(ws.id, start, min(stop, durable), where)
-        for entry in unwritten[max(start - durable, 0) : max(stop - durable, 0)]:
+        return min(stop, durable), unwritten[max(start - durable, 0) : max(stop - durable, 0)]
+
+    def _read_log(
+        self, ws: Workspace, start: int, stop: int, where: EntryFilter | None
+    ) -> list[dict[str, Any]]:
+        """Entries `start <= seq < stop`, including a batch's unwritten ones."""
+        durable_stop, unwritten = self._log_split(ws, start, stop)
+        out = self.store.read_entries(ws.id, start, durable_stop, where) if start < durable_stop else []
+        for entry in unwritten:
             copy = _decode(_encode_sorted(entry))
             if where is None or entry_matches(copy, where):
                 out.append(copy)
@@ -591,16 +595,9 @@ class Coordinator:
 
     def _read_texts(self, ws: Workspace, start: int, stop: int) -> list[bytes]:
         """The stored JSON text of entries `start <= seq < stop`."""
-        unwritten: list[AuditEntry] = []
-        if self._batch is not None and ws.id in self._batch.parts:
-            unwritten = self._batch.parts[ws.id].entries
-        durable = ws.count - len(unwritten)
-        out: list[bytes] = []
-        if start < min(stop, durable):
-            out = self.store.read_entry_texts(ws.id, start, min(stop, durable))
-        out.extend(
-            _encode_sorted(e) for e in unwritten[max(start - durable, 0) : max(stop - durable, 0)]
-        )
+        durable_stop, unwritten = self._log_split(ws, start, stop)
+        out = self.store.read_entry_texts(ws.id, start, durable_stop) if start < durable_stop else []
+        out.extend(_encode_sorted(e) for e in unwritten)
         return out
 
     def _log_reader(self, ws: Workspace | None) -> "LogReader":
@@ -617,7 +614,7 @@ class Coordinator:
         if index is None:
             index = {}
             for entry in self._read_log(ws, 0, ws.count, None):
-                call = entry.get("envelope") or entry.get("request")
+                call = entry["envelope"] if "envelope" in entry else entry.get("request")
                 if isinstance(call, dict) and isinstance(call.get("sig"), str):
                     try:
                         d = signed_digest(call)

@@ -25,6 +25,7 @@ __all__ = [
     "error_response",
     "result_response",
     "decode_json",
+    "invalid_params",
     "missing",
 ]
 
@@ -63,6 +64,10 @@ class RpcError(Exception):
         if self.data is not None:
             err["data"] = self.data
         return err
+
+
+def invalid_params(message: str) -> RpcError:
+    return RpcError(INVALID_PARAMS, message)
 
 
 def missing(field: str) -> RpcError:

@@ -25,6 +25,7 @@ from coordinator.wire import (
     NOT_AUTHORISED,
     WORKSPACE_PAUSED,
     RpcError,
+    invalid_params,
 )
 from storage import IDEMPOTENCY_KEYS, EntryFilter
 
@@ -36,19 +37,15 @@ KEY_NOT_FOUND = -32071
 KEY_REVOKED = -32072
 
 
-def _bad(message: str) -> RpcError:
-    return RpcError(INVALID_PARAMS, message)
-
-
 def _profiles_param(call: Call, default: tuple[str, ...] | None) -> list[str]:
     profiles = call.params.get("profiles")
     if profiles is None and default is not None:
         return list(default)
     if not isinstance(profiles, list) or not all(isinstance(p, str) for p in profiles):
-        raise _bad("profiles must be an array of profile strings such as \"review/1.0\"")
+        raise invalid_params("profiles must be an array of profile strings such as \"review/1.0\"")
     unknown = [p for p in profiles if profile_name(p) not in IMPLEMENTED_PROFILES]
     if unknown:
-        raise _bad(
+        raise invalid_params(
             f"profile(s) {', '.join(unknown)} are not implemented by this coordinator; "
             f"it implements {', '.join(sorted(n + '/1.0' for n in IMPLEMENTED_PROFILES))}"
         )
@@ -74,11 +71,11 @@ def _new_workspace(call: Call, wid: str) -> WorkspaceMeta:
     )
     for name in ("mode", "mode_ceiling"):
         if not isinstance(getattr(meta, name), str):
-            raise _bad(f"{name} must be a string")
+            raise invalid_params(f"{name} must be a string")
     if not isinstance(meta.routing_policy_uri, (str, type(None))):
-        raise _bad("routing_policy_uri must be a string (a URI)")
+        raise invalid_params("routing_policy_uri must be a string (a URI)")
     if type(meta.step_up_window_sec) is not int:
-        raise _bad("step_up_window_sec must be an integer number of seconds")
+        raise invalid_params("step_up_window_sec must be an integer number of seconds")
     call.create_workspace(meta)
     return meta
 
@@ -88,9 +85,9 @@ def workspace_create(call: Call) -> dict[str, Any]:
     if wid is None:
         wid = call.new_id("wsp")
     elif not isinstance(wid, str):
-        raise _bad("workspace must be a string id")
+        raise invalid_params("workspace must be a string id")
     elif call.ws is not None:
-        raise _bad(f"workspace already exists: {wid}")
+        raise invalid_params(f"workspace already exists: {wid}")
     meta = _new_workspace(call, wid)
     return {"workspace": wid, "created": meta.created}
 
@@ -167,14 +164,14 @@ def participant_join(call: Call) -> dict[str, Any]:
     kind = call.require("type")
     wid = call.params["workspace"]
     if not isinstance(wid, str):
-        raise _bad("workspace must be a string id")
+        raise invalid_params("workspace must be a string id")
     if not isinstance(sender, str):
-        raise _bad("from must be a participant URI string")
+        raise invalid_params("from must be a participant URI string")
     if not isinstance(kind, str):
-        raise _bad("type must be a string: human, agent, service, group or workspace")
+        raise invalid_params("type must be a string: human, agent, service, group or workspace")
     role = call.params.get("role")
     if role is not None and not isinstance(role, str):
-        raise _bad("role must be a string, such as \"reviewer\"")
+        raise invalid_params("role must be a string, such as \"reviewer\"")
     if call.ws is None:
         _new_workspace_for_join(call, wid)
     existing = call.member(sender)
@@ -254,7 +251,7 @@ def participant_rotate_key(call: Call) -> dict[str, Any]:
     # Checked after the key lookups, as 0.3.3 does: an unknown or revoked
     # old key is reported first.
     if not isinstance(new_jwk, dict) or not isinstance(new_jwk.get("kid"), str):
-        raise _bad("new_jwk must include kid")
+        raise invalid_params("new_jwk must include kid")
     keys = list(member.keys)
     keys[i] = {**keys[i], "valid_until": call.arrived}
     keys.append(
@@ -305,12 +302,12 @@ def task_create(call: Call) -> dict[str, Any]:
     assignee = p.get("assignee", p.get("to"))
     target = call.member(assignee)
     if target is None:
-        raise _bad("Assignee not in workspace")
+        raise invalid_params("Assignee not in workspace")
     if target.paused:
         raise RpcError(WORKSPACE_PAUSED, f"Assignee {assignee} is paused")
     mode = p.get("mode")
     if mode is not None and not isinstance(mode, str):
-        raise _bad("mode must be a string: shadow, trial or production")
+        raise invalid_params("mode must be a string: shadow, trial or production")
     meta = ws.meta
     mode = mode or meta.mode
     if not mode_le(mode, meta.mode_ceiling):
@@ -319,7 +316,7 @@ def task_create(call: Call) -> dict[str, Any]:
         )
     review_required = p.get("review_required")
     if review_required is not None and not isinstance(review_required, bool):
-        raise _bad("review_required must be a boolean")
+        raise invalid_params("review_required must be a boolean")
     if trial_forces_review(meta, mode):
         review_required = True
     task_id = call.new_id("tsk", "tasks")
@@ -365,9 +362,9 @@ def task_update(call: Call) -> dict[str, Any]:
     task = call.task(task_id)
     state = call.params.get("state")
     if state not in _UPDATES.get(task.state, ()):
-        raise _bad(f"Illegal transition {task.state} -> {state}")
+        raise invalid_params(f"Illegal transition {task.state} -> {state}")
     if state == "completed" and task.review_required:
-        raise _bad("This task requires review; finish it with task.complete, which opens the review")
+        raise invalid_params("This task requires review; finish it with task.complete, which opens the review")
     call.put("tasks", task.id, call.advance(task, state, call.params.get("progress_note")))
     return {"state": state}
 
@@ -379,7 +376,7 @@ def task_complete(call: Call) -> dict[str, Any]:
     actor = call.actor()
     task = call.task(task_id)
     if task.state not in ("created", "in_progress"):
-        raise _bad(f"Cannot complete task in state: {task.state}")
+        raise invalid_params(f"Cannot complete task in state: {task.state}")
     output = call.params.get("output")
     if task.review_required:
         review = task.review
@@ -420,7 +417,7 @@ def _int_param(value: Any, name: str, default: int) -> int:
     if value is None:
         return default
     if type(value) is not int:
-        raise _bad(f"{name} must be an integer")
+        raise invalid_params(f"{name} must be an integer")
     return value
 
 
@@ -431,7 +428,7 @@ def audit_read(call: Call) -> dict[str, Any]:
         call.actor()
     rng = call.params.get("range") or {}
     if not isinstance(rng, dict):
-        raise _bad("range must be an object {from_seq, to_seq}")
+        raise invalid_params("range must be an object {from_seq, to_seq}")
     start = max(_int_param(rng.get("from_seq"), "range.from_seq", 0), 0)
     stop = min(_int_param(rng.get("to_seq"), "range.to_seq", ws.count), ws.count)
     where = None
@@ -439,7 +436,7 @@ def audit_read(call: Call) -> dict[str, Any]:
     if isinstance(flt, dict):
         outcome = flt.get("outcome")
         if outcome is not None and outcome not in ("accepted", "refused"):
-            raise _bad('filter.outcome must be "accepted" or "refused"')
+            raise invalid_params('filter.outcome must be "accepted" or "refused"')
         where = EntryFilter(
             method=flt.get("method"),
             sender=flt.get("from"),
@@ -456,11 +453,11 @@ def audit_verify_chain(call: Call) -> dict[str, Any]:
     call.require("workspace")
     ws = call.workspace()
     if "from_seq" in call.params or "to_seq" in call.params:
-        raise _bad(
+        raise invalid_params(
             "Range verification is not implemented; omit from_seq and to_seq to verify the whole log."
         )
     if not ws.meta.chain_enabled:
-        raise _bad("Chain not enabled for this workspace")
+        raise invalid_params("Chain not enabled for this workspace")
     verifier = ChainVerifier()
     for start in range(0, ws.count, VERIFY_CHUNK):
         for text in call.log.texts(start, min(start + VERIFY_CHUNK, ws.count)):
@@ -470,7 +467,7 @@ def audit_verify_chain(call: Call) -> dict[str, Any]:
     if head != ws.meta.chain_head:
         breaks.append(f"chain_head mismatch: recomputed {head}, recorded {ws.meta.chain_head}")
     if breaks:
-        raise _bad("; ".join(breaks))
+        raise invalid_params("; ".join(breaks))
     unchecked = ws.count - verifier.entries_checked
     out: dict[str, Any] = (
         {"status": "verified", "ok": True}

@@ -20,7 +20,6 @@ from coordinator.model import Override, Review, Task, mode_le, trial_forces_revi
 from coordinator.patch import PatchError, apply_patch
 from coordinator.wire import (
     DIGEST_MISMATCH,
-    INVALID_PARAMS,
     MODE_CEILING_EXCEEDED,
     NOT_AUTHORISED,
     NOT_REVIEWABLE,
@@ -28,6 +27,7 @@ from coordinator.wire import (
     REVIEW_ALREADY_OPEN,
     WORKSPACE_PAUSED,
     RpcError,
+    invalid_params,
 )
 
 __all__ = ["HANDLERS"]
@@ -49,24 +49,20 @@ _FINISHED = ("completed", "cancelled", "superseded")
 _ANY_MEMBER = ("workspace:", "group:")
 
 
-def _bad(message: str) -> RpcError:
-    return RpcError(INVALID_PARAMS, message)
-
-
 def _str_list(call: Call, name: str) -> list[str]:
     """An optional array-of-strings param (absent or null gives [])."""
     value = call.params.get(name)
     if value is None:
         return []
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise _bad(f"{name} must be a list of strings")
+        raise invalid_params(f"{name} must be a list of strings")
     return value
 
 
 def _optional_str(call: Call, name: str) -> None:
     value = call.params.get(name)
     if value is not None and not isinstance(value, str):
-        raise _bad(f"{name} must be a string")
+        raise invalid_params(f"{name} must be a string")
 
 
 # -- review.request -----------------------------------------------------------
@@ -81,7 +77,7 @@ def _reviewers(value: Any) -> list[str]:
         or not value
         or not all(isinstance(v, str) and v for v in value)
     ):
-        raise _bad(
+        raise invalid_params(
             "review.request needs 'to': a reviewer URI or a non-empty array of them "
             '(e.g. ["human:alice"]; "group:..." or "workspace:..." lets any member decide)'
         )
@@ -95,7 +91,7 @@ def _rule(value: Any) -> str:
         quorum = _QUORUM.fullmatch(value)
         if quorum and int(quorum.group(1)) >= 1:
             return value
-    raise _bad(f"Unsupported review rule {value!r}: review/1.0 supports {RULES_HELP}")
+    raise invalid_params(f"Unsupported review rule {value!r}: review/1.0 supports {RULES_HELP}")
 
 
 def _same_json(a: Any, b: Any) -> bool:
@@ -112,7 +108,7 @@ def review_request(call: Call) -> dict[str, Any]:
     call.require("from")
     task_id = call.require("task_id")
     if "artefact" not in p:
-        raise _bad("Missing field: artefact")
+        raise invalid_params("Missing field: artefact")
     call.workspace()
     call.actor()
     task = call.task(task_id)
@@ -203,7 +199,7 @@ def _decision_target(call: Call, *, digest_bound: bool) -> tuple[Task, str]:
     declared = call.params.get("approved_artefact_digest")
     if digest_bound and declared is not None:
         if task.pending_artefact is None:
-            raise _bad("No artefact under review to bind approved_artefact_digest to")
+            raise invalid_params("No artefact under review to bind approved_artefact_digest to")
         actual = digest(task.pending_artefact)
         if declared != actual:
             raise RpcError(
@@ -223,7 +219,7 @@ def _decide_params(call: Call) -> list[str]:
     tags = _str_list(call, "tags")
     value = call.params.get("approved_artefact_digest")
     if value is not None and not isinstance(value, str):
-        raise _bad("approved_artefact_digest must be a string: sha256:<64 lowercase hex>")
+        raise invalid_params("approved_artefact_digest must be a string: sha256:<64 lowercase hex>")
     _optional_str(call, "comment")
     return tags
 
@@ -275,7 +271,7 @@ def decide_reject(call: Call) -> dict[str, Any]:
     tags = _decide_params(call)
     revise = call.params.get("request_revision")
     if revise is not None and not isinstance(revise, bool):
-        raise _bad("request_revision must be true or false")
+        raise invalid_params("request_revision must be true or false")
     task, reviewer = _decision_target(call, digest_bound=True)
     review = _with_decision(
         task, _decision(call, reviewer, "reject", comment=call.params.get("comment"), tags=tags)
@@ -290,14 +286,14 @@ def decide_override(call: Call) -> dict[str, Any]:
     rationale = call.require("rationale")
     diff = call.require("diff")
     if not isinstance(rationale, str):
-        raise _bad("rationale must be a string saying why the artefact was changed")
+        raise invalid_params("rationale must be a string saying why the artefact was changed")
     if not isinstance(diff, list):
-        raise _bad("diff must be an array of RFC 6902 JSON Patch operations")
+        raise invalid_params("diff must be an array of RFC 6902 JSON Patch operations")
     policy_refs = _str_list(call, "policy_refs")
     task, reviewer = _decision_target(call, digest_bound=True)
     base = task.pending_artefact
     if base is None:
-        raise _bad("No base artefact for override: the task has no artefact under review")
+        raise invalid_params("No base artefact for override: the task has no artefact under review")
     try:
         patched = apply_patch(base, diff)
     except PatchError as exc:
@@ -335,12 +331,12 @@ def abstain_declare(call: Call) -> dict[str, Any]:
     call.require("task_id")
     reason = call.require("reason")
     if not isinstance(reason, str):
-        raise _bad("reason must be a string")
+        raise invalid_params("reason must be a string")
     category = call.params.get("category")
     if category is None:
         category = "other"
     elif category not in ABSTAIN_CATEGORIES:
-        raise _bad(f"category must be one of {', '.join(ABSTAIN_CATEGORIES)}")
+        raise invalid_params(f"category must be one of {', '.join(ABSTAIN_CATEGORIES)}")
     task, reviewer = _decision_target(call, digest_bound=False)
     decision = _decision(call, reviewer, "abstain", comment=reason, abstain_category=category)
     call.put("tasks", task.id, call.advance(task, "abstained", review=_with_decision(task, decision)))
@@ -359,28 +355,28 @@ def escalate_raise(call: Call) -> dict[str, Any]:
     actor = call.actor()
     original = call.get("tasks", original_id) if isinstance(original_id, str) else None
     if original is None:
-        raise _bad(f"Unknown original task: {original_id}")
+        raise invalid_params(f"Unknown original task: {original_id}")
     if original.state in _FINISHED:
-        raise _bad(f"Cannot escalate a terminal task: {original.state}")
+        raise invalid_params(f"Cannot escalate a terminal task: {original.state}")
     if not isinstance(spec, dict):
-        raise _bad("new_task must be an object {assignee, kind?, input?, mode?}")
+        raise invalid_params("new_task must be an object {assignee, kind?, input?, mode?}")
     assignee = spec.get("assignee")
     target = call.member(assignee)
     if target is None:
-        raise _bad(f"Escalation assignee not in workspace: {assignee!r}")
+        raise invalid_params(f"Escalation assignee not in workspace: {assignee!r}")
     kind = spec.get("kind")
     if kind is None:
         kind = original.kind
     elif not isinstance(kind, str):
-        raise _bad("new_task.kind must be a string")
+        raise invalid_params("new_task.kind must be a string")
     task_input = spec.get("input")
     if task_input is None:
         task_input = {}
     elif not isinstance(task_input, dict):
-        raise _bad("new_task.input must be an object")
+        raise invalid_params("new_task.input must be an object")
     mode = spec.get("mode")
     if mode is not None and not isinstance(mode, str):
-        raise _bad("new_task.mode must be a string: shadow, trial or production")
+        raise invalid_params("new_task.mode must be a string: shadow, trial or production")
     if target.paused:
         raise RpcError(WORKSPACE_PAUSED, f"Assignee {assignee} is paused")
     meta = ws.meta
