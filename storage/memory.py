@@ -42,6 +42,13 @@ class _Workspace:
         self.index: dict[tuple[str, str], list[int]] = {}
 
 
+def _bounds(ws: _Workspace, start: int, stop: int | None) -> tuple[int, int]:
+    """`start <= seq < stop` as list bounds. Seq bounds, not Python slice
+    semantics: a negative stop selects nothing, as `seq < stop` does in SQL."""
+    high = len(ws.entries) if stop is None else max(min(stop, len(ws.entries)), 0)
+    return max(start, 0), high
+
+
 def _held(wid: str, ws: _Workspace) -> HeldWorkspace:
     objects = {c: dict(items) for c, items in ws.objects.items()}
     return HeldWorkspace(wid, _decode(ws.meta), ws.version, ws.updated_at, objects)
@@ -140,10 +147,7 @@ class MemoryStore:
             ws = self._workspaces.get(workspace)
             if ws is None:
                 return []
-            # Seq bounds, not Python slice semantics: a negative stop selects
-            # nothing, as `seq < stop` does in SQL.
-            low = max(start, 0)
-            high = len(ws.entries) if stop is None else max(min(stop, len(ws.entries)), 0)
+            low, high = _bounds(ws, start, stop)
             keys = [] if where is None else indexed_keys(where)
             if keys:
                 seqs = min((ws.index.get(k, []) for k in keys), key=len)
@@ -162,8 +166,8 @@ class MemoryStore:
             ws = self._workspaces.get(workspace)
             if ws is None:
                 return []
-            high = len(ws.entries) if stop is None else max(min(stop, len(ws.entries)), 0)
-            return ws.entries[max(start, 0) : high]
+            low, high = _bounds(ws, start, stop)
+            return ws.entries[low:high]
 
     def delete(self, workspace: str) -> None:
         with self._lock:

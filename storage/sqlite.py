@@ -120,10 +120,7 @@ class _Unreadable(Exception):
 
 
 def _object(text: bytes, what: str) -> dict[str, Any]:
-    try:
-        value = decode(text)
-    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-        raise _Unreadable(f"{what} is not valid JSON ({exc})") from None
+    value = _value(text, what)
     if not isinstance(value, dict):
         raise _Unreadable(f"{what} is not a JSON object")
     return value
@@ -469,11 +466,7 @@ class SqliteStore:
         stop: int | None = None,
         where: EntryFilter | None = None,
     ) -> list[dict[str, Any]]:
-        sql = "SELECT seq, CAST(data AS BLOB) FROM chap_entries WHERE workspace = ? AND seq >= ?"
-        args: list[Any] = [workspace, max(start, 0)]
-        if stop is not None:
-            sql += " AND seq < ?"
-            args.append(stop)
+        sql, args = _range("seq, CAST(data AS BLOB)", workspace, start, stop)
         if where is not None:
             # Push down only what SQL compares exactly like Python does
             # (strings); anything else is left to entry_matches below.
@@ -504,11 +497,7 @@ class SqliteStore:
 
     def read_entry_texts(self, workspace: str, start: int = 0, stop: int | None = None) -> list[bytes]:
         """The stored JSON text of entries `start <= seq < stop`, by seq, undecoded."""
-        sql = "SELECT CAST(data AS BLOB) FROM chap_entries WHERE workspace = ? AND seq >= ?"
-        args: list[Any] = [workspace, max(start, 0)]
-        if stop is not None:
-            sql += " AND seq < ?"
-            args.append(stop)
+        sql, args = _range("CAST(data AS BLOB)", workspace, start, stop)
         with self._lock:
             self._check_open()
             rows = self._db.execute(sql + " ORDER BY seq", args).fetchall()
@@ -525,6 +514,16 @@ class SqliteStore:
             raise StoreError(
                 f"the SqliteStore on {self.path} is closed; open a new SqliteStore to use the file"
             )
+
+
+def _range(columns: str, workspace: str, start: int, stop: int | None) -> tuple[str, list[Any]]:
+    """SELECT `columns` of one workspace's entries with `start <= seq < stop`."""
+    sql = f"SELECT {columns} FROM chap_entries WHERE workspace = ? AND seq >= ?"
+    args: list[Any] = [workspace, max(start, 0)]
+    if stop is not None:
+        sql += " AND seq < ?"
+        args.append(stop)
+    return sql, args
 
 
 def _value(text: bytes, what: str) -> Any:
