@@ -10,6 +10,7 @@ __all__ = [
     "OWNING_PROFILE",
     "profile_name",
     "profile_names",
+    "unimplemented",
 ]
 
 _OWNERS = {
@@ -59,3 +60,13 @@ def _names(profiles: tuple[str, ...]) -> frozenset[str]:
 def profile_names(profiles: list[str]) -> frozenset[str]:
     """The profile names a workspace advertises (cached: every gated call asks)."""
     return _names(tuple(profiles))
+
+
+def unimplemented(profiles: list[str] | tuple[str, ...]) -> str | None:
+    """What is wrong with advertising `profiles` here, or None when chapline
+    implements them all."""
+    missing = [p for p in profiles if profile_name(p) not in IMPLEMENTED_PROFILES]
+    if not missing:
+        return None
+    implemented = ", ".join(sorted(n + "/1.0" for n in IMPLEMENTED_PROFILES))
+    return f"{', '.join(missing)} not implemented by chapline; it implements {implemented}"

@@ -18,7 +18,7 @@ from typing import Sequence
 
 import uvicorn
 
-from coordinator.catalogue import IMPLEMENTED_PROFILES, profile_name
+from coordinator.catalogue import unimplemented
 
 __all__ = ["DEFAULT_PROFILES", "main"]
 
@@ -77,12 +77,9 @@ def _profiles(text: str) -> tuple[str, ...]:
             raise ValueError(f"--profiles: {profile!r} is not of the form name/MAJOR.MINOR")
     if "core/1.0" not in profiles:
         raise ValueError("--profiles must include core/1.0: every CHAP workspace speaks Core")
-    unknown = [p for p in profiles if profile_name(p) not in IMPLEMENTED_PROFILES]
-    if unknown:
-        raise ValueError(
-            f"--profiles: {', '.join(unknown)} not implemented; chapline implements "
-            f"{', '.join(sorted(n + '/1.0' for n in IMPLEMENTED_PROFILES))}"
-        )
+    problem = unimplemented(profiles)
+    if problem:
+        raise ValueError(f"--profiles: {problem}")
     return profiles
 
 

@@ -130,12 +130,9 @@ class Coordinator:
         require_read_membership: bool = False,
         on_audit: AuditListener | None = None,
     ) -> None:
-        unknown = [p for p in default_profiles if catalogue.profile_name(p) not in catalogue.IMPLEMENTED_PROFILES]
-        if unknown:
-            raise ValueError(
-                f"default_profiles {unknown} are not implemented by chapline; it implements "
-                f"{', '.join(sorted(n + '/1.0' for n in catalogue.IMPLEMENTED_PROFILES))}"
-            )
+        problem = catalogue.unimplemented(default_profiles)
+        if problem:
+            raise ValueError(f"default_profiles: {problem}")
         self.store: Store = store if store is not None else MemoryStore()
         self._clock = clock or system_clock
         self._ids = ids or random_ids

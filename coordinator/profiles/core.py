@@ -9,7 +9,7 @@ from msgspec.structs import replace
 from coordinator.audit import ChainVerifier
 from coordinator.call import Call
 from coordinator.canonical import ZERO_HASH
-from coordinator.catalogue import IMPLEMENTED_PROFILES, profile_name
+from coordinator.catalogue import profile_name, unimplemented
 from coordinator.model import (
     HistoryEntry,
     Member,
@@ -43,12 +43,9 @@ def _profiles_param(call: Call, default: tuple[str, ...] | None) -> list[str]:
         return list(default)
     if not isinstance(profiles, list) or not all(isinstance(p, str) for p in profiles):
         raise invalid_params("profiles must be an array of profile strings such as \"review/1.0\"")
-    unknown = [p for p in profiles if profile_name(p) not in IMPLEMENTED_PROFILES]
-    if unknown:
-        raise invalid_params(
-            f"profile(s) {', '.join(unknown)} are not implemented by this coordinator; "
-            f"it implements {', '.join(sorted(n + '/1.0' for n in IMPLEMENTED_PROFILES))}"
-        )
+    problem = unimplemented(profiles)
+    if problem:
+        raise invalid_params(f"profiles: {problem}")
     return profiles
 
 
