@@ -32,20 +32,26 @@ class StepClock:
         return self._now
 
 
-# (day number, "YYYY-MM-DD"): formatting a date costs ~5 µs, so a day's calls
-# share it. One tuple, replaced whole, so threads never see a torn pair.
+# (second, "YYYY-MM-DDTHH:MM:SS") and (day, "YYYY-MM-DD"): calls within one
+# second share the text, and formatting a date (~5 µs) happens once a day.
+# Tuples replaced whole, so threads never see a torn pair.
+_last_second: tuple[int, str] = (-1, "")
 _last_day: tuple[int, str] = (-1, "")
 
 
 def iso_ms(epoch_ms: int) -> str:
     """`YYYY-MM-DDTHH:MM:SS.mmmZ`, the one timestamp form CHAP coordinators write."""
-    global _last_day
-    day, ms_of_day = divmod(epoch_ms, 86_400_000)
-    cached_day, date = _last_day
-    if cached_day != day:
-        date = f"{datetime.fromtimestamp(day * 86_400, tz=timezone.utc):%Y-%m-%d}"
-        _last_day = (day, date)
-    seconds, ms = divmod(ms_of_day, 1000)
-    minutes, s = divmod(seconds, 60)
-    h, m = divmod(minutes, 60)
-    return f"{date}T{h:02d}:{m:02d}:{s:02d}.{ms:03d}Z"
+    global _last_second, _last_day
+    second, ms = divmod(epoch_ms, 1000)
+    cached_second, text = _last_second
+    if cached_second != second:
+        day, second_of_day = divmod(second, 86_400)
+        cached_day, date = _last_day
+        if cached_day != day:
+            date = f"{datetime.fromtimestamp(day * 86_400, tz=timezone.utc):%Y-%m-%d}"
+            _last_day = (day, date)
+        minutes, s = divmod(second_of_day, 60)
+        h, m = divmod(minutes, 60)
+        text = f"{date}T{h:02d}:{m:02d}:{s:02d}"
+        _last_second = (second, text)
+    return f"{text}.{ms:03d}Z"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import time
 from typing import Callable
 
@@ -23,8 +24,15 @@ def ulid(epoch_ms: int, randomness: int) -> str:
     return "".join([pairs[(value >> s) & 1023] for s in _SHIFTS])
 
 
+# Ids need to be unique, not secret (they are visible in the log and grant
+# nothing): a PRNG seeded from the OS, reseeded in forked children, saves a
+# system call per id.
+_random = random.Random(os.urandom(32))
+os.register_at_fork(after_in_child=lambda: _random.seed(os.urandom(32)))
+
+
 def random_ids(prefix: str) -> str:
-    return f"{prefix}_{ulid(time.time_ns() // 1_000_000, int.from_bytes(os.urandom(10), 'big'))}"
+    return f"{prefix}_{ulid(time.time_ns() // 1_000_000, _random.getrandbits(80))}"
 
 
 class CounterIds:
