@@ -6,7 +6,7 @@ from typing import Any
 
 from storage import EntryFilter
 
-__all__ = ["entry_keys", "entry_matches", "indexed_keys"]
+__all__ = ["entry_key", "entry_matches", "indexed_keys"]
 
 
 def entry_matches(entry: dict[str, Any], where: EntryFilter) -> bool:
@@ -30,31 +30,35 @@ def entry_matches(entry: dict[str, Any], where: EntryFilter) -> bool:
     return True
 
 
-def entry_keys(entry: dict[str, Any]) -> list[tuple[str, str]]:
-    """The (EntryFilter field, value) pairs an index may file `entry` under.
+# The params key behind the two EntryFilter fields that read params.
+_PARAM = {"sender": "from", "task_id": "task_id"}
+
+
+def entry_key(entry: dict[str, Any], field: str) -> str | None:
+    """The value an index on `field` files `entry` under, or None.
 
     An entry can match a filter whose `method`, `sender` or `task_id` is a
-    string, or whose `outcome` is set, only if the pair is listed here, so an
-    index built from these keys narrows a read without changing its result.
+    string, or whose `outcome` is set, only if it is filed under that value,
+    so an index built from these keys narrows a read without changing its
+    result.
     """
     call = entry.get("envelope")
-    refused = call is None
-    if refused:
+    if field == "outcome":
+        return "refused" if call is None else "accepted"
+    if call is None:
         call = entry.get("request")
-    keys = [("outcome", "refused" if refused else "accepted")]
-    if isinstance(call, dict):
-        if isinstance(call.get("method"), str):
-            keys.append(("method", call["method"]))
+    if not isinstance(call, dict):
+        return None
+    if field == "method":
+        value = call.get("method")
+    else:
         params = call.get("params")
-        if isinstance(params, dict):
-            for field, name in (("sender", "from"), ("task_id", "task_id")):
-                if isinstance(params.get(name), str):
-                    keys.append((field, params[name]))
-    return keys
+        value = params.get(_PARAM[field]) if isinstance(params, dict) else None
+    return value if isinstance(value, str) else None
 
 
 def indexed_keys(where: EntryFilter) -> list[tuple[str, str]]:
-    """The pairs of `where` an index built with `entry_keys` can look up."""
+    """The (field, value) pairs of `where` an index built with `entry_key` can look up."""
     keys = [
         (field, value)
         for field in ("method", "sender", "task_id")

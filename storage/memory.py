@@ -23,7 +23,7 @@ from storage import (
 )
 from storage._encode import EncodedChange, encode_change
 from storage._encode import decode as _decode
-from storage._match import entry_keys, entry_matches, indexed_keys
+from storage._match import entry_key, entry_matches, indexed_keys
 
 __all__ = ["MemoryStore"]
 
@@ -37,9 +37,11 @@ class _Workspace:
         self.updated_at = ""
         self.entries: list[bytes] = []
         self.objects: dict[str, dict[str, bytes]] = {}
-        # (filter field, value) -> seqs in order, so a filtered read decodes
-        # only its candidates (see storage._match.entry_keys).
-        self.index: dict[tuple[str, str], list[int]] = {}
+        # filter field -> value -> seqs in order, so a filtered read decodes
+        # only its candidates (see storage._match.entry_key). A field is
+        # indexed from its first filtered read on, so writes pay only for the
+        # filters a workspace is actually read with.
+        self.index: dict[str, dict[str, list[int]]] = {}
 
 
 def _bounds(ws: _Workspace, start: int, stop: int | None) -> tuple[int, int]:
@@ -47,6 +49,19 @@ def _bounds(ws: _Workspace, start: int, stop: int | None) -> tuple[int, int]:
     semantics: a negative stop selects nothing, as `seq < stop` does in SQL."""
     high = len(ws.entries) if stop is None else max(min(stop, len(ws.entries)), 0)
     return max(start, 0), high
+
+
+def _indexed(ws: _Workspace, field: str) -> dict[str, list[int]]:
+    """The index on `field`, built from the held log on first use."""
+    by_value = ws.index.get(field)
+    if by_value is None:
+        by_value = {}
+        for seq, text in enumerate(ws.entries):
+            value = entry_key(_decode(text), field)
+            if value is not None:
+                by_value.setdefault(value, []).append(seq)
+        ws.index[field] = by_value
+    return by_value
 
 
 def _held(wid: str, ws: _Workspace) -> HeldWorkspace:
@@ -100,10 +115,13 @@ class MemoryStore:
         for entry, text in zip(change.entries, encoded.entries):
             seq = len(ws.entries)
             ws.entries.append(text)
-            # Index from the value just encoded; decoding the text again costs more.
-            fields = entry if isinstance(entry, dict) else msgspec.structs.asdict(entry)
-            for key in entry_keys(fields):
-                ws.index.setdefault(key, []).append(seq)
+            if ws.index:
+                # Index from the value just encoded; decoding the text costs more.
+                fields = entry if isinstance(entry, dict) else msgspec.structs.asdict(entry)
+                for field, by_value in ws.index.items():
+                    value = entry_key(fields, field)
+                    if value is not None:
+                        by_value.setdefault(value, []).append(seq)
         ws.meta = encoded.meta
         ws.version = change.version
         ws.updated_at = change.updated_at
@@ -150,7 +168,7 @@ class MemoryStore:
             low, high = _bounds(ws, start, stop)
             keys = [] if where is None else indexed_keys(where)
             if keys:
-                seqs = min((ws.index.get(k, []) for k in keys), key=len)
+                seqs = min((_indexed(ws, field).get(value, []) for field, value in keys), key=len)
                 seqs = seqs[bisect.bisect_left(seqs, low) : bisect.bisect_left(seqs, high)]
                 rows = [ws.entries[s] for s in seqs]
             else:
