@@ -153,6 +153,24 @@ class StoreContract:
         assert [h.id for h in store.load_held(workspace="b")] == ["b"]
         assert store.load_held(workspace="nowhere") == []
 
+    def test_filtered_reads_stay_right_as_the_log_grows(self, store: Store) -> None:
+        def write(base: int, entries: list[dict[str, Any]]) -> None:
+            store.apply(StoreChange(id="w", base=base, version=base + len(entries),
+                                    updated_at="t", meta={"id": "w"}, entries=entries))
+
+        write(0, [entry(0, task="A"), entry(1, task="B", refused=True), entry(2, task="A")])
+        a = EntryFilter(task_id="A")
+        assert [e["seq"] for e in store.read_entries("w", where=a)] == [0, 2]
+        # writes after the first filtered read are found by the next ones
+        write(3, [entry(3, task="A", method="task.update"), entry(4, task="B")])
+        assert [e["seq"] for e in store.read_entries("w", where=a)] == [0, 2, 3]
+        refused = EntryFilter(outcome="refused")
+        assert [e["seq"] for e in store.read_entries("w", where=refused)] == [1]
+        write(5, [entry(5, task="A", refused=True)])
+        both = EntryFilter(task_id="A", outcome="refused", method="task.create")
+        assert [e["seq"] for e in store.read_entries("w", where=both)] == [5]
+        assert [e["seq"] for e in store.read_entries("w", 3, 6, a)] == [3, 5]
+
     def test_entry_texts_are_the_entries(self, store: Store) -> None:
         store.apply(change("w", 0, 4))
         texts = store.read_entry_texts("w", 1, 3)
