@@ -200,7 +200,8 @@ class Coordinator:
         """Group the calls made inside into one store write per workspace.
 
         Calls see each other's effects at once and are answered provisionally.
-        On exit each workspace's change is written. A workspace whose write
+        If the block raises, every call is undone and its response dict
+        rewritten to an error. On exit each workspace's change is written. A workspace whose write
         conflicts with another writer is reloaded and its calls are run again,
         one by one, their response dicts updated in place. A workspace whose
         write fails is undone, its calls' response dicts are rewritten in
@@ -213,10 +214,18 @@ class Coordinator:
         self._batch = pending = Pending()
         try:
             yield
-        except BaseException:
+        except BaseException as exc:
             self._batch = None
+            abandoned = RpcError(
+                INTERNAL_ERROR,
+                "Internal error",
+                {"detail": f"not applied: the batch was abandoned ({type(exc).__name__})"},
+            )
             for wid, part in pending.parts.items():
                 self._undo(wid, part)
+                for _, _, response in part.calls:
+                    response.pop("result", None)
+                    response["error"] = abandoned.to_wire()
             raise
         self._batch = None
         failed: dict[str, RpcError] = {}

@@ -573,8 +573,10 @@ def test_exception_inside_a_batch_undoes_it():
     before = visible(coord)
     with pytest.raises(KeyError):
         with coord.batch():
-            c.ok("task.update", **frm(BOT), task_id=T, state="in_progress")
+            r = c.call("task.update", **frm(BOT), task_id=T, state="in_progress")
+            assert r["result"] == {"state": "in_progress"}
             raise KeyError("caller bug")
+    assert "result" not in r and "abandoned" in r["error"]["data"]["detail"]
     assert visible(coord) == before
     assert visible(make(store)) == before
 
