@@ -81,8 +81,10 @@ class Part:
         ws.meta, ws.count = self.meta, self.base
         put_values(ws, self.undo)
         for collection, keys in self.order.items():
+            # `keys` may name objects the batch added before its first
+            # deletion; the undo above removed those again.
             held = ws.objects[collection]
-            ws.objects[collection] = {key: held[key] for key in keys}
+            ws.objects[collection] = {key: held[key] for key in keys if key in held}
         ws.refusal_digests = None
 
 

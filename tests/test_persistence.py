@@ -761,3 +761,21 @@ def test_dispatch_never_raises_and_answers_deep_or_broken_input():
     assert r["error"]["code"] == -32600
     r = coord.dispatch('{"jsonrpc":"2.0","id":1,"method":"a\ud800"}')
     assert r["error"]["code"] == -32700
+
+
+def test_a_failed_batch_puts_back_what_it_added_and_deleted_in_order():
+    store = FailingStore()
+    coord = make(store)
+    c = Client(coord)
+    s0(c)
+    c.ok("participant.join", **frm(BOB), type="human")
+    before = [m["uri"] for m in c.describe()["members"]]
+    store.failing = True
+    with pytest.raises(BatchWriteError):
+        with coord.batch():
+            c.ok("participant.join", **frm("human:carol"), type="human")
+            c.ok("participant.leave", **frm(ALICE))
+            c.ok("participant.join", **frm(ALICE), type="human")
+    store.failing = False
+    assert [m["uri"] for m in c.describe()["members"]] == before == [ALICE, BOT, BOB]
+    assert visible(make(store))["describe"]["members"] == c.describe()["members"]
