@@ -76,6 +76,24 @@ class Part:
             objects=self.objects,
         )
 
+    def settle_into(self, ws: Workspace) -> None:
+        """After the write: put memory's collections in the order the store
+        keeps them. Where the batch deleted and put back an object, memory
+        moved it to the end, but the store (which only saw the final put)
+        kept it in place."""
+        for collection, keys in self.order.items():
+            held = ws.objects[collection]
+            undo = self.undo.get(collection, {})
+            settled = {
+                key: held[key]
+                for key in keys
+                if key in held and (key not in undo or undo[key] is not None)
+            }
+            for key in [*self.objects.get(collection, {}), *held]:
+                if key in held and key not in settled:
+                    settled[key] = held[key]
+            ws.objects[collection] = settled
+
     def undo_into(self, ws: Workspace) -> None:
         """Put the workspace back as it was before the batch."""
         ws.meta, ws.count = self.meta, self.base

@@ -183,7 +183,7 @@ class Coordinator:
             return self._dispatch(envelope, arrived, retry)
         except Exception as exc:
             log.exception("internal error while dispatching")
-            req_id = envelope.get("id") if isinstance(envelope, dict) else None
+            req_id = dict.get(envelope, "id") if isinstance(envelope, dict) else None
             return error_response(
                 req_id, RpcError(INTERNAL_ERROR, "Internal error", {"detail": str(exc)})
             )
@@ -240,6 +240,9 @@ class Coordinator:
                 for _, _, response in part.calls:
                     response.pop("result", None)
                     response["error"] = error.to_wire()
+        for wid, part in pending.parts.items():
+            if wid not in failed and wid not in conflicted and wid in self._workspaces:
+                part.settle_into(self._workspaces[wid])
         self._notify(
             [(wid, e) for wid, e in pending.written if wid not in failed and wid not in conflicted]
         )
@@ -269,6 +272,8 @@ class Coordinator:
     def restore(self, data: dict[str, Any] | list[dict[str, Any]]) -> list[str]:
         """Write snapshots (one dict, a list, or `{"workspaces": [...]}`) to the
         store, replacing what it held for them, and load them. Returns the ids."""
+        if self._batch is not None:
+            raise RestoreError("restore() cannot run inside batch(): finish the batch first")
         if isinstance(data, dict) and isinstance(data.get("workspaces"), list):
             data = data["workspaces"]
         items = data if isinstance(data, list) else [data]

@@ -171,6 +171,16 @@ class StoreContract:
         assert [e["seq"] for e in store.read_entries("w", where=both)] == [5]
         assert [e["seq"] for e in store.read_entries("w", 3, 6, a)] == [3, 5]
 
+    def test_entries_given_as_stored_text_are_indexed_like_any_other(self, store: Store) -> None:
+        store.apply(StoreChange(id="w", base=0, version=1, updated_at="t", meta={"id": "w"},
+                                entries=[entry(0, task="A")]))
+        assert len(store.read_entries("w", where=EntryFilter(task_id="A"))) == 1
+        text = msgspec.json.encode(entry(1, task="A"))
+        store.apply(StoreChange(id="w", base=1, version=2, updated_at="t", meta={"id": "w"},
+                                entries=[msgspec.Raw(text)]))
+        assert [e["seq"] for e in store.read_entries("w", where=EntryFilter(task_id="A"))] == [0, 1]
+        assert store.load()[0].version == 2
+
     def test_entry_texts_are_the_entries(self, store: Store) -> None:
         store.apply(change("w", 0, 4))
         texts = store.read_entry_texts("w", 1, 3)

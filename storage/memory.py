@@ -10,7 +10,6 @@ import bisect
 import threading
 from typing import Any, Iterable
 
-import msgspec
 
 from storage import (
     EntryFilter,
@@ -112,12 +111,13 @@ class MemoryStore:
         # state is changed in place: a write costs the same at any log length.
         if ws is None or change.replace:
             ws = self._workspaces[change.id] = _Workspace()
-        for entry, text in zip(change.entries, encoded.entries):
+        for text in encoded.entries:
             seq = len(ws.entries)
             ws.entries.append(text)
             if ws.index:
-                # Index from the value just encoded; decoding the text costs more.
-                fields = entry if isinstance(entry, dict) else msgspec.structs.asdict(entry)
+                # From the stored text, as `_indexed` builds it: it cannot fail
+                # and sees values exactly as reads will.
+                fields = _decode(text)
                 for field, by_value in ws.index.items():
                     value = entry_key(fields, field)
                     if value is not None:

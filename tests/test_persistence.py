@@ -779,3 +779,39 @@ def test_a_failed_batch_puts_back_what_it_added_and_deleted_in_order():
     store.failing = False
     assert [m["uri"] for m in c.describe()["members"]] == before == [ALICE, BOT, BOB]
     assert visible(make(store))["describe"]["members"] == c.describe()["members"]
+
+
+def test_after_a_batch_memory_keeps_objects_in_the_stores_order(tmp_path):
+    path = str(tmp_path / "order.db")
+    coord = make(SqliteStore(path))
+    c = Client(coord)
+    s0(c)
+    c.ok("participant.join", **frm(BOB), type="human")
+    with coord.batch():
+        c.ok("participant.leave", **frm(ALICE))
+        c.ok("participant.join", **frm(ALICE), type="human", role="admin")
+        c.ok("participant.join", **frm("human:carol"), type="human")
+    fresh = Client(make(SqliteStore(path)))
+    assert [m["uri"] for m in c.describe()["members"]] == [ALICE, BOT, BOB, "human:carol"]
+    assert c.describe()["members"] == fresh.describe()["members"]
+
+
+def test_restore_inside_a_batch_is_refused():
+    coord = make()
+    c = Client(coord)
+    s0(c)
+    snap = coord.snapshot(WS)
+    with coord.batch():
+        c.ok("participant.join", **frm(BOB), type="human")
+        with pytest.raises(RestoreError, match="batch"):
+            coord.restore(snap)
+    assert Client(make(coord.store)).describe() == c.describe()
+
+
+def test_dispatch_answers_even_when_the_envelope_misbehaves():
+    class Hostile(dict):
+        def get(self, *args):
+            raise RuntimeError("boom")
+
+    r = make().dispatch(Hostile(jsonrpc="2.0", id=7, method="workspace.describe"))
+    assert r["error"]["code"] == -32603 and r["id"] == 7
