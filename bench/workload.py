@@ -219,6 +219,15 @@ class WorkloadError(AssertionError):
     pass
 
 
+def _bind(env: dict[str, Any], op: int, tid: str | None) -> dict[str, Any]:
+    """`env` with the cycle's task id put where `op` says."""
+    if op == TASK:
+        env["params"]["task_id"] = tid
+    elif op == READ:
+        env["params"]["filter"]["task_id"] = tid
+    return env
+
+
 def drive(
     dispatch: Callable[[dict], dict],
     calls: list[Call],
@@ -243,11 +252,7 @@ def drive(
     for chunk in chunks:
         with batch():
             for env, op, _ in chunk:
-                if op == TASK:
-                    env["params"]["task_id"] = tid
-                elif op == READ:
-                    env["params"]["filter"]["task_id"] = tid
-                r = dispatch(env)
+                r = dispatch(_bind(env, op, tid))
                 if op == CREATE:
                     tid = r["result"]["task_id"]
                     if tids is not None:
@@ -265,11 +270,7 @@ def drive_checked(dispatch: Callable[[dict], dict], calls: Iterable[Call]) -> li
     out = []
     tid = None
     for env, op, state in calls:
-        if op == TASK:
-            env["params"]["task_id"] = tid
-        elif op == READ:
-            env["params"]["filter"]["task_id"] = tid
-        r = dispatch(env)
+        r = dispatch(_bind(env, op, tid))
         out.append(r)
         if "result" not in r:
             raise WorkloadError(f"{env['method']} {env['id']}: expected a result, got {r}")

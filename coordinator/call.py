@@ -122,13 +122,11 @@ class Call:
             raise missing(name)
         return value
 
-
     def workspace(self) -> Workspace:
         """The workspace the call names, else -32602."""
         if self.ws is None:
             raise RpcError(INVALID_PARAMS, f"Unknown workspace: {self.params.get('workspace')}")
         return self.ws
-
 
     def get(self, collection: str, key: Any) -> Any:
         """An object as this call sees it: staged value first, then live."""
