@@ -114,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"workload: {W.calls_per_cycle():.2f} calls per task cycle"
           + (f" (pattern: {','.join(W.PATTERN)})" if args.pattern else "")
-          + f", chain on, profiles core+review; "
-          f"'chapline ×' = how many times better chapline is (higher is better)")
+          + ", chain on, profiles core+review; "
+          "'chapline ×' = how many times better chapline is (higher is better)")
     print()
     print(R.table(results, chap, ref))
     for n in results.meta.get("notes", []):
