@@ -18,13 +18,20 @@ from typing import Sequence
 
 import uvicorn
 
-from coordinator.catalogue import unimplemented
+from coordinator.catalogue import IMPLEMENTED_PROFILES, unimplemented
 
-__all__ = ["DEFAULT_PROFILES", "main"]
+__all__ = ["ALL_PROFILES", "DEFAULT_PROFILES", "main"]
 
-# What chapline implements today. Advertising a profile whose methods answer
-# -32601 would mislead clients (see SPECIFICATION.md, "HTTP binding").
-DEFAULT_PROFILES = ("core/1.0", "review/1.0", "modes/1.0")
+# What the conformance harness and the reference library (0.3.3's default)
+# expect: core and review only. modes/1.0 in particular changes what
+# `task.complete` does in a trial-mode workspace, which the harness does not
+# expect (see SPECIFICATION.md, "HTTP binding").
+DEFAULT_PROFILES = ("core/1.0", "review/1.0")
+
+# `--profiles all`: every profile chapline implements, core first.
+ALL_PROFILES = ("core/1.0",) + tuple(
+    sorted(f"{name}/1.0" for name in IMPLEMENTED_PROFILES if name != "core")
+)
 
 _PROFILE = re.compile(r"^[a-z][a-z0-9_-]*/\d+\.\d+$")
 
@@ -65,12 +72,17 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--profiles",
         default=",".join(DEFAULT_PROFILES),
-        help="comma-separated profiles new workspaces get (default: %(default)s)",
+        help=(
+            "comma-separated profiles new workspaces get, or 'all' for every "
+            "profile chapline implements (default: %(default)s)"
+        ),
     )
     return parser
 
 
 def _profiles(text: str) -> tuple[str, ...]:
+    if text.strip() == "all":
+        return ALL_PROFILES
     profiles = tuple(p.strip() for p in text.split(",") if p.strip())
     for profile in profiles:
         if not _PROFILE.match(profile):

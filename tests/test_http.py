@@ -30,7 +30,8 @@ import rfc8785
 import uvicorn
 
 from coordinator import Coordinator
-from coordinator.cli import DEFAULT_PROFILES
+from coordinator.catalogue import IMPLEMENTED_PROFILES
+from coordinator.cli import ALL_PROFILES, DEFAULT_PROFILES
 from coordinator.transports import MAX_BODY_BYTES, DispatcherClosed, SerialDispatcher, create_app
 from storage import SqliteStore
 
@@ -252,6 +253,17 @@ def _completed(ws: Chap) -> str:
 
 def test_cm08_task_complete_finishes_the_task(core_ws: Chap) -> None:
     _completed(core_ws)
+
+
+def test_cm08_on_a_workspace_that_the_first_join_created(http: httpx.Client) -> None:
+    # Harness versions that skip workspace.create get the server's default
+    # profiles and mode; under modes/1.0 the default trial mode would make
+    # task.complete open a review instead.
+    chap = Chap(http, f"wsp_http_{uuid.uuid4().hex[:12]}")
+    chap.join(ALICE, "human", "reviewer")
+    chap.join(BOT, "agent", "drafter")
+    assert chap.ok("workspace.describe", ALICE)["profiles"] == ["core/1.0", "review/1.0"]
+    _completed(chap)
 
 
 def test_cm09_task_complete_on_a_terminal_task_fails(core_ws: Chap) -> None:
@@ -725,6 +737,21 @@ def test_chosen_profiles_are_what_new_workspaces_advertise(tmp_path: Path) -> No
     finally:
         code, err = server.stop()
     assert code == 0, err
+
+
+def test_profiles_all_advertises_every_implemented_profile(tmp_path: Path) -> None:
+    server = Serve(tmp_path / "chap.db", "--profiles", "all")
+    try:
+        assert ", ".join(ALL_PROFILES) in server.line
+        with httpx.Client(base_url=server.base, timeout=60) as http:
+            chap = Chap(http, "wsp_all")
+            chap.join(ALICE, "human", "reviewer")
+            profiles = chap.ok("workspace.describe")["profiles"]
+    finally:
+        code, err = server.stop()
+    assert code == 0, err
+    assert profiles[0] == "core/1.0"
+    assert sorted(p.split("/")[0] for p in profiles) == sorted(IMPLEMENTED_PROFILES)
 
 
 def test_the_module_help_runs_without_a_server() -> None:
