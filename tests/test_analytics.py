@@ -448,6 +448,10 @@ def review_desk(send: Send) -> Tally:
 # -- the two runs ---------------------------------------------------------------
 
 
+# The desk runs in trial mode under modes/1.0 (reviews forced), on both sides.
+PROFILES = ("core/1.0", "review/1.0", "modes/1.0")
+
+
 class Served:
     """`chapline serve` (the console script) on a free loopback port."""
 
@@ -463,6 +467,8 @@ class Served:
                 "127.0.0.1",
                 "--port",
                 "0",
+                "--profiles",
+                ",".join(PROFILES),
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -530,7 +536,7 @@ def run_reference(db: Path) -> Tally:
         deterministic_ids=True,
         deterministic_clock=True,
         enable_chain=True,
-        default_profiles=["core/1.0", "review/1.0", "modes/1.0"],
+        default_profiles=list(PROFILES),
     )
     tally = review_desk(coord.dispatch)
     store.close()
