@@ -321,7 +321,7 @@ def decide_override(call: Call) -> dict[str, Any]:
     )
     decision = _decision(call, reviewer, "override", tags=tags, override_artefact_id=override_id)
     review = _with_decision(task, decision)
-    call.put("tasks", task.id, call.advance(task, "completed", review=review, output=patched))
+    call.put("tasks", task.id, call.advance(task, "completed", "override applied", review=review, output=patched))
     return {"state": "completed", "override_artefact_id": override_id, "applied": patched}
 
 
@@ -339,7 +339,7 @@ def abstain_declare(call: Call) -> dict[str, Any]:
         raise invalid_params(f"category must be one of {', '.join(ABSTAIN_CATEGORIES)}")
     task, reviewer = _decision_target(call, digest_bound=False)
     decision = _decision(call, reviewer, "abstain", comment=reason, abstain_category=category)
-    call.put("tasks", task.id, call.advance(task, "abstained", review=_with_decision(task, decision)))
+    call.put("tasks", task.id, call.advance(task, "abstained", reason, review=_with_decision(task, decision)))
     return {"state": "abstained"}
 
 
