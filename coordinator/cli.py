@@ -1,4 +1,5 @@
-"""The `chapline` command: `chapline serve` runs CHAP over HTTP on a SQLite file.
+"""The `chapline` command: `chapline serve` runs CHAP over HTTP on a SQLite file;
+`verify`, `inspect`, `export`, `import` and `migrate` work on the log (logcli).
 
 Exit status: 0 after a clean stop (SIGINT or SIGTERM), 1 when the database
 cannot be opened or the address cannot be listened on, 2 for bad arguments.
@@ -18,6 +19,7 @@ from typing import Sequence
 
 import uvicorn
 
+from coordinator import logcli
 from coordinator.catalogue import IMPLEMENTED_PROFILES, unimplemented
 
 __all__ = ["ALL_PROFILES", "DEFAULT_PROFILES", "main"]
@@ -42,6 +44,8 @@ class _Failure(Exception):
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command != "serve":
+        return logcli.run(args)
     try:
         profiles = _profiles(args.profiles)
     except ValueError as exc:
@@ -77,6 +81,7 @@ def _parser() -> argparse.ArgumentParser:
             "profile chapline implements (default: %(default)s)"
         ),
     )
+    logcli.add_commands(commands)
     return parser
 
 

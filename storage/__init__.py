@@ -135,6 +135,11 @@ class Store(Protocol):
         `data` has no "audit" and the log is not read."""
         ...
 
+    def workspace_ids(self) -> list[str]:
+        """The id of every workspace the store holds rows of, readable or
+        not, in id order."""
+        ...
+
     def load_held(self, workspace: str | None = None) -> list[HeldWorkspace]:
         """Every readable workspace (or only `workspace`) without its log, its
         objects as stored JSON text; skips a workspace as `load` does."""

@@ -140,6 +140,10 @@ class MemoryStore:
         ws = self._workspaces.get(workspace)
         return [] if ws is None else [(workspace, ws)]
 
+    def workspace_ids(self) -> list[str]:
+        with self._lock:
+            return sorted(self._workspaces)
+
     def load_held(self, workspace: str | None = None) -> list[HeldWorkspace]:
         with self._lock:
             return [_held(wid, ws) for wid, ws in self._held(workspace)]

@@ -361,6 +361,16 @@ class SqliteStore:
 
     # -- reading -----------------------------------------------------------
 
+    def workspace_ids(self) -> list[str]:
+        # Rows of any of the three tables name a workspace: one whose meta
+        # row was lost is still listed, so a verifier can report it.
+        with self._read():
+            rows = self._db.execute(
+                "SELECT workspace FROM chap_meta UNION SELECT workspace FROM chap_entries "
+                "UNION SELECT workspace FROM chap_objects ORDER BY 1"
+            ).fetchall()
+        return [wid for (wid,) in rows]
+
     def load_held(self, workspace: str | None = None) -> list[HeldWorkspace]:
         return [held for held, _ in self._load(workspace, entries=False)]
 

@@ -1,0 +1,392 @@
+"""The log commands on real SQLite files: verify catches each kind of damage
+precisely, inspect lists, export/import round-trip (chain included), migrate
+upgrades an old-layout file with a backup."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator import Coordinator, CounterIds, StepClock
+from coordinator.cli import main
+from storage import SqliteStore
+from support import ALICE, BOB, BOT, ReviewClient
+
+WS = "wsp_t"
+
+
+def workload(path: Path) -> dict[str, Any]:
+    """A review workload on a real file: approvals, an override, a rejection,
+    recorded refusals, and a second workspace created with a generated id.
+    Returns what the test needs to find again."""
+    coord = Coordinator(SqliteStore(path), clock=StepClock(), ids=CounterIds())
+    c = ReviewClient(coord)
+    c.setup()
+    approved = c.new_task()
+    c.ok("task.update", frm=BOT, task_id=approved, state="in_progress")
+    c.ok("review.request", frm=BOT, task_id=approved, artefact={"text": "draft"}, to=[ALICE])
+    c.ok("decide.approve", frm=ALICE, task_id=approved)
+    overridden = c.new_task()
+    c.ok("review.request", frm=BOT, task_id=overridden, artefact={"text": "draft", "n": 1}, to=[ALICE])
+    c.ok(
+        "decide.override",
+        frm=ALICE,
+        task_id=overridden,
+        diff=[{"op": "replace", "path": "/text", "value": "better"}],
+        rationale="tone",
+    )
+    rejected = c.new_task()
+    c.ok("review.request", frm=BOT, task_id=rejected, artefact={"text": "no"}, to=[ALICE])
+    c.ok("decide.reject", frm=ALICE, task_id=rejected)
+    c.err(-32010, "decide.approve", frm=ALICE, task_id=rejected)  # recorded refusal
+    other = coord.dispatch(
+        {"jsonrpc": "2.0", "id": 1, "method": "workspace.create", "params": {}}
+    )["result"]["workspace"]
+    ReviewClient(coord, other).ok("participant.join", frm=ALICE, type="human", role="admin")
+    count = c.count()
+    coord.close()
+    return {"count": count, "approved": approved, "overridden": overridden, "other": other}
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
+    path = tmp_path / "chap.db"
+    return path, workload(path)
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def verify_json(capsys: pytest.CaptureFixture[str], path: Path) -> tuple[int, dict[str, Any], str]:
+    code, out, err = run(capsys, "verify", str(path), "--json")
+    return code, json.loads(out), err
+
+
+def sql(path: Path, statement: str, *args: Any) -> None:
+    with sqlite3.connect(path) as db:
+        db.execute(statement, args)
+
+
+def entry(path: Path, seq: int, workspace: str = WS) -> dict[str, Any]:
+    with sqlite3.connect(path) as db:
+        (text,) = db.execute(
+            "SELECT data FROM chap_entries WHERE workspace = ? AND seq = ?", (workspace, seq)
+        ).fetchone()
+    return json.loads(text)
+
+
+def test_verify_passes_a_sound_file(db, capsys) -> None:
+    path, facts = db
+    code, report, err = verify_json(capsys, path)
+    assert code == 0, err
+    assert report["ok"] is True
+    by_id = {w["workspace"]: w for w in report["workspaces"]}
+    assert set(by_id) == {WS, facts["other"]}
+    assert by_id[WS]["entries"] == facts["count"]
+    assert by_id[WS]["head"].startswith("sha256:") and by_id[WS]["findings"] == []
+    code, out, _ = run(capsys, "verify", str(path))
+    assert code == 0 and WS in out and "ok" in out
+
+
+def test_verify_names_a_tampered_entry(db, capsys) -> None:
+    path, facts = db
+    tampered = entry(path, 6)
+    tampered["envelope"]["params"]["artefact"] = {"text": "forged"}
+    sql(path, "UPDATE chap_entries SET data = ? WHERE workspace = ? AND seq = 6",
+        json.dumps(tampered), WS)
+    code, report, err = verify_json(capsys, path)
+    assert code == 1
+    broken = {w["workspace"]: w for w in report["workspaces"]}[WS]
+    assert broken["ok"] is False
+    # The entry after the forged one no longer links to it.
+    assert {"seq": 7, "where": "chain", "detail": "prev_hash mismatch"} in broken["findings"]
+    assert f"workspace '{WS}', seq 7: prev_hash mismatch" in err
+    assert {w["workspace"]: w for w in report["workspaces"]}[facts["other"]]["ok"] is True
+
+
+def test_verify_names_a_tampered_object(db, capsys) -> None:
+    path, facts = db
+    with sqlite3.connect(path) as con:
+        (text,) = con.execute(
+            "SELECT data FROM chap_objects WHERE workspace = ? AND collection = 'tasks' AND id = ?",
+            (WS, facts["approved"]),
+        ).fetchone()
+        task = json.loads(text)
+        assert task["state"] == "completed"
+        task["state"] = "rejected"
+        con.execute(
+            "UPDATE chap_objects SET data = ? WHERE workspace = ? AND collection = 'tasks' AND id = ?",
+            (json.dumps(task), WS, facts["approved"]),
+        )
+    code, report, err = verify_json(capsys, path)
+    assert code == 1
+    findings = {w["workspace"]: w for w in report["workspaces"]}[WS]["findings"]
+    assert findings == [
+        {
+            "seq": None,
+            "where": f"tasks/{facts['approved']}",
+            "detail": "field 'state' is \"rejected\" in the store but \"completed\" by the log",
+        }
+    ]
+    assert f"tasks/{facts['approved']}" in err
+
+
+def test_verify_names_an_object_the_log_never_made(db, capsys) -> None:
+    path, facts = db
+    with sqlite3.connect(path) as con:
+        (text,) = con.execute(
+            "SELECT data FROM chap_objects WHERE workspace = ? AND collection = 'tasks' AND id = ?",
+            (WS, facts["approved"]),
+        ).fetchone()
+        con.execute(
+            "INSERT INTO chap_objects VALUES (?, 'tasks', 'tsk_planted', ?)",
+            (WS, json.dumps({**json.loads(text), "id": "tsk_planted"})),
+        )
+    code, report, _ = verify_json(capsys, path)
+    assert code == 1
+    findings = {w["workspace"]: w for w in report["workspaces"]}[WS]["findings"]
+    assert {"seq": None, "where": "tasks/tsk_planted",
+            "detail": "stored, but no entry of the log creates it"} in findings
+
+
+def test_verify_names_a_truncated_log(db, capsys) -> None:
+    path, facts = db
+    last = facts["count"] - 1
+    sql(path, "DELETE FROM chap_entries WHERE workspace = ? AND seq >= ?", WS, last - 1)
+    code, report, err = verify_json(capsys, path)
+    assert code == 1
+    findings = {w["workspace"]: w for w in report["workspaces"]}[WS]["findings"]
+    heads = [f for f in findings if f["where"] == "head"]
+    assert heads and heads[0]["seq"] == last - 2
+    assert "truncated" in heads[0]["detail"]
+    assert "Traceback" not in err
+
+
+def test_verify_names_a_corrupt_entry_row(db, capsys) -> None:
+    path, _ = db
+    sql(path, "UPDATE chap_entries SET data = '{\"seq\": 3, oops' WHERE workspace = ? AND seq = 3", WS)
+    code, report, err = verify_json(capsys, path)
+    assert code == 1
+    findings = {w["workspace"]: w for w in report["workspaces"]}[WS]["findings"]
+    assert findings[0]["seq"] == 3 and findings[0]["where"] == "entry"
+    assert "not JSON" in findings[0]["detail"]
+    assert f"workspace '{WS}', seq 3: the stored row is not JSON" in err
+
+
+def test_verify_names_a_gap_in_the_log(db, capsys) -> None:
+    path, _ = db
+    sql(path, "DELETE FROM chap_entries WHERE workspace = ? AND seq = 4", WS)
+    code, report, _ = verify_json(capsys, path)
+    assert code == 1
+    findings = {w["workspace"]: w for w in report["workspaces"]}[WS]["findings"]
+    assert any(f["seq"] == 4 and "gap" in f["detail"] for f in findings)
+
+
+def test_verify_names_a_corrupt_meta_row(db, capsys) -> None:
+    path, facts = db
+    sql(path, "UPDATE chap_meta SET data = 'not json' WHERE workspace = ?", facts["other"])
+    code, report, err = verify_json(capsys, path)
+    assert code == 1
+    by_id = {w["workspace"]: w for w in report["workspaces"]}
+    assert by_id[WS]["ok"] is True
+    (finding,) = by_id[facts["other"]]["findings"]
+    assert finding["where"] == "meta" and "meta row" in finding["detail"]
+    assert "Traceback" not in err
+
+
+def test_verify_one_workspace_and_an_unknown_one(db, capsys) -> None:
+    path, facts = db
+    code, report, _ = run(capsys, "verify", str(path), "--workspace", facts["other"], "--json")
+    assert code == 0
+    assert [w["workspace"] for w in json.loads(report)["workspaces"]] == [facts["other"]]
+    code, _, err = run(capsys, "verify", str(path), "--workspace", "wsp_nope")
+    assert code == 1 and "holds no workspace 'wsp_nope'" in err
+
+
+def test_verify_refuses_a_missing_file_and_a_non_database(tmp_path: Path, capsys) -> None:
+    code, _, err = run(capsys, "verify", str(tmp_path / "absent.db"))
+    assert code == 1 and "no such database file" in err
+    assert not (tmp_path / "absent.db").exists()
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not sqlite at all, not even close" * 10)
+    code, _, err = run(capsys, "verify", str(junk))
+    assert code == 1 and "not a SQLite database" in err
+
+
+def test_verify_as_a_process_exits_1_without_a_traceback(db) -> None:
+    path, _ = db
+    sql(path, "UPDATE chap_entries SET data = 'garbage' WHERE workspace = ? AND seq = 2", WS)
+    done = subprocess.run(
+        [sys.executable, "-m", "coordinator", "verify", str(path)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 1
+    assert "seq 2" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_inspect_lists_each_workspace(db, capsys) -> None:
+    path, facts = db
+    code, out, _ = run(capsys, "inspect", str(path), "--json")
+    assert code == 0
+    rows = {r["workspace"]: r for r in json.loads(out)["workspaces"]}
+    assert rows[WS]["members"] == 4 and rows[WS]["tasks"] == 3
+    assert rows[WS]["entries"] == facts["count"]
+    assert rows[WS]["profiles"] == ["core/1.0", "review/1.0"]
+    assert rows[WS]["head"].startswith("sha256:") and rows[WS]["last_activity"]
+    assert rows[facts["other"]]["members"] == 1
+    code, out, _ = run(capsys, "inspect", str(path))
+    assert code == 0 and WS in out and facts["other"] in out
+
+
+def _heads(path: Path) -> dict[str, Any]:
+    store = SqliteStore(path)
+    try:
+        return {h.id: (h.version, h.meta.get("chain_head")) for h in store.load_held()}
+    finally:
+        store.close()
+
+
+def test_export_snapshot_then_import_gives_the_same_workspaces(db, tmp_path, capsys) -> None:
+    path, _ = db
+    code, out, _ = run(capsys, "export", str(path))
+    assert code == 0
+    dump = tmp_path / "dump.json"
+    dump.write_text(out)
+    assert {w["id"] for w in json.loads(out)["workspaces"]} == set(_heads(path))
+    copy = tmp_path / "copy.db"
+    code, out, err = run(capsys, "import", str(dump), str(copy))
+    assert code == 0, err
+    assert _heads(copy) == _heads(path)
+    assert run(capsys, "verify", str(copy))[0] == 0
+    # A second import would overwrite: refused unless asked.
+    code, _, err = run(capsys, "import", str(dump), str(copy))
+    assert code == 1 and "--overwrite" in err
+    assert run(capsys, "import", str(dump), str(copy), "--overwrite")[0] == 0
+
+
+def test_export_jsonl_then_import_rebuilds_the_same_log(db, tmp_path, capsys) -> None:
+    path, facts = db
+    code, out, _ = run(capsys, "export", str(path), "--workspace", WS, "--format", "jsonl")
+    assert code == 0
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [line["seq"] for line in lines] == list(range(facts["count"]))
+    assert all(line["workspace"] == WS for line in lines)
+    dump = tmp_path / "log.jsonl"
+    dump.write_text(out)
+    copy = tmp_path / "rebuilt.db"
+    code, _, err = run(capsys, "import", str(dump), str(copy))
+    assert code == 0, err
+    assert _heads(copy)[WS] == _heads(path)[WS]
+    original, rebuilt = SqliteStore(path), SqliteStore(copy)
+    try:
+        assert rebuilt.read_entries(WS) == original.read_entries(WS)
+    finally:
+        original.close()
+        rebuilt.close()
+    assert run(capsys, "verify", str(copy))[0] == 0
+
+
+def test_import_refuses_a_tampered_snapshot_and_writes_nothing(db, tmp_path, capsys) -> None:
+    path, _ = db
+    _, out, _ = run(capsys, "export", str(path), "--workspace", WS)
+    snapshot = json.loads(out)
+    snapshot["audit"][3]["envelope"]["params"]["type"] = "agent"
+    dump = tmp_path / "bad.json"
+    dump.write_text(json.dumps(snapshot))
+    target = tmp_path / "target.db"
+    code, _, err = run(capsys, "import", str(dump), str(target))
+    assert code == 1 and "hash chain does not verify" in err
+    assert _heads(target) == {}
+
+
+def test_import_jsonl_of_a_generated_id_workspace_says_to_use_a_snapshot(db, tmp_path, capsys) -> None:
+    path, facts = db
+    _, out, _ = run(capsys, "export", str(path), "--workspace", facts["other"], "--format", "jsonl")
+    dump = tmp_path / "other.jsonl"
+    dump.write_text(out)
+    code, _, err = run(capsys, "import", str(dump), str(tmp_path / "t.db"))
+    assert code == 1 and "import it as a snapshot" in err
+
+
+def test_import_of_a_non_json_file_is_a_clear_error(tmp_path, capsys) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"workspace": "w", "seq": 0}\nnot json\n')
+    code, _, err = run(capsys, "import", str(bad), str(tmp_path / "t.db"))
+    assert code == 1 and "line 2: not JSON" in err
+
+
+def _old_layout(path: Path, snapshots: list[dict[str, Any]]) -> None:
+    """A file as pre-0.3.2 coordinators wrote it: one row per workspace."""
+    with sqlite3.connect(path) as con:
+        con.execute(
+            "CREATE TABLE chap_workspaces (id TEXT PRIMARY KEY, data TEXT NOT NULL, "
+            "version INTEGER NOT NULL, updated_at TEXT NOT NULL)"
+        )
+        for snap in snapshots:
+            con.execute(
+                "INSERT INTO chap_workspaces VALUES (?, ?, ?, ?)",
+                (snap["id"], json.dumps(snap), len(snap["audit"]), snap["audit"][-1]["arrived"]),
+            )
+
+
+def test_migrate_upgrades_an_old_file_with_a_backup(db, tmp_path, capsys) -> None:
+    path, _ = db
+    _, out, _ = run(capsys, "export", str(path))
+    old = tmp_path / "old.db"
+    _old_layout(old, [w for w in json.loads(out)["workspaces"] if w["audit"]])
+    code, _, err = run(capsys, "verify", str(old))
+    assert code == 1 and "chapline migrate" in err
+    code, out, err = run(capsys, "migrate", str(old), "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["migrated"] is True
+    backup = Path(result["backup"])
+    with sqlite3.connect(backup) as con:
+        tables = {n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert tables == {"chap_workspaces"}
+    assert _heads(old)[WS] == _heads(path)[WS]
+    assert all(w["ok"] for w in result["workspaces"])
+    code, out, _ = run(capsys, "migrate", str(old))
+    assert code == 0 and "already in the current layout" in out
+
+
+def test_verify_passes_a_file_the_reference_wrote(tmp_path, capsys) -> None:
+    """Replay on our pipeline reproduces 0.3.3's entries and objects exactly."""
+    import chap_coordinator
+    from chap_coordinator.storage.sqlite import SqliteStore as ReferenceSqlite
+
+    path = tmp_path / "ref.db"
+    theirs = chap_coordinator.Coordinator(
+        deterministic_ids=True, deterministic_clock=True, enable_chain=True,
+        default_profiles=["core/1.0", "review/1.0"], store=ReferenceSqlite(str(path)),
+    )
+    c = ReviewClient(theirs)
+    c.setup()
+    for verdict in ("decide.approve", "decide.reject", "decide.override"):
+        task = c.new_task()
+        c.ok("review.request", frm=BOT, task_id=task, artefact={"text": "draft"}, to=[ALICE])
+        extra = {"diff": [{"op": "replace", "path": "/text", "value": "v"}], "rationale": "r"}
+        c.ok(verdict, frm=ALICE, task_id=task, **(extra if verdict == "decide.override" else {}))
+    c.err(-32010, "decide.approve", frm=ALICE, task_id=task)
+    revised = c.new_task()
+    c.ok("task.update", frm=BOT, task_id=revised, state="in_progress")
+    c.ok("review.request", frm=BOT, task_id=revised, artefact={"text": "v1"}, to=[ALICE, BOB])
+    c.ok("decide.reject", frm=ALICE, task_id=revised, request_revision=True)
+    c.ok("review.request", frm=BOT, task_id=revised, artefact={"text": "v2"}, to=[BOB])
+    c.ok("abstain.declare", frm=BOB, task_id=revised, reason="conflict", category="conflict_of_interest")
+    c.ok("escalate.raise", frm=ALICE, original_task_id=c.new_task(),
+         new_task={"kind": "k", "assignee": BOB, "input": {}}, reason="stuck")
+    c.ok("task.complete", frm=BOT, task_id=c.new_task(), artefact={"done": True})
+    c.ok("participant.leave", frm="human:carol")
+    code, report, err = verify_json(capsys, path)
+    assert code == 0, (err, report)
+    assert report["workspaces"][0]["entries"] == c.count()
