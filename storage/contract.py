@@ -109,6 +109,15 @@ class StoreContract:
         assert store.load() == []
         assert store.load(entries=False) == []
         assert store.read_entries("nowhere") == []
+        assert store.workspace_ids() == []
+
+    def test_workspace_ids_list_every_workspace_in_id_order(self, store: Store) -> None:
+        store.apply(change("w", 0, 2))
+        store.apply(change("a", 0, 1))
+        store.apply(change("m", 0, 0))
+        assert store.workspace_ids() == ["a", "m", "w"]
+        store.delete("m")
+        assert store.workspace_ids() == ["a", "w"]
 
     def test_round_trip(self, store: Store) -> None:
         store.apply(change("w", 0, 2, {"tasks": {"T1": {"id": "T1", "n": 1.5}},

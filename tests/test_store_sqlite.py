@@ -300,3 +300,15 @@ def test_view_matches_load(tmp_path: Path) -> None:
     db = sqlite3.connect(tmp_path / "a.db")
     (text,) = db.execute("SELECT data FROM chap_workspaces WHERE id = 'w'").fetchone()
     assert json.loads(text) == record.data
+
+
+def test_workspace_ids_list_a_workspace_whose_meta_row_is_lost(tmp_path: Path) -> None:
+    """A verifier must be able to name a damaged workspace, not only skip it."""
+    store = SqliteStore(tmp_path / "d.db")
+    store.apply(StoreChange("w", 0, 1, "t", {"id": "w"}, [{"seq": 0, "arrived": "t", "envelope": {}}]))
+    store.apply(StoreChange("v", 0, 0, "t", {"id": "v"}))
+    with sqlite3.connect(tmp_path / "d.db") as db:
+        db.execute("DELETE FROM chap_meta WHERE workspace = 'w'")
+    assert store.workspace_ids() == ["v", "w"]
+    assert [h.id for h in store.load_held()] == ["v"]
+    store.close()
