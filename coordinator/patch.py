@@ -13,7 +13,13 @@ fix the edge cases RFC 6902 leaves open. On top of the RFC:
   not ``0``, while ``1`` equals ``1.0``;
 - at most ``MAX_OPS`` operations, and at most ``MAX_NODES`` JSON values in
   the document after every operation (a copy bomb doubles the document per
-  op; counting per op refuses it before it can exhaust memory);
+  op; counting per op refuses it before it can exhaust memory) — both as
+  0.3.3 bounds them, refused with ``PatchError``;
+- at most ``MAX_DEPTH`` levels and ``MAX_CHARS`` characters of strings (keys
+  included) in the document after every operation (a subtree copied into its
+  own descendant deepens the document per op, a long string copied around
+  grows it per op without adding values): ``PatchLimitError``, which the
+  coordinator answers -32602 — 0.3.3 has no such bound and fails later;
 - removing the root and moving a location into its own child are refused;
 - ``~`` must be followed by ``0`` or ``1`` (RFC 6901 §3); the 0.3.3
   reference reads ``~2`` literally, we refuse it rather than guess.
@@ -29,10 +35,24 @@ import math
 import re
 from typing import Any
 
-__all__ = ["MAX_NODES", "MAX_OPS", "PatchError", "apply_patch", "json_type"]
+__all__ = [
+    "MAX_CHARS",
+    "MAX_DEPTH",
+    "MAX_NODES",
+    "MAX_OPS",
+    "PatchError",
+    "PatchLimitError",
+    "apply_patch",
+    "json_type",
+]
 
 MAX_OPS = 1000
 MAX_NODES = 100_000
+# The patched artefact is sent back inside an envelope (params.artefact, two
+# levels below the envelope's 64), so it may nest no deeper than 62 levels.
+MAX_DEPTH = 62
+# Characters of string content (values and keys), about 4 MiB of JSON.
+MAX_CHARS = 4 * 1_048_576
 
 _UNSAFE_SEGMENTS = frozenset({"__proto__", "constructor", "prototype"})
 _ARRAY_INDEX = re.compile(r"(0|[1-9][0-9]*)")
@@ -60,6 +80,12 @@ class PatchError(Exception):
     @property
     def path(self) -> str | None:
         return self.data.get("path")
+
+
+class PatchLimitError(PatchError):
+    """The patch would make the document deeper or larger than the bounds
+    (``MAX_DEPTH``, ``MAX_CHARS``); nothing was changed. ``data`` adds
+    ``limit`` and what was reached (``depth`` or ``chars``)."""
 
 
 def json_type(value: Any) -> str:
@@ -92,11 +118,34 @@ class _Fail(Exception):
     """Internal: a failure whose op context is added by ``apply_patch``."""
 
 
+class _Limit(Exception):
+    """Internal: a bound of ``PatchLimitError`` reached; ``data`` says which."""
+
+    def __init__(self, message: str, data: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.data = data
+
+
+class _Size:
+    """What the working document holds: JSON values and string characters."""
+
+    __slots__ = ("nodes", "chars")
+
+    def __init__(self, nodes: int, chars: int) -> None:
+        self.nodes = nodes
+        self.chars = chars
+
+    def add(self, nodes: int, chars: int) -> None:
+        self.nodes += nodes
+        self.chars += chars
+
+
 def apply_patch(document: Any, ops: Any) -> Any:
     """Apply the RFC 6902 patch ``ops`` to ``document`` and return the result.
 
     ``document`` is never mutated and the result shares no containers with it
-    or with ``ops``. Raises ``PatchError`` (nothing applied) on any failure.
+    or with ``ops``. Raises ``PatchError`` (nothing applied) on any failure,
+    ``PatchLimitError`` when the result would pass ``MAX_DEPTH`` or ``MAX_CHARS``.
     """
     if not isinstance(ops, list):
         raise PatchError(f"A patch must be an array of operations, got {json_type(ops)}")
@@ -106,32 +155,52 @@ def apply_patch(document: Any, ops: Any) -> Any:
             {"ops": len(ops), "limit": MAX_OPS},
         )
     try:
-        doc, nodes = _copy_counted(document)
+        doc, nodes, chars, _ = _copy_counted(document)
     except _Fail as exc:
         raise PatchError(f"The document is not JSON: {exc}") from None
+    size = _Size(nodes, chars)
     for index, op in enumerate(ops):
         name = op.get("op") if isinstance(op, dict) else None
         path = op.get("path") if isinstance(op, dict) else None
+        data: dict[str, Any] = {"op_index": index}
+        if isinstance(name, str):
+            data["op"] = name
+        if isinstance(path, str):
+            data["path"] = path
         try:
-            doc, nodes = _apply_one(doc, nodes, op)
+            doc = _apply_one(doc, size, op)
         except _Fail as exc:
-            data: dict[str, Any] = {"op_index": index}
-            if isinstance(name, str):
-                data["op"] = name
-            if isinstance(path, str):
-                data["path"] = path
             raise PatchError(f"Operation {index}: {exc}", data) from None
-        if nodes > MAX_NODES:
+        except _Limit as exc:
+            raise PatchLimitError(f"Operation {index}: {exc}", {**data, **exc.data}) from None
+        if size.nodes > MAX_NODES:
             raise PatchError(
-                f"Operation {index}: the patched document would hold {nodes} JSON values, "
+                f"Operation {index}: the patched document would hold {size.nodes} JSON values, "
                 f"more than the limit of {MAX_NODES}",
-                {"op_index": index, "op": name, "path": path, "nodes": nodes, "limit": MAX_NODES},
+                {"op_index": index, "op": name, "path": path, "nodes": size.nodes, "limit": MAX_NODES},
+            )
+        if size.chars > MAX_CHARS:
+            raise PatchLimitError(
+                f"Operation {index}: the patched document would hold {size.chars} characters of "
+                f"strings, more than the limit of {MAX_CHARS}; send a smaller change",
+                {**data, "chars": size.chars, "limit": MAX_CHARS},
             )
     return doc
 
 
-def _apply_one(doc: Any, nodes: int, op: Any) -> tuple[Any, int]:
-    """Apply one operation in place on the private copy; return (doc, node count)."""
+def _check_depth(path: list[str], depth: int) -> None:
+    """Refuse a value of ``depth`` levels placed at ``path`` if the document
+    would pass ``MAX_DEPTH`` (the root is level 1)."""
+    if len(path) + depth > MAX_DEPTH:
+        raise _Limit(
+            f"the patched document would nest {len(path) + depth} levels deep, more than the "
+            f"limit of {MAX_DEPTH}; flatten the value or place it higher",
+            {"depth": len(path) + depth, "limit": MAX_DEPTH},
+        )
+
+
+def _apply_one(doc: Any, size: _Size, op: Any) -> Any:
+    """Apply one operation in place on the private copy; keep ``size`` current."""
     if not isinstance(op, dict):
         raise _Fail(f"an operation must be an object, got {json_type(op)} {_quote(op)}")
     name = op.get("op")
@@ -148,24 +217,30 @@ def _apply_one(doc: Any, nodes: int, op: Any) -> tuple[Any, int]:
                 f"test failed at {_quote(op['path'])}: expected {_quote(op['value'])} "
                 f"({json_type(op['value'])}), found {_quote(actual)} ({json_type(actual)})"
             )
-        return doc, nodes
+        return doc
 
     if name == "remove":
         if not path:
             raise _Fail("cannot remove the root of the document; replace it instead")
-        removed = _remove(doc, path, op["path"])
-        return doc, nodes - _count(removed)
+        removed, key_chars = _remove(doc, path, op["path"])
+        nodes, chars, _ = _count(removed)
+        size.add(-nodes, -chars - key_chars)
+        return doc
 
     if name == "replace":
-        value, added = _copy_counted(op["value"])
+        value, nodes, chars, depth = _copy_counted(op["value"])
+        _check_depth(path, depth)
         if not path:
-            return value, added
-        old = _replace(doc, path, op["path"], value)
-        return doc, nodes - _count(old) + added
+            size.nodes, size.chars = nodes, chars
+            return value
+        old_nodes, old_chars, _ = _count(_replace(doc, path, op["path"], value))
+        size.add(nodes - old_nodes, chars - old_chars)
+        return doc
 
     if name == "add":
-        value, added = _copy_counted(op["value"])
-        return _add(doc, nodes, path, op["path"], value, added)
+        value, nodes, chars, depth = _copy_counted(op["value"])
+        _check_depth(path, depth)
+        return _add(doc, size, path, op["path"], value, nodes, chars)
 
     source = _pointer(op, "from")
     if name == "move":
@@ -173,20 +248,24 @@ def _apply_one(doc: Any, nodes: int, op: Any) -> tuple[Any, int]:
             raise _Fail('cannot move the root of the document; replace path "" instead')
         if source == path:
             _get(doc, source, op["from"])  # RFC 6902 §4.4: still must exist
-            return doc, nodes
+            return doc
         if path[: len(source)] == source:
             raise _Fail(f"cannot move {_quote(op['from'])} into its own child {_quote(op['path'])}")
-        value = _remove(doc, source, op["from"])
-        moved = _count(value)
-        return _add(doc, nodes - moved, path, op["path"], value, moved)
+        nodes, chars, depth = _count(_get(doc, source, op["from"]))
+        _check_depth(path, depth)
+        value, key_chars = _remove(doc, source, op["from"])
+        size.add(-nodes, -chars - key_chars)
+        return _add(doc, size, path, op["path"], value, nodes, chars)
 
-    # copy: count first so that a copy bomb is refused before it is built;
-    # returning the would-be count makes the caller's limit check refuse it.
+    # copy: measure first so that a copy bomb is refused before it is built;
+    # the would-be size makes the caller's limit check refuse it.
     original = _get(doc, source, op["from"])
-    added = _count(original)
-    if nodes + added > MAX_NODES:
-        return doc, nodes + added
-    return _add(doc, nodes, path, op["path"], _copy(original), added)
+    nodes, chars, depth = _count(original)
+    _check_depth(path, depth)
+    if size.nodes + nodes > MAX_NODES or size.chars + chars > MAX_CHARS:
+        size.add(nodes, chars)
+        return doc
+    return _add(doc, size, path, op["path"], _copy(original), nodes, chars)
 
 
 def _pointer(op: dict[str, Any], field: str) -> list[str]:
@@ -257,30 +336,40 @@ def _get(doc: Any, path: list[str], text: str) -> Any:
     raise _Fail(f"{_quote(text)}: a {json_type(parent)} has no member {_quote(last)}")
 
 
-def _add(doc: Any, nodes: int, path: list[str], text: str, value: Any, added: int) -> tuple[Any, int]:
+def _add(
+    doc: Any, size: _Size, path: list[str], text: str, value: Any, nodes: int, chars: int
+) -> Any:
     if not path:
-        return value, added
+        size.nodes, size.chars = nodes, chars
+        return value
     parent = _parent(doc, path, text)
     last = path[-1]
     if isinstance(parent, dict):
-        replaced = _count(parent[last]) if last in parent else 0
+        if last in parent:
+            old_nodes, old_chars, _ = _count(parent[last])
+            size.add(-old_nodes, -old_chars)
+        else:
+            size.add(0, len(last))
         parent[last] = value
-        return doc, nodes - replaced + added
+        size.add(nodes, chars)
+        return doc
     if isinstance(parent, list):
         parent.insert(_index(parent, last, text, allow_end=True), value)
-        return doc, nodes + added
+        size.add(nodes, chars)
+        return doc
     raise _Fail(f"{_quote(text)}: cannot add a member to a {json_type(parent)}")
 
 
-def _remove(doc: Any, path: list[str], text: str) -> Any:
+def _remove(doc: Any, path: list[str], text: str) -> tuple[Any, int]:
+    """The removed value, and the characters of the member name it had."""
     parent = _parent(doc, path, text)
     last = path[-1]
     if isinstance(parent, dict):
         if last not in parent:
             raise _Fail(f"{_quote(text)}: no member {_quote(last)} to remove")
-        return parent.pop(last)
+        return parent.pop(last), len(last)
     if isinstance(parent, list):
-        return parent.pop(_index(parent, last, text, allow_end=False))
+        return parent.pop(_index(parent, last, text, allow_end=False)), 0
     raise _Fail(f"{_quote(text)}: a {json_type(parent)} has no member {_quote(last)} to remove")
 
 
@@ -312,45 +401,56 @@ def _json_equal(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def _count(value: Any) -> int:
-    """The number of JSON values in ``value``, itself included."""
-    total = 0
-    stack = [value]
+def _count(value: Any) -> tuple[int, int, int]:
+    """JSON values, characters of strings (keys included) and levels in ``value``."""
+    nodes = chars = depth = 0
+    stack = [(value, 1)]
     while stack:
-        node = stack.pop()
-        total += 1
+        node, level = stack.pop()
+        nodes += 1
+        if level > depth:
+            depth = level
         if isinstance(node, dict):
-            stack.extend(node.values())
+            for key, child in node.items():
+                chars += len(key)
+                stack.append((child, level + 1))
         elif isinstance(node, list):
-            stack.extend(node)
-    return total
+            stack.extend((child, level + 1) for child in node)
+        elif isinstance(node, str):
+            chars += len(node)
+    return nodes, chars, depth
 
 
 def _copy(value: Any) -> Any:
     return _copy_counted(value)[0]
 
 
-def _copy_counted(value: Any) -> tuple[Any, int]:
-    """A deep copy of a JSON value and its node count, in one walk.
+def _copy_counted(value: Any) -> tuple[Any, int, int, int]:
+    """A deep copy of a JSON value and its ``_count``, in one walk.
 
     Iterative so that a deeply nested artefact cannot overflow the stack.
     """
     root = _fresh(value)
-    count = 1
-    stack = [(value, root)] if isinstance(root, (dict, list)) else []
+    nodes, chars, depth = 1, len(value) if isinstance(value, str) else 0, 1
+    stack = [(value, root, 1)] if isinstance(root, (dict, list)) else []
     while stack:
-        source, target = stack.pop()
+        source, target, level = stack.pop()
         children = source.items() if isinstance(source, dict) else enumerate(source)
         for key, child in children:
+            if level + 1 > depth:
+                depth = level + 1
             copied = _fresh(child)
             if isinstance(target, dict):
                 target[key] = copied
+                chars += len(key)
             else:
                 target.append(copied)
-            count += 1
+            nodes += 1
             if isinstance(copied, (dict, list)):
-                stack.append((child, copied))
-    return root, count
+                stack.append((child, copied, level + 1))
+            elif isinstance(copied, str):
+                chars += len(copied)
+    return root, nodes, chars, depth
 
 
 def _fresh(node: Any) -> Any:

@@ -17,9 +17,10 @@ from msgspec.structs import replace
 from coordinator.call import Call
 from coordinator.canonical import CanonicalError, canonical_bytes, digest
 from coordinator.model import Override, Review, Task, mode_le, trial_forces_review
-from coordinator.patch import PatchError, apply_patch
+from coordinator.patch import PatchError, PatchLimitError, apply_patch
 from coordinator.wire import (
     DIGEST_MISMATCH,
+    INVALID_PARAMS,
     MODE_CEILING_EXCEEDED,
     NOT_AUTHORISED,
     NOT_REVIEWABLE,
@@ -296,6 +297,8 @@ def decide_override(call: Call) -> dict[str, Any]:
         raise invalid_params("No base artefact for override: the task has no artefact under review")
     try:
         patched = apply_patch(base, diff)
+    except PatchLimitError as exc:
+        raise RpcError(INVALID_PARAMS, f"JSON Patch refused: {exc.message}", exc.data) from None
     except PatchError as exc:
         raise RpcError(PATCH_FAILED, f"JSON Patch failed: {exc.message}", exc.data or None) from None
     p = call.params
