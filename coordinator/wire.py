@@ -63,6 +63,12 @@ class RpcError(Exception):
         err: dict[str, Any] = {"code": self.code, "message": self.message}
         if self.data is not None:
             err["data"] = self.data
+        try:
+            msgspec.json.encode(err)
+        except (TypeError, ValueError, UnicodeEncodeError):
+            # A message or data quoting the caller's input, which held a lone
+            # surrogate (or another value JSON cannot carry): show it escaped.
+            err = _sendable(err)
         return err
 
 
@@ -79,7 +85,37 @@ def result_response(req_id: Any, result: Any) -> dict[str, Any]:
 
 
 def error_response(req_id: Any, error: RpcError) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": req_id, "error": error.to_wire()}
+    return {"jsonrpc": "2.0", "id": _sendable_id(req_id), "error": error.to_wire()}
+
+
+def _sendable(value: Any) -> Any:
+    """`value` with every string JSON cannot carry escaped, and every other
+    value JSON cannot carry shown as its repr."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_sendable(k): _sendable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_sendable(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return repr(value)
+
+
+def _sendable_id(req_id: Any) -> Any:
+    """The request's id as echoed, or null when it cannot be sent as JSON (a
+    string with a lone surrogate: the error then says why the call failed)."""
+    if isinstance(req_id, str):
+        try:
+            req_id.encode()
+        except UnicodeEncodeError:
+            return None
+    elif isinstance(req_id, (dict, list)):
+        try:
+            msgspec.json.encode(req_id)
+        except (TypeError, ValueError, UnicodeEncodeError):
+            return None
+    return req_id
 
 
 _decoder = msgspec.json.Decoder()
