@@ -10,6 +10,7 @@ from coordinator.audit import ChainVerifier
 from coordinator.call import Call
 from coordinator.canonical import ZERO_HASH
 from coordinator.catalogue import profile_name, unimplemented
+from coordinator.limits import check_new_id
 from coordinator.model import (
     HistoryEntry,
     Member,
@@ -81,10 +82,10 @@ def workspace_create(call: Call) -> dict[str, Any]:
     wid = call.params.get("workspace")
     if wid is None:
         wid = call.new_id("wsp")
-    elif not isinstance(wid, str):
-        raise invalid_params("workspace must be a string id")
     elif call.ws is not None:
         raise invalid_params(f"workspace already exists: {wid}")
+    else:
+        check_new_id(wid, "workspace", "wsp_reports")
     meta = _new_workspace(call, wid)
     return {"workspace": wid, "created": meta.created}
 
@@ -170,9 +171,11 @@ def participant_join(call: Call) -> dict[str, Any]:
     if role is not None and not isinstance(role, str):
         raise invalid_params("role must be a string, such as \"reviewer\"")
     if call.ws is None:
+        check_new_id(wid, "workspace", "wsp_reports")
         _new_workspace_for_join(call, wid)
     existing = call.member(sender)
     if existing is None:
+        check_new_id(sender, "from", "human:alice")
         p = call.params
         keys = []
         jwks = p.get("jwks")
@@ -459,7 +462,9 @@ def audit_verify_chain(call: Call) -> dict[str, Any]:
     for start in range(0, ws.count, VERIFY_CHUNK):
         for text in call.log.texts(start, min(start + VERIFY_CHUNK, ws.count)):
             verifier.add_text(text)
-    head = verifier.head()
+    # Nothing chained yet (a new workspace, or an unchained prefix only): the
+    # chain is its genesis, as for any workspace before its first link.
+    head = verifier.head() or ZERO_HASH
     breaks = verifier.breaks
     if head != ws.meta.chain_head:
         breaks.append(f"chain_head mismatch: recomputed {head}, recorded {ws.meta.chain_head}")
