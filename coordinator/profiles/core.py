@@ -300,9 +300,16 @@ def task_create(call: Call) -> dict[str, Any]:
     ws = call.workspace()
     actor = call.actor()
     assignee = p.get("assignee", p.get("to"))
+    if assignee is None:
+        raise invalid_params(
+            "Missing field: assignee (the URI of the member to do the task, e.g. \"agent:writer\")"
+        )
     target = call.member(assignee)
     if target is None:
-        raise invalid_params("Assignee not in workspace")
+        raise invalid_params(
+            f"Assignee not in workspace: {assignee!r} is not a member; "
+            "join it with participant.join first, or assign a current member"
+        )
     if target.paused:
         raise RpcError(WORKSPACE_PAUSED, f"Assignee {assignee} is paused")
     mode = p.get("mode")
@@ -354,6 +361,13 @@ _UPDATES = {
 }
 
 
+def _choices(states: tuple[str, ...]) -> str:
+    """What task.update may send from a state, for a message."""
+    if not states:
+        return "no task.update is possible"
+    return "send state " + " or ".join(f"\"{s}\"" for s in states)
+
+
 def task_update(call: Call) -> dict[str, Any]:
     call.require("workspace")
     task_id = call.require("task_id")
@@ -361,8 +375,13 @@ def task_update(call: Call) -> dict[str, Any]:
     call.actor()
     task = call.task(task_id)
     state = call.params.get("state")
-    if state not in _UPDATES.get(task.state, ()):
-        raise invalid_params(f"Illegal transition {task.state} -> {state}")
+    allowed = _UPDATES.get(task.state, ())
+    if state is None:
+        raise invalid_params(f"Missing field: state (from {task.state}: {_choices(allowed)})")
+    if state not in allowed:
+        raise invalid_params(
+            f"Illegal transition {task.state} -> {state}; from {task.state}: {_choices(allowed)}"
+        )
     if state == "completed" and task.review_required:
         raise invalid_params("This task requires review; finish it with task.complete, which opens the review")
     call.put("tasks", task.id, call.advance(task, state, call.params.get("progress_note")))
