@@ -1,0 +1,273 @@
+"""Hostile input: a slice of the generator run (bench/hostile.py) and one test
+per class of bad input it found, each on a coordinator over a real SQLite file.
+
+The long run (100,000 inputs) is `python -m bench.hostile`; its last result
+is in bench/README.md.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from bench import hostile
+from coordinator import Coordinator, CounterIds, StepClock
+from coordinator.catalogue import OWNING_PROFILE
+from coordinator.hints import empty_body, invalid_request, unknown_method
+from coordinator.limits import MAX_ID_CHARS
+from coordinator.patch import MAX_CHARS, MAX_DEPTH
+from storage import SqliteStore
+
+# Inputs per seed in `./run test`; the long run sends 100,000.
+SLICE = int(os.environ.get("CHAPLINE_HOSTILE_COUNT", "1500"))
+
+
+@pytest.mark.parametrize("seed", [11, 12])
+def test_a_slice_of_the_hostile_run_keeps_every_property(tmp_path: Path, seed: int) -> None:
+    report = hostile.run(SLICE, seed, str(tmp_path / "hostile.db"), checkpoint=500)
+    assert report.inputs == SLICE and report.restarts >= SLICE // 500
+    # The generator reaches deep states, not only the gates.
+    assert report.accepted > SLICE // 10 and report.recorded_refusals > 0
+
+
+def test_the_checker_catches_a_refusal_that_changes_state(tmp_path: Path) -> None:
+    """The properties are not vacuous: a coordinator that writes on refusal fails them."""
+    checker = hostile.Checker(str(tmp_path / "h.db"))
+    try:
+        checker.call(_env("workspace.create", workspace="w"))
+        checker.call(_env("participant.join", workspace="w", **{"from": "human:a"}, type="human"))
+        original = checker.coord.dispatch
+
+        def leaky(envelope: Any) -> dict[str, Any]:
+            original(_env("participant.join", workspace="w", **{"from": "human:z"}, type="human"))
+            return original(envelope)
+
+        checker.coord.dispatch = leaky  # type: ignore[method-assign]
+        with pytest.raises(hostile.Failure, match="changed"):
+            checker.call(_env("task.update", workspace="w", **{"from": "human:a"}, task_id="nope"))
+    finally:
+        checker.close()
+
+
+# --- one coordinator on a real file ------------------------------------------------
+
+
+class Chap:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.coord = self.open()
+        self.n = 0
+
+    def open(self) -> Coordinator:
+        return Coordinator(SqliteStore(str(self.path)), clock=StepClock(), ids=CounterIds())
+
+    def restart(self) -> None:
+        self.coord.close()
+        self.coord = self.open()
+
+    def send(self, envelope: Any) -> dict[str, Any]:
+        response = self.coord.dispatch(envelope)
+        msgspec.json.encode(response)  # always sendable
+        return response
+
+    def call(self, method: str, **params: Any) -> dict[str, Any]:
+        self.n += 1
+        return self.send({"jsonrpc": "2.0", "id": self.n, "method": method, "params": params})
+
+    def ok(self, method: str, **params: Any) -> Any:
+        r = self.call(method, **params)
+        assert "result" in r, r
+        return r["result"]
+
+    def err(self, code: int, method: str, **params: Any) -> dict[str, Any]:
+        r = self.call(method, **params)
+        assert r.get("error", {}).get("code") == code, r
+        return r["error"]
+
+    def rows(self) -> dict[str, int]:
+        import sqlite3
+
+        with sqlite3.connect(self.path) as db:
+            return {t: db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+                    for t in ("chap_meta", "chap_entries", "chap_objects")}
+
+
+@pytest.fixture
+def chap(tmp_path: Path) -> Any:
+    c = Chap(tmp_path / "chap.db")
+    yield c
+    c.coord.close()
+
+
+def _env(method: str, **params: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+
+
+def _review_open(chap: Chap, artefact: Any) -> str:
+    chap.ok("workspace.create", workspace="w")
+    chap.ok("participant.join", workspace="w", **{"from": "human:a"}, type="human", role="admin")
+    chap.ok("participant.join", workspace="w", **{"from": "agent:b"}, type="agent")
+    task = chap.ok("task.create", workspace="w", **{"from": "human:a"}, kind="k", input={}, assignee="agent:b")
+    task = task["task_id"]
+    chap.ok("task.update", workspace="w", **{"from": "agent:b"}, task_id=task, state="in_progress")
+    chap.ok("review.request", workspace="w", **{"from": "agent:b"}, task_id=task, artefact=artefact,
+            to=["human:a"])
+    return task
+
+
+# --- ids that are not usable ids: -32602 before the write --------------------------
+
+BAD_IDS = ["", "a\u0000b", "tab\there", "x" * (MAX_ID_CHARS + 1), "\x7f"]
+
+
+@pytest.mark.parametrize("bad", BAD_IDS, ids=["empty", "nul", "tab", "long", "del"])
+def test_unusable_workspace_ids_are_refused_before_the_write(chap: Chap, bad: str) -> None:
+    for method, extra in (("workspace.create", {}), ("participant.join", {"from": "human:a", "type": "human"})):
+        error = chap.err(-32602, method, workspace=bad, **extra)
+        assert "workspace" in error["message"] and ("send" in error["message"] or "at most" in error["message"])
+    assert chap.rows() == {"chap_meta": 0, "chap_entries": 0, "chap_objects": 0}
+    assert chap.coord.workspace_ids() == []
+
+
+@pytest.mark.parametrize("bad", BAD_IDS, ids=["empty", "nul", "tab", "long", "del"])
+def test_unusable_participant_uris_are_refused_before_the_write(chap: Chap, bad: str) -> None:
+    chap.ok("workspace.create", workspace="w")
+    before = chap.rows()
+    error = chap.err(-32602, "participant.join", workspace="w", **{"from": bad}, type="human")
+    assert error["message"].startswith("from ")
+    assert chap.rows() == before
+
+
+def test_the_longest_usable_id_is_taken_and_survives_a_restart(chap: Chap) -> None:
+    wid = "w" * MAX_ID_CHARS
+    chap.ok("workspace.create", workspace=wid)
+    chap.restart()
+    assert chap.ok("workspace.describe", workspace=wid)["id"] == wid
+
+
+# --- JSON Patch bounds: -32602, nothing recorded ----------------------------------
+
+
+@pytest.mark.parametrize(
+    "diff, reached",
+    [
+        ([{"op": "copy", "from": "/a", "path": "/a/x"}] * 100, "depth"),
+        ([{"op": "add", "path": "/d" * n, "value": {}} for n in range(1, 80)], "depth"),
+        ([{"op": "add", "path": "/v", "value": [[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]}]
+         + [{"op": "copy", "from": "/v", "path": "/v/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0"}] * 5, "depth"),
+        ([{"op": "add", "path": "/s", "value": "y" * 60_000}]
+         + [{"op": "copy", "from": "/s", "path": f"/s{i}"} for i in range(100)], "chars"),
+    ],
+    ids=["copy-into-descendant", "add-deeper", "copy-deep-value", "copy-big-string"],
+)
+def test_patch_bombs_are_refused_with_invalid_params(chap: Chap, diff: list[Any], reached: str) -> None:
+    task = _review_open(chap, {"a": {"b": 1}})
+    before = chap.rows()
+    error = chap.err(-32602, "decide.override", workspace="w", **{"from": "human:a"}, task_id=task,
+                     diff=diff, rationale="r")
+    assert error["data"]["limit"] == (MAX_DEPTH if reached == "depth" else MAX_CHARS)
+    assert error["data"][reached] > error["data"]["limit"] and isinstance(error["data"]["op_index"], int)
+    assert chap.rows() == before  # not recorded, nothing staged
+    chap.ok("decide.approve", workspace="w", **{"from": "human:a"}, task_id=task)  # the review is still open
+
+
+def test_a_patch_up_to_the_depth_bound_applies(chap: Chap) -> None:
+    task = _review_open(chap, {})
+    diff = [{"op": "add", "path": "/d" * n, "value": {}} for n in range(1, MAX_DEPTH)]
+    applied = chap.ok("decide.override", workspace="w", **{"from": "human:a"}, task_id=task, diff=diff,
+                      rationale="r")["applied"]
+    depth = 0
+    while isinstance(applied, dict):
+        applied, depth = applied.get("d"), depth + 1
+    assert depth == MAX_DEPTH
+    chap.restart()
+    assert chap.ok("audit.verify_chain", workspace="w")["status"] == "verified"
+
+
+# --- every read behaves on the empty workspace as on any other ----------------------
+
+
+def test_reads_of_a_workspace_with_no_entries(chap: Chap) -> None:
+    wid = chap.ok("workspace.create")["workspace"]  # generated id: written, no entry
+    for _ in range(2):
+        verified = chap.ok("audit.verify_chain", workspace=wid)
+        assert verified["status"] == "verified" and verified["entries_total"] == 0
+        assert chap.ok("audit.read", workspace=wid) == {"entries": [], "next_seq": 0}
+        assert chap.ok("workspace.describe", workspace=wid)["audit_count"] == 0
+        chap.restart()
+
+
+# --- answers are always sendable -----------------------------------------------------
+
+
+def test_ids_and_quoted_values_with_lone_surrogates_are_sent_escaped(chap: Chap) -> None:
+    r = chap.send({"jsonrpc": "2.0", "id": "\ud800", "method": "workspace.describe", "params": {"workspace": "w"}})
+    assert r["id"] is None and r["error"]["code"] == -32602
+    r = chap.send({"jsonrpc": "2.0", "id": 3, "method": "x\udfffy"})
+    assert r["id"] == 3 and r["error"]["code"] == -32601 and "\\udfff" in r["error"]["message"]
+
+
+# --- messages that say what to send ------------------------------------------------
+
+
+def test_task_messages_name_what_is_missing(chap: Chap) -> None:
+    chap.ok("workspace.create", workspace="w")
+    chap.ok("participant.join", workspace="w", **{"from": "human:a"}, type="human")
+    message = chap.err(-32602, "task.create", workspace="w", **{"from": "human:a"}, kind="k", input={})["message"]
+    assert message.startswith("Missing field: assignee")
+    message = chap.err(-32602, "task.create", workspace="w", **{"from": "human:a"}, kind="k", input={},
+                       assignee="agent:ghost")["message"]
+    assert "'agent:ghost' is not a member" in message and "participant.join" in message
+    chap.ok("participant.join", workspace="w", **{"from": "agent:b"}, type="agent")
+    task = chap.ok("task.create", workspace="w", **{"from": "human:a"}, kind="k", input={}, assignee="agent:b")
+    message = chap.err(-32602, "task.update", workspace="w", **{"from": "agent:b"}, task_id=task["task_id"])["message"]
+    assert message == 'Missing field: state (from created: send state "in_progress" or "declined")'
+    message = chap.err(-32602, "task.update", workspace="w", **{"from": "agent:b"}, task_id=task["task_id"],
+                       state="completed")["message"]
+    assert message.startswith("Illegal transition created -> completed; from created: send state")
+
+
+@pytest.mark.parametrize(
+    "envelope, words",
+    [
+        ([], "batches (arrays) are not supported"),
+        ("x", "expected a request object, got a string"),
+        ({"id": 1, "method": "m"}, 'missing "jsonrpc": "2.0"'),
+        ({"jsonrpc": 2.0, "id": 1, "method": "m"}, '"jsonrpc" must be the string "2.0", got a number'),
+        ({"jsonrpc": "2.0", "id": 1}, 'missing "method"'),
+        ({"jsonrpc": "2.0", "id": 1, "method": 5}, '"method" must be a string, got a number'),
+        ({"jsonrpc": "2.0", "id": 1, "method": ""}, '"method" is empty'),
+    ],
+)
+def test_each_invalid_request_has_its_own_message(envelope: Any, words: str) -> None:
+    error = invalid_request(envelope)
+    assert error is not None and error.code == -32600 and words in error.message
+
+
+def test_a_valid_request_is_not_invalid() -> None:
+    assert invalid_request({"jsonrpc": "2.0", "method": "task.create"}) is None
+
+
+def test_empty_body_message() -> None:
+    error = empty_body()
+    assert error.code == -32700 and "the body is empty" in error.message
+
+
+@pytest.mark.parametrize(
+    "method, words",
+    [
+        ("task.creat", "did you mean task.create?"),
+        ("review.foo", "the review methods are review.depth, review.request"),
+        ("nope", "CHAP methods are namespaced: abstain.*"),
+        ("t" * 10_000, "CHAP methods are namespaced"),
+    ],
+)
+def test_unknown_method_hints(method: str, words: str) -> None:
+    error = unknown_method(method, OWNING_PROFILE)
+    assert error.code == -32601 and error.message.startswith("Unknown method: ") and words in error.message
+    assert len(error.message) < 600
+
