@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from coordinator.incidents import internal_error
 from coordinator.transports.worker import Dispatcher, DispatcherClosed, SerialDispatcher
 from coordinator.wire import (
     INTERNAL_ERROR,
@@ -148,6 +149,6 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
-    # Logged for the operator; the caller gets no traceback.
-    log.error("unhandled error serving %s %s", request.method, request.url.path, exc_info=exc)
-    return _rpc_error(500, INTERNAL_ERROR, "Internal error")
+    # Logged for the operator; the caller gets the log id, no traceback.
+    error = internal_error(log, f"unhandled error serving {request.method} {request.url.path}", exc)
+    return _json(500, error_response(None, error))

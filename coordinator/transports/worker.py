@@ -22,7 +22,8 @@ import threading
 from typing import Any, ContextManager, Protocol
 
 from coordinator.coordinator import BatchWriteError
-from coordinator.wire import INTERNAL_ERROR, RpcError, error_response
+from coordinator.incidents import internal_error
+from coordinator.wire import error_response
 
 __all__ = ["Dispatcher", "DispatcherClosed", "SerialDispatcher"]
 
@@ -128,9 +129,9 @@ class SerialDispatcher:
                 # The write failed and was undone; the batch has already
                 # rewritten each recorded call's response to the write error.
                 pass
-            except Exception:
-                log.exception("group commit failed; answering -32603 to the whole group")
-                responses = [_internal_error() for _ in group]
+            except Exception as exc:
+                error = internal_error(log, "group commit failed; answering -32603 to the whole group", exc)
+                responses = [error_response(None, error) for _ in group]
         for (_, loop, future), response in zip(group, responses):
             try:
                 loop.call_soon_threadsafe(_settle, future, response)
@@ -141,15 +142,10 @@ class SerialDispatcher:
     def _dispatch(self, body: bytes) -> dict[str, Any]:
         try:
             return self._target.dispatch(body)
-        except Exception:
+        except Exception as exc:
             # dispatch promises not to raise; if it does, the caller still
             # gets a JSON-RPC answer and the worker keeps serving.
-            log.exception("dispatch raised; answering -32603")
-            return _internal_error()
-
-
-def _internal_error() -> dict[str, Any]:
-    return error_response(None, RpcError(INTERNAL_ERROR, "Internal error"))
+            return error_response(None, internal_error(log, "dispatch raised; answering -32603", exc))
 
 
 def _settle(future: asyncio.Future[dict[str, Any]], response: dict[str, Any]) -> None:
