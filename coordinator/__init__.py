@@ -3,6 +3,7 @@
 from coordinator.audit import AuditEntry
 from coordinator.canonical import CanonicalError, canonical_bytes, digest
 from coordinator.clock import StepClock
+from coordinator.compat import CoordinatorOptions, UnsupportedOptionError, WorkspaceState
 from coordinator.coordinator import BatchWriteError, Coordinator
 from coordinator.snapshot import RestoreError
 from coordinator.ids import CounterIds
@@ -13,10 +14,13 @@ __all__ = [
     "BatchWriteError",
     "CanonicalError",
     "Coordinator",
+    "CoordinatorOptions",
     "CounterIds",
     "RestoreError",
     "RpcError",
     "StepClock",
+    "UnsupportedOptionError",
+    "WorkspaceState",
     "canonical_bytes",
     "digest",
 ]

@@ -34,6 +34,12 @@ from coordinator.canonical import (
     link_hash,
 )
 from coordinator.clock import Clock, iso_ms, system_clock
+from coordinator.compat import (
+    CoordinatorOptions,
+    WorkspacesView,
+    WorkspaceState,
+    coordinator_settings,
+)
 from coordinator.ids import IdSource, random_ids
 from coordinator.model import WorkspaceMeta, to_stored
 from coordinator.profiles import HANDLERS
@@ -120,27 +126,53 @@ class Coordinator:
 
     def __init__(
         self,
-        store: Store | None = None,
+        store: Store | CoordinatorOptions | None = None,
         *,
+        options: CoordinatorOptions | None = None,
         clock: Clock | None = None,
         ids: IdSource | None = None,
-        enable_chain: bool = True,
-        default_profiles: tuple[str, ...] | list[str] = ("core/1.0", "review/1.0"),
-        max_envelope_bytes: int = 1_048_576,
-        require_read_membership: bool = False,
+        enable_chain: bool | None = None,
+        default_profiles: tuple[str, ...] | list[str] | None = None,
+        max_envelope_bytes: int | None = None,
+        require_read_membership: bool | None = None,
         on_audit: AuditListener | None = None,
+        **overrides: Any,
     ) -> None:
+        if isinstance(store, CoordinatorOptions):  # 0.3.3's Coordinator(options)
+            if options is not None:
+                raise TypeError("Coordinator() got options twice (positionally and as options=)")
+            store, options = None, store
+        explicit = {
+            "store": store,
+            "clock": clock,
+            "ids": ids,
+            "enable_chain": enable_chain,
+            "default_profiles": default_profiles,
+            "max_envelope_bytes": max_envelope_bytes,
+            "require_read_membership": require_read_membership,
+            "on_audit": on_audit,
+        }
+        settings = coordinator_settings(options, overrides, explicit)
+        store, clock, ids = settings["store"], settings["clock"], settings["ids"]
+        default_profiles = settings["default_profiles"]
+        on_audit = settings["on_audit"]
         problem = catalogue.unimplemented(default_profiles)
         if problem:
             raise ValueError(f"default_profiles: {problem}")
+        if store is not None and not callable(getattr(store, "load_held", None)):
+            raise TypeError(
+                f"store must be a chapline store (storage.MemoryStore, storage.SqliteStore), "
+                f"not {type(store).__module__}.{type(store).__name__}: to keep a 0.3.3 SQLite "
+                "file, open it with storage.SqliteStore(path)"
+            )
         self.store: Store = store if store is not None else MemoryStore()
         self._clock = clock or system_clock
         self._ids = ids or random_ids
         self.options = Options(
-            enable_chain=enable_chain,
+            enable_chain=settings["enable_chain"],
             default_profiles=tuple(default_profiles),
-            max_envelope_bytes=max_envelope_bytes,
-            require_read_membership=require_read_membership,
+            max_envelope_bytes=settings["max_envelope_bytes"],
+            require_read_membership=settings["require_read_membership"],
         )
         self._listeners: list[AuditListener] = [on_audit] if on_audit else []
         self._workspaces: dict[str, Workspace] = {}
@@ -194,6 +226,21 @@ class Coordinator:
 
     def workspace_ids(self) -> list[str]:
         return list(self._workspaces)
+
+    @property
+    def workspaces(self) -> WorkspacesView:
+        """Workspace id -> a read-only view of it, as 0.3.3's `workspaces` is
+        read (`in`, `len`, iteration, `.get`, `ws.members[uri].role`, ...).
+        Views read the live state; nothing is copied ahead of time."""
+        return WorkspacesView(self)
+
+    def get_workspace(self, workspace_id: str) -> WorkspaceState | None:
+        """The workspace in 0.3.3's field layout with its whole audit log, as
+        plain values `dataclasses.asdict` takes; None if it is not held.
+        Reads the log from the store: O(log), meant for notebooks and tests."""
+        if workspace_id not in self._workspaces:
+            return None
+        return WorkspaceState.from_snapshot(self.snapshot(workspace_id))
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:

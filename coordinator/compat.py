@@ -1,0 +1,298 @@
+"""What code written against `chap-coordinator` 0.3.3 reads and passes.
+
+- `CoordinatorOptions`: 0.3.3's option names and defaults, mapped onto
+  chapline's keyword arguments (`coordinator_settings`); a field chapline does
+  not support yet is refused when set to anything but its default.
+- `coord.workspaces`: a read-only mapping of read-only views over what the
+  coordinator holds (nothing is copied ahead of time or kept in sync: each
+  read looks at the live workspace).
+- `coord.get_workspace(id)`: one workspace as a dataclass in 0.3.3's field
+  layout, for `dataclasses.asdict` (chap-analytics' `from_coordinator`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable
+
+import msgspec
+
+from coordinator.audit import AuditEntry
+from coordinator.clock import StepClock
+from coordinator.ids import CounterIds
+from coordinator.model import Member, Override, Task
+from storage import COLLECTIONS, IDEMPOTENCY_KEYS
+
+if TYPE_CHECKING:
+    from coordinator.call import Workspace
+    from coordinator.coordinator import Coordinator
+
+__all__ = [
+    "CoordinatorOptions",
+    "UnsupportedOptionError",
+    "WorkspaceState",
+    "WorkspaceView",
+    "WorkspacesView",
+    "coordinator_settings",
+]
+
+
+@dataclasses.dataclass
+class CoordinatorOptions:
+    """0.3.3's options, with its names and defaults (`enable_chain` is off, as
+    there). `Coordinator(options)` maps each field to chapline's arguments:
+    `deterministic_ids` to `ids=CounterIds()`, `deterministic_clock` to
+    `clock=StepClock()`, the rest by name. The fields after `on_audit` belong
+    to profiles and hooks chapline does not implement yet; setting one raises
+    `UnsupportedOptionError`."""
+
+    deterministic_ids: bool = False
+    deterministic_clock: bool = False
+    enable_chain: bool = False
+    require_signatures: bool = False
+    enforce_step_up: bool = False
+    require_read_membership: bool = False
+    max_envelope_bytes: int = 1_048_576
+    on_audit: Callable[[str, AuditEntry], None] | None = None
+    on_auto_escalate: Callable[..., None] | None = None
+    verify_oidc_token: Callable[..., Any] | None = None
+    verify_vc: Callable[..., Any] | None = None
+    scitt_submitter: Callable[..., Any] | None = None
+    verify_scitt_receipt: Callable[..., Any] | None = None
+    routing_policy: Callable[..., Any] | None = None
+    review_depth_policy: Callable[..., Any] | None = None
+    escalation_policy: Callable[..., Any] | None = None
+    default_profiles: list[str] = dataclasses.field(
+        default_factory=lambda: ["core/1.0", "review/1.0"]
+    )
+    store: Any = None
+    on_store_error: Callable[[Exception, dict[str, Any]], None] | None = None
+
+
+class UnsupportedOptionError(ValueError):
+    """A `CoordinatorOptions` field chapline does not support was set.
+
+    `field` names it; the message says why and what to do instead."""
+
+    def __init__(self, field: str, why: str) -> None:
+        super().__init__(
+            f"CoordinatorOptions.{field} is not supported by chapline: {why}. "
+            f"Leave {field} at its default to build this coordinator."
+        )
+        self.field = field
+
+
+# Fields with no chapline counterpart yet, and why.
+_UNSUPPORTED: dict[str, str] = {
+    "require_signatures": "the security-signed profile is not implemented",
+    "enforce_step_up": "step-up authentication (security-oidc) is not implemented",
+    "on_auto_escalate": "the escalate.auto method is not implemented",
+    "verify_oidc_token": "the security-oidc profile is not implemented",
+    "verify_vc": "verifiable-credential identity is not implemented",
+    "scitt_submitter": "the audit-scitt profile is not implemented",
+    "verify_scitt_receipt": "the audit-scitt profile is not implemented",
+    "routing_policy": "the routing profile is not implemented",
+    "review_depth_policy": "the review.depth method is not implemented",
+    "escalation_policy": "the escalate.auto method is not implemented",
+    "on_store_error": (
+        "chapline writes before it answers, so a failed write is the call's own "
+        "answer (-32900) rather than a report after the fact"
+    ),
+}
+# chapline's keyword arguments that carry a 0.3.3 field under the same name.
+SHARED = ("enable_chain", "default_profiles", "max_envelope_bytes", "require_read_membership", "on_audit")
+_FIELDS = frozenset(f.name for f in dataclasses.fields(CoordinatorOptions))
+_DEFAULTS = CoordinatorOptions()
+
+
+def coordinator_settings(
+    options: CoordinatorOptions | None,
+    overrides: dict[str, Any],
+    explicit: dict[str, Any],
+) -> dict[str, Any]:
+    """chapline's keyword arguments for `Coordinator(options, **overrides)`.
+
+    `options` starts from 0.3.3's defaults; without it, from chapline's (chain
+    on). `overrides` are 0.3.3 field names given as keywords, as 0.3.3 takes
+    them; `explicit` are chapline's own arguments that were given (not None),
+    which win. Returns store, clock, ids and the SHARED arguments."""
+    unknown = sorted(set(overrides) - _FIELDS)
+    if unknown:
+        raise TypeError(
+            f"Coordinator() got unexpected keyword arguments {unknown}: it takes "
+            f"chapline's arguments or CoordinatorOptions fields ({', '.join(sorted(_FIELDS))})"
+        )
+    if options is not None and not isinstance(options, CoordinatorOptions):
+        raise TypeError(
+            f"options must be a CoordinatorOptions, not {type(options).__name__}"
+        )
+    base = options if options is not None else CoordinatorOptions(enable_chain=True)
+    chosen = dataclasses.replace(base, **overrides)
+    for name, why in _UNSUPPORTED.items():
+        if getattr(chosen, name) != getattr(_DEFAULTS, name):
+            raise UnsupportedOptionError(name, why)
+    settings: dict[str, Any] = {name: getattr(chosen, name) for name in SHARED}
+    settings["store"] = chosen.store
+    settings["clock"] = StepClock() if chosen.deterministic_clock else None
+    settings["ids"] = CounterIds() if chosen.deterministic_ids else None
+    for name in ("clock", "ids", "store"):
+        if explicit.get(name) is not None and settings[name] is not None:
+            flag = {"clock": "deterministic_clock", "ids": "deterministic_ids"}.get(name, name)
+            raise TypeError(f"Coordinator() got both {name}= and the option {flag}: give one")
+    settings.update({k: v for k, v in explicit.items() if v is not None})
+    return settings
+
+
+# -- read-only views ---------------------------------------------------------
+
+_TYPES: dict[str, type[msgspec.Struct]] = {"members": Member, "tasks": Task, "overrides": Override}
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.decode
+
+
+def _detached(collection: str, value: Any) -> Any:
+    """A held value as readers get it: Structs are frozen, and their nested
+    lists and dicts are fresh copies, so nothing a reader does reaches memory."""
+    kind = _TYPES.get(collection)
+    text = _encode(value)
+    return _decode(text) if kind is None else _decode(text, type=kind)
+
+
+class CollectionView(Mapping[str, Any]):
+    """One collection of a workspace, keyed by id, read live."""
+
+    __slots__ = ("_view", "_collection")
+
+    def __init__(self, view: WorkspaceView, collection: str) -> None:
+        self._view = view
+        self._collection = collection
+
+    def __getitem__(self, key: str) -> Any:
+        ws = self._view._live()
+        value = ws.get(self._collection, key)
+        if value is None:
+            raise KeyError(key)
+        return _detached(self._collection, value)
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            return key in self._view._live().objects[self._collection]
+        except TypeError:  # an unhashable key names nothing
+            return False
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._view._live().objects[self._collection]))
+
+    def __len__(self) -> int:
+        return len(self._view._live().objects[self._collection])
+
+    def __repr__(self) -> str:
+        return f"<{self._collection} of {self._view.id}: {len(self)}>"
+
+
+class WorkspaceView:
+    """A workspace as 0.3.3's readers see it: its fields (`id`, `state`,
+    `profiles`, `mode`, `mode_ceiling`, `chain_head`, ...) and each collection
+    (`members` keyed by URI, `tasks`, `overrides`, ... keyed by id) as a
+    read-only mapping. Each read looks at the coordinator's live state;
+    `audit` reads the whole log from the store (O(log))."""
+
+    __slots__ = ("_coordinator", "_id")
+
+    def __init__(self, coordinator: Coordinator, workspace_id: str) -> None:
+        self._coordinator = coordinator
+        self._id = workspace_id
+
+    def _live(self) -> Workspace:
+        ws = self._coordinator._workspaces.get(self._id)
+        if ws is None:
+            raise KeyError(f"workspace {self._id!r} is no longer held by this coordinator")
+        return ws
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    @property
+    def audit(self) -> tuple[AuditEntry, ...]:
+        """The whole log, read from the store: O(log)."""
+        ws = self._live()
+        entries = self._coordinator._read_log(ws, 0, ws.count, None)
+        return tuple(msgspec.convert(e, AuditEntry) for e in entries)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in COLLECTIONS or name == IDEMPOTENCY_KEYS:
+            return CollectionView(self, name)
+        meta = self._live().meta
+        if name.startswith("_") or name not in meta.__struct_fields__:
+            raise AttributeError(f"a workspace view has no attribute {name!r}")
+        value = getattr(meta, name)
+        return list(value) if isinstance(value, list) else value
+
+    def __repr__(self) -> str:
+        return f"<workspace {self._id}>"
+
+
+class WorkspacesView(Mapping[str, WorkspaceView]):
+    """`coord.workspaces`: workspace id -> `WorkspaceView`, for the workspaces
+    the coordinator holds; read-only, and always current."""
+
+    __slots__ = ("_coordinator",)
+
+    def __init__(self, coordinator: Coordinator) -> None:
+        self._coordinator = coordinator
+
+    def __getitem__(self, workspace_id: str) -> WorkspaceView:
+        if workspace_id not in self:
+            raise KeyError(workspace_id)
+        return WorkspaceView(self._coordinator, workspace_id)
+
+    def __contains__(self, workspace_id: object) -> bool:
+        try:
+            return workspace_id in self._coordinator._workspaces
+        except TypeError:
+            return False
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._coordinator._workspaces))
+
+    def __len__(self) -> int:
+        return len(self._coordinator._workspaces)
+
+    def __repr__(self) -> str:
+        return f"<workspaces: {', '.join(self)}>"
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkspaceState:
+    """One workspace in 0.3.3's `Workspace` field layout, as plain JSON values
+    (collections keyed by id, `audit` the whole log in wire shape), so that
+    `dataclasses.asdict` gives what 0.3.3 persists."""
+
+    id: str
+    created: str
+    state: str
+    profiles: list[str]
+    mode: str
+    mode_ceiling: str
+    routing_policy_uri: str | None
+    step_up_window_sec: int
+    min_acr: Any
+    members: dict[str, Any]
+    tasks: dict[str, Any]
+    overrides: dict[str, Any]
+    whispers: dict[str, Any]
+    deliberations: dict[str, Any]
+    handoffs: dict[str, Any]
+    snapshots: dict[str, Any]
+    route_decisions: dict[str, Any]
+    idempotency_keys: dict[str, str]
+    audit: list[dict[str, Any]]
+    chain_head: str | None
+    chain_enabled: bool
+
+    @classmethod
+    def from_snapshot(cls, snapshot: dict[str, Any]) -> WorkspaceState:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in snapshot.items() if k in names})
