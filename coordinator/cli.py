@@ -1,5 +1,6 @@
 """The `chapline` command: `chapline serve` runs CHAP over HTTP on a SQLite file;
 `verify`, `inspect`, `export`, `import` and `migrate` work on the log (logcli).
+`token` creates, lists and revokes the bearer tokens `serve --auth` accepts.
 
 Exit status: 0 after a clean stop (SIGINT or SIGTERM), 1 when the database
 cannot be opened or the address cannot be listened on, 2 for bad arguments.
@@ -8,6 +9,7 @@ cannot be opened or the address cannot be listened on, 2 for bad arguments.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import re
 import signal
@@ -44,6 +46,8 @@ class _Failure(Exception):
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "token":
+        return _token(args)
     if args.command != "serve":
         return logcli.run(args)
     try:
@@ -52,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"chapline: {exc}", file=sys.stderr)
         return 2
     try:
-        return _serve(args.db, args.host, args.port, profiles)
+        return _serve(args.db, args.host, args.port, profiles, args.auth)
     except _Failure as exc:
         print(f"chapline: {exc}", file=sys.stderr)
         return 1
@@ -81,8 +85,65 @@ def _parser() -> argparse.ArgumentParser:
             "profile chapline implements (default: %(default)s)"
         ),
     )
+    serve.add_argument(
+        "--auth",
+        action="store_true",
+        help="require a bearer token (`chapline token create`) on every call; "
+        "a call may act only as its token's participant",
+    )
+    token = commands.add_parser(
+        "token",
+        help="create, list or revoke bearer tokens for `serve --auth`",
+        description="Bearer tokens for `chapline serve --auth`, kept hashed in the database.",
+    )
+    actions = token.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = actions.add_parser("create", help="create a token and print it once")
+    create.add_argument("--as", dest="principal", required=True, metavar="URI",
+                        help="the participant the token acts as, e.g. human:alice")
+    listing = actions.add_parser("list", help="list token ids, participants and revocations")
+    revoke = actions.add_parser("revoke", help="revoke a token by its id")
+    revoke.add_argument("id", help="the token id that `create` and `list` print")
+    for action in (create, listing, revoke):
+        action.add_argument("--db", default="chap.db", help="SQLite file (default: ./chap.db)")
     logcli.add_commands(commands)
     return parser
+
+
+def _token(args: argparse.Namespace) -> int:
+    from coordinator.transports.auth import TokenStore
+
+    try:
+        tokens = TokenStore(args.db)
+    except (sqlite3.Error, ValueError) as exc:
+        print(f"chapline: cannot open the token table in {args.db!r}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        if args.action == "create":
+            try:
+                secret, info = tokens.create(args.principal)
+            except ValueError as exc:
+                print(f"chapline: {exc}", file=sys.stderr)
+                return 2
+            print(secret)
+            print(
+                f"chapline: token {info.id} acts as {info.principal}; it is shown only once "
+                f"(revoke: chapline token revoke --db {args.db} {info.id})",
+                file=sys.stderr,
+            )
+        elif args.action == "list":
+            for info in tokens.list():
+                state = f"revoked {info.revoked}" if info.revoked else "active"
+                print(f"{info.id}  {info.principal}  created {info.created}  {state}")
+        else:
+            try:
+                info = tokens.revoke(args.id)
+            except KeyError as exc:
+                print(f"chapline: {exc.args[0]}", file=sys.stderr)
+                return 1
+            print(f"chapline: token {info.id} ({info.principal}) revoked at {info.revoked}")
+    finally:
+        tokens.close()
+    return 0
 
 
 def _profiles(text: str) -> tuple[str, ...]:
@@ -100,19 +161,34 @@ def _profiles(text: str) -> tuple[str, ...]:
     return profiles
 
 
-def _serve(db: str, host: str, port: int, profiles: tuple[str, ...]) -> int:
+def _serve(db: str, host: str, port: int, profiles: tuple[str, ...], auth: bool) -> int:
     # Imported here so `chapline --help` works without loading the coordinator.
     from coordinator import Coordinator
     from coordinator.transports import create_app
+    from coordinator.transports.auth import TokenStore
     from storage import SqliteStore, StoreError
 
     sock = _listen(host, port)
+    tokens = None
     try:
         try:
             coord = Coordinator(store=SqliteStore(db), default_profiles=profiles)
         except (sqlite3.Error, OSError, StoreError) as exc:
             raise _Failure(f"cannot open the database {db!r}: {exc}") from None
-        app = create_app(coord)
+        if auth:
+            try:
+                tokens = TokenStore(db)
+            except (sqlite3.Error, ValueError) as exc:
+                coord.close()
+                raise _Failure(f"--auth: {exc}") from None
+        elif not _loopback(sock):
+            print(
+                f"chapline: warning: listening on {_url(sock)} without --auth: anyone who "
+                "can reach this port may act as any participant",
+                file=sys.stderr,
+                flush=True,
+            )
+        app = create_app(coord, tokens=tokens)
         try:
             server = uvicorn.Server(
                 uvicorn.Config(
@@ -125,7 +201,7 @@ def _serve(db: str, host: str, port: int, profiles: tuple[str, ...]) -> int:
             )
             print(
                 f"chapline: serving CHAP on {_url(sock)} ({', '.join(profiles)}), "
-                f"writing {_where(db)}",
+                f"writing {_where(db)}{', tokens required' if auth else ''}",
                 flush=True,
             )
             _run(server, sock)
@@ -136,8 +212,22 @@ def _serve(db: str, host: str, port: int, profiles: tuple[str, ...]) -> int:
             app.state.dispatcher.close()
             coord.close()
     finally:
+        if tokens is not None:
+            tokens.close()
         sock.close()
     return 0
+
+
+def _loopback(sock: socket.socket) -> bool:
+    return _loopback_address(sock.getsockname()[0])
+
+
+def _loopback_address(address: str) -> bool:
+    """Whether only this machine can reach `address` (0.0.0.0 and :: cannot say so)."""
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -436,7 +436,7 @@ def test_rv11_re_request_substitution_is_refused_and_identical_amends(review_ws:
 CORS = {
     "access-control-allow-origin": "*",
     "access-control-allow-methods": "POST, OPTIONS",
-    "access-control-allow-headers": "Content-Type",
+    "access-control-allow-headers": "Content-Type, Authorization",
 }
 
 

@@ -4,7 +4,8 @@ POST /chap (or /) carries one JSON-RPC envelope; the body of every answer is
 JSON, errors included, because CHAP clients (the conformance harness among
 them) parse the body whatever the status. Status codes follow the Python
 reference server: 200 for a result, 400 for an error. The full contract is in
-SPECIFICATION.md, "HTTP binding".
+SPECIFICATION.md, "HTTP binding". With a TokenStore, every call must carry
+a bearer token and may act only as its principal (transports/auth.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from coordinator.incidents import internal_error
+from coordinator.transports.auth import TokenStore, admit, authenticate
 from coordinator.transports.worker import Dispatcher, DispatcherClosed, SerialDispatcher
 from coordinator.wire import (
     INTERNAL_ERROR,
@@ -40,19 +42,29 @@ MAX_BODY_BYTES = 1024 * 1024
 
 PATHS = ("/chap", "/")
 
-# Browsers may call the endpoint from any origin: CHAP authenticates the
-# caller inside the envelope, not with cookies.
+# Browsers may call the endpoint from any origin: the caller is identified
+# inside the envelope or by a bearer token, never by cookies.
 _CORS = {
     "Access-Control-Allow-Origin": "*",
     "Access-Control-Allow-Methods": "POST, OPTIONS",
-    "Access-Control-Allow-Headers": "Content-Type",
+    "Access-Control-Allow-Headers": "Content-Type, Authorization",
 }
 
 _encoder = msgspec.json.Encoder()
 
 
-def create_app(target: Dispatcher, *, max_body_bytes: int = MAX_BODY_BYTES) -> Starlette:
+def create_app(
+    target: Dispatcher,
+    *,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    tokens: TokenStore | None = None,
+) -> Starlette:
     """An ASGI app serving `target` (a Coordinator) over HTTP.
+
+    With `tokens`, authentication is required: a call without a valid bearer
+    token is answered 401, one whose `from` is not the token's principal 403,
+    and neither reaches the coordinator. Without it, anyone who can reach the
+    port may act as any participant.
 
     Calls are run one at a time, off the event loop, by a SerialDispatcher
     (`app.state.dispatcher`) that the app's lifespan starts and closes. The
@@ -67,11 +79,21 @@ def create_app(target: Dispatcher, *, max_body_bytes: int = MAX_BODY_BYTES) -> S
     async def chap(request: Request) -> Response:
         if request.method == "OPTIONS":
             return Response(status_code=204, headers=_CORS)
+        principal = None
+        if tokens is not None:
+            try:
+                principal = authenticate(tokens, request.headers.get("authorization"))
+            except RpcError as err:
+                return _unauthenticated(err)
         body = await _read_body(request, max_body_bytes)
         if body is None:
             return _rpc_error(
                 400, PARSE_ERROR, f"Request body larger than {max_body_bytes} bytes"
             )
+        if principal is not None:
+            refusal = admit(principal, body)
+            if refusal is not None:
+                return _json(403, error_response(*refusal))
         try:
             response = await dispatcher.dispatch(body)
         except DispatcherClosed:
@@ -126,6 +148,12 @@ def _json(status: int, payload: dict[str, Any]) -> Response:
         media_type="application/json",
         headers=_CORS,
     )
+
+
+def _unauthenticated(err: RpcError) -> Response:
+    response = _json(401, error_response(None, err))
+    response.headers["WWW-Authenticate"] = 'Bearer realm="chap"'
+    return response
 
 
 def _rpc_error(status: int, code: int, message: str) -> Response:

@@ -1,0 +1,195 @@
+"""Who may act as whom over HTTP: bearer tokens mapped to participant URIs.
+
+A token is a random secret handed out once (`chapline token create`); the
+database keeps only its SHA-256 digest, the participant URI it stands for
+(the principal) and when it was created and revoked. The transport looks the
+presented token up on every request, so a revocation made by another process
+takes effect at the next call.
+
+When a server requires authentication, a call is admitted only when it
+carries a valid token and its `params.from`, if present, is the token's
+principal. Admission happens before the call reaches the coordinator, so a
+refused call is never recorded. The rules are in SPECIFICATION.md,
+"Authentication".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+import sqlite3
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from coordinator.clock import Clock, iso_ms, system_clock
+from coordinator.wire import NOT_AUTHORISED, RpcError, decode_json
+
+__all__ = [
+    "AUTHENTICATION_REQUIRED",
+    "TABLE",
+    "TokenInfo",
+    "TokenStore",
+    "admit",
+    "authenticate",
+    "bearer",
+]
+
+# Implementation-defined: the request carries no valid token.
+AUTHENTICATION_REQUIRED = -32902
+
+# A name of our own: the shared schema owns the chap_* tables.
+TABLE = "chapline_tokens"
+
+_PARTICIPANT = re.compile(r"^(human|agent|service|group):\S+$")
+_PREFIX = "chl_"
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    """One token as the database knows it (never the secret itself)."""
+
+    id: str
+    principal: str
+    created: str
+    revoked: str | None
+
+
+class TokenStore:
+    """Token digests in a SQLite file, beside (not inside) the shared schema.
+
+    Safe to use from several threads: one connection behind a lock.
+    """
+
+    def __init__(self, path: str, *, clock: Clock = system_clock) -> None:
+        if path == ":memory:":
+            raise ValueError(
+                "tokens need a database file that `chapline token` can reach; "
+                "pass --db PATH instead of :memory:"
+            )
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA busy_timeout = 5000")
+        self._db.execute(
+            f"CREATE TABLE IF NOT EXISTS {TABLE} ("
+            " id TEXT PRIMARY KEY,"
+            " digest TEXT NOT NULL UNIQUE,"
+            " principal TEXT NOT NULL,"
+            " created TEXT NOT NULL,"
+            " revoked TEXT)"
+        )
+
+    def create(self, principal: str) -> tuple[str, TokenInfo]:
+        """A new token for `principal`: (the secret, shown once; its record)."""
+        if not _PARTICIPANT.match(principal):
+            raise ValueError(
+                f"{principal!r} is not a participant URI; write it as human:NAME, "
+                "agent:NAME, service:NAME or group:NAME"
+            )
+        secret = _PREFIX + secrets.token_urlsafe(32)
+        digest = _digest(secret)
+        info = TokenInfo(digest[:12], principal, iso_ms(self._clock()), None)
+        with self._lock:
+            self._db.execute(
+                f"INSERT INTO {TABLE} (id, digest, principal, created) VALUES (?, ?, ?, ?)",
+                (info.id, digest, info.principal, info.created),
+            )
+        return secret, info
+
+    def revoke(self, token_id: str) -> TokenInfo:
+        """Revoke one token by its id; revoking twice keeps the first time."""
+        with self._lock:
+            self._db.execute(
+                f"UPDATE {TABLE} SET revoked = ? WHERE id = ? AND revoked IS NULL",
+                (iso_ms(self._clock()), token_id),
+            )
+            row = self._db.execute(
+                f"SELECT id, principal, created, revoked FROM {TABLE} WHERE id = ?", (token_id,)
+            ).fetchone()
+        if row is None:
+            raise KeyError(f"no token with id {token_id!r}; `chapline token list` shows the ids")
+        return TokenInfo(*row)
+
+    def list(self) -> list[TokenInfo]:
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT id, principal, created, revoked FROM {TABLE} ORDER BY created, id"
+            ).fetchall()
+        return [TokenInfo(*row) for row in rows]
+
+    def principal(self, secret: str) -> str | None:
+        """The principal of a valid (known, unrevoked) token, else None."""
+        with self._lock:
+            row = self._db.execute(
+                f"SELECT principal FROM {TABLE} WHERE digest = ? AND revoked IS NULL",
+                (_digest(secret),),
+            ).fetchone()
+        return None if row is None else str(row[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def _digest(secret: str) -> str:
+    # Tokens carry 256 random bits, so a plain SHA-256 cannot be brute-forced.
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def bearer(header: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header, else None."""
+    if not header:
+        return None
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return token
+
+
+def authenticate(tokens: TokenStore, header: str | None) -> str:
+    """The principal behind an Authorization header, or an RpcError saying why not."""
+    token = bearer(header)
+    if token is None:
+        raise RpcError(
+            AUTHENTICATION_REQUIRED,
+            "Authentication required: send 'Authorization: Bearer <token>' "
+            "(create one with `chapline token create --as URI`)",
+        )
+    principal = tokens.principal(token)
+    if principal is None:
+        raise RpcError(
+            AUTHENTICATION_REQUIRED,
+            "The bearer token is unknown or revoked; ask for a new one "
+            "(`chapline token create --as URI`)",
+        )
+    return principal
+
+
+def admit(principal: str, body: bytes) -> tuple[Any, RpcError] | None:
+    """(the request id, the refusal) when the call's `params.from` is not
+    `principal`; None when the call may go on to the coordinator.
+
+    A body that does not decode, or is not an envelope with object params,
+    goes on: the coordinator refuses it with the right code and records nothing.
+    """
+    try:
+        envelope = decode_json(body)
+    except RpcError:
+        return None
+    if not isinstance(envelope, dict):
+        return None
+    params = envelope.get("params")
+    if not isinstance(params, dict) or "from" not in params:
+        return None
+    sender = params["from"]
+    if sender == principal:
+        return None
+    return envelope.get("id"), RpcError(
+        NOT_AUTHORISED,
+        f"'from' is {sender!r} but the bearer token authenticates {principal!r}; "
+        "a token may act only as its own participant",
+        {"from": sender, "principal": principal},
+    )

@@ -1,0 +1,271 @@
+"""Who may act as whom: `chapline serve --auth` and `chapline token`.
+
+Over real HTTP on 127.0.0.1 against a Coordinator on a SQLite file, with
+tokens made and revoked by the `chapline token` command in a subprocess, as
+an operator would. Every refusal is checked against the log: nothing refused
+is recorded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import chap_analytics
+import httpx
+import pytest
+from chap_coordinator.storage.sqlite import SqliteStore as ReferenceStore
+
+from coordinator import Coordinator
+from coordinator.cli import DEFAULT_PROFILES, _loopback_address
+from coordinator.transports import create_app
+from coordinator.transports.auth import AUTHENTICATION_REQUIRED, TABLE, TokenStore, bearer
+from storage import SqliteStore
+from live_server import LiveServer
+
+ROOT = Path(__file__).resolve().parents[1]
+WS = "wsp_auth"
+ALICE = "human:alice"
+BOB = "human:bob"
+BOT = "agent:drafter"
+
+
+def chapline(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "coordinator", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def new_token(db: Path, principal: str) -> tuple[str, str]:
+    """(token, id) from `chapline token create`."""
+    done = chapline("token", "create", "--db", str(db), "--as", principal)
+    assert done.returncode == 0, done.stderr
+    token = done.stdout.strip()
+    assert token.count("\n") == 0 and token.startswith("chl_")
+    token_id = done.stderr.split("token ", 1)[1].split()[0]
+    return token, token_id
+
+
+class Server:
+    def __init__(self, db: Path) -> None:
+        self.coord = Coordinator(store=SqliteStore(db), default_profiles=DEFAULT_PROFILES)
+        self.tokens = TokenStore(str(db))
+        self.live = LiveServer(create_app(self.coord, tokens=self.tokens))
+        self.http = httpx.Client(base_url=self.live.url, timeout=60)
+        self.seq = 0
+
+    def post(self, token: str | None, method: str, **params: Any) -> httpx.Response:
+        self.seq += 1
+        params.setdefault("workspace", WS)
+        headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+        envelope = {"jsonrpc": "2.0", "id": f"c{self.seq}", "method": method, "params": params}
+        return self.http.post("/chap", json=envelope, headers=headers)
+
+    def ok(self, token: str, method: str, **params: Any) -> Any:
+        reply = self.post(token, method, **params)
+        assert reply.status_code == 200, reply.text
+        return reply.json()["result"]
+
+    def close(self) -> None:
+        self.http.close()
+        self.live.stop()
+        self.tokens.close()
+        self.coord.close()
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "chap.db"
+
+
+@pytest.fixture
+def server(db: Path) -> Iterator[Server]:
+    s = Server(db)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def stored_entries(db: Path) -> list[dict[str, Any]]:
+    """The log as it is in the file, read with sqlite3 (not through chapline)."""
+    import json
+
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute(
+            "SELECT data FROM chap_entries WHERE workspace = ? ORDER BY seq", (WS,)
+        ).fetchall()
+    return [json.loads(r[0]) for r in rows]
+
+
+def joined(server: Server, db: Path) -> dict[str, str]:
+    tokens = {who: new_token(db, who)[0] for who in (ALICE, BOB, BOT)}
+    for who, kind in ((ALICE, "human"), (BOB, "human"), (BOT, "agent")):
+        server.ok(tokens[who], "participant.join", **{"from": who}, type=kind, role="reviewer")
+    return tokens
+
+
+def test_a_token_cannot_act_as_another_participant(server: Server, db: Path) -> None:
+    tokens = joined(server, db)
+    before = stored_entries(db)
+    reply = server.post(
+        tokens[ALICE], "task.create", **{"from": BOB}, assignee=BOT, kind="k", input={}
+    )
+    assert reply.status_code == 403
+    body = reply.json()
+    assert body["id"] == f"c{server.seq}"
+    assert body["error"]["code"] == -32011
+    assert body["error"]["data"] == {"from": BOB, "principal": ALICE}
+    assert BOB in body["error"]["message"] and ALICE in body["error"]["message"]
+    # A non-string `from` is not the principal either.
+    reply = server.post(tokens[ALICE], "task.create", **{"from": [ALICE]}, assignee=BOT, kind="k")
+    assert reply.status_code == 403
+    assert stored_entries(db) == before
+    # The same call as herself goes through and is recorded.
+    server.ok(tokens[ALICE], "task.create", **{"from": ALICE}, assignee=BOT, kind="k", input={})
+    after = stored_entries(db)
+    assert len(after) == len(before) + 1
+    assert after[-1]["envelope"]["params"]["from"] == ALICE
+
+
+def test_an_unauthenticated_call_is_refused_when_auth_is_on(server: Server, db: Path) -> None:
+    joined(server, db)
+    before = stored_entries(db)
+    for headers in ({}, {"Authorization": "Bearer chl_not-a-token"}, {"Authorization": "Basic x"}):
+        envelope = {
+            "jsonrpc": "2.0",
+            "id": "u1",
+            "method": "participant.join",
+            "params": {"workspace": WS, "from": "human:mallory", "type": "human"},
+        }
+        reply = server.http.post("/chap", json=envelope, headers=headers)
+        assert reply.status_code == 401
+        assert reply.headers["www-authenticate"].startswith("Bearer")
+        body = reply.json()
+        assert body["jsonrpc"] == "2.0" and body["id"] is None
+        assert body["error"]["code"] == AUTHENTICATION_REQUIRED
+        assert "chapline token create" in body["error"]["message"]
+    # Neither the log nor the members changed.
+    assert stored_entries(db) == before
+    assert "human:mallory" not in str(server.coord.snapshot(WS)["members"])
+
+
+def test_a_revoked_token_is_refused(server: Server, db: Path) -> None:
+    tokens = joined(server, db)
+    token, token_id = new_token(db, ALICE)
+    server.ok(token, "workspace.describe", **{"from": ALICE})
+    done = chapline("token", "revoke", "--db", str(db), token_id)
+    assert done.returncode == 0, done.stderr
+    assert f"token {token_id} ({ALICE}) revoked" in done.stdout
+    before = stored_entries(db)
+    reply = server.post(token, "task.create", **{"from": ALICE}, assignee=BOT, kind="k", input={})
+    assert reply.status_code == 401
+    assert reply.json()["error"]["code"] == AUTHENTICATION_REQUIRED
+    assert "revoked" in reply.json()["error"]["message"]
+    assert stored_entries(db) == before
+    # Her other token still works: revocation is per token.
+    server.ok(tokens[ALICE], "task.create", **{"from": ALICE}, assignee=BOT, kind="k", input={})
+    listing = chapline("token", "list", "--db", str(db)).stdout.splitlines()
+    states = {line.split()[0]: line for line in listing}
+    assert "revoked" in states[token_id]
+    assert sum("active" in line for line in listing) == 3
+
+
+def test_calls_without_from_and_bad_bodies_go_to_the_coordinator(server: Server, db: Path) -> None:
+    tokens = joined(server, db)
+    described = server.ok(tokens[BOB], "workspace.describe")
+    assert described["id"] == WS
+    # Malformed JSON from an authenticated caller gets the coordinator's -32700.
+    reply = server.http.post(
+        "/chap", content=b"{nope", headers={"Authorization": f"Bearer {tokens[BOB]}"}
+    )
+    assert reply.status_code == 400 and reply.json()["error"]["code"] == -32700
+
+
+def test_tokens_are_stored_hashed_and_the_file_stays_readable(server: Server, db: Path) -> None:
+    tokens = joined(server, db)
+    task = server.ok(
+        tokens[ALICE], "task.create", **{"from": ALICE}, assignee=BOT, kind="k", input={"n": 1}
+    )["task_id"]
+    server.ok(tokens[BOT], "review.request", **{"from": BOT}, task_id=task, to=[ALICE],
+              artefact={"n": 2})
+    server.ok(tokens[ALICE], "decide.approve", **{"from": ALICE}, task_id=task)
+    raw = db.read_bytes() + (db.with_name(db.name + "-wal").read_bytes()
+                             if db.with_name(db.name + "-wal").exists() else b"")
+    for token in tokens.values():
+        assert token.encode() not in raw
+    with sqlite3.connect(db) as conn:
+        digests = {r[0] for r in conn.execute(f"SELECT digest FROM {TABLE}")}
+    assert digests == {hashlib.sha256(t.encode()).hexdigest() for t in tokens.values()}
+    # The reference and chap-analytics read the file with our table in it.
+    ref = ReferenceStore(str(db))
+    try:
+        [record] = [r for r in ref.load() if r.id == WS]
+        assert len(record.data["audit"]) == len(stored_entries(db)) == 6
+    finally:
+        ref.close()
+    chain = chap_analytics.from_sqlite(str(db), workspace=WS)
+    assert len(chap_analytics.frames(chain).events) == 6
+
+
+def test_token_create_checks_the_uri(db: Path) -> None:
+    done = chapline("token", "create", "--db", str(db), "--as", "alice")
+    assert done.returncode == 2
+    assert "human:NAME" in done.stderr and done.stdout == ""
+    done = chapline("token", "revoke", "--db", str(db), "nosuchid")
+    assert done.returncode == 1 and "chapline token list" in done.stderr
+
+
+def test_bearer_header_parsing() -> None:
+    assert bearer("Bearer abc") == "abc"
+    assert bearer("bearer   abc ") == "abc"
+    assert bearer("Bearer ") is None
+    assert bearer("Basic abc") is None
+    assert bearer(None) is None
+
+
+@pytest.mark.parametrize(
+    ("address", "loopback"),
+    [("127.0.0.1", True), ("127.0.0.2", True), ("::1", True), ("0.0.0.0", False),
+     ("::", False), ("192.168.1.5", False)],
+)
+def test_which_addresses_warrant_the_warning(address: str, loopback: bool) -> None:
+    assert _loopback_address(address) is loopback
+
+
+def test_serve_with_auth_refuses_anonymous_calls(db: Path) -> None:
+    token, _ = new_token(db, ALICE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "coordinator", "serve", "--db", str(db), "--port", "0", "--auth"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "tokens required" in line, line
+        base = line.split(" on ")[1].split()[0].removesuffix("/chap")
+        envelope = {"jsonrpc": "2.0", "id": 1, "method": "participant.join",
+                    "params": {"workspace": WS, "from": ALICE, "type": "human"}}
+        with httpx.Client(base_url=base, timeout=60) as http:
+            assert http.post("/chap", json=envelope).status_code == 401
+            ok = http.post("/chap", json=envelope, headers={"Authorization": f"Bearer {token}"})
+            assert ok.json()["result"] == {"joined": True, "as": ALICE}
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "warning" not in err
+
+
+def test_serve_auth_needs_a_file() -> None:
+    done = chapline("serve", "--db", ":memory:", "--port", "0", "--auth")
+    assert done.returncode == 1
+    assert "--db PATH" in done.stderr
