@@ -74,6 +74,7 @@ class Part:
             meta=last.meta,
             entries=self.entries,
             objects=self.objects,
+            create=self.created,
         )
 
     def settle_into(self, ws: Workspace) -> None:

@@ -66,8 +66,8 @@ from storage import (
     StoreChange,
     StoreConflictError,
     assemble_snapshot,
+    entry_matches,
 )
-from storage._match import entry_matches
 
 __all__ = ["AuditListener", "BatchWriteError", "Coordinator", "LogReader", "Options"]
 
@@ -521,6 +521,7 @@ class Coordinator:
             meta=meta,
             entries=entries,
             objects=call.staged,
+            create=call.created,
         )
         if self._batch is None:
             error = self._apply(change)
@@ -600,17 +601,16 @@ class Coordinator:
         A store with `apply_many` takes them all with one commit (each still
         all or nothing on its own)."""
         changes = [part.change(wid) for wid, part in parts.items()]
-        apply_many = getattr(self.store, "apply_many", None)
-        if apply_many is None or len(changes) == 1:
+        if len(changes) == 1:
             errors = {change.id: self._apply(change) for change in changes}
             return {wid: error for wid, error in errors.items() if error is not None}
         try:
-            results = apply_many(changes)
+            results = self.store.apply_many(changes)
         except Exception as exc:  # the commit itself failed: nothing was written
             results = [exc] * len(changes)
         return {
             change.id: _store_error(change.id, exc)
-            for change, exc in zip(changes, results)
+            for change, exc in zip(changes, results, strict=True)
             if exc is not None
         }
 

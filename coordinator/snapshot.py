@@ -14,6 +14,7 @@ from coordinator.model import WorkspaceMeta, from_stored
 from storage import (
     IDEMPOTENCY_KEYS,
     HeldWorkspace,
+    MalformedChangeError,
     StoreChange,
     WorkspaceRecord,
     change_from_record,
@@ -80,6 +81,6 @@ def restore_change(item: Any) -> StoreChange:
                 if collection != IDEMPOTENCY_KEYS:
                     from_stored(collection, value)
         msgspec.convert({**change.meta}, WorkspaceMeta)
-    except (ValueError, msgspec.ValidationError) as exc:
+    except (MalformedChangeError, msgspec.ValidationError) as exc:
         raise RestoreError(f"workspace {item['id']!r}: {exc}") from None
     return change

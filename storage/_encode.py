@@ -7,11 +7,11 @@ cannot reach the store.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import msgspec
 
-from storage import StoreChange
+from storage.types import MalformedChangeError, StoreChange
 
 __all__ = ["EncodedChange", "decode", "encode", "encode_change"]
 
@@ -24,20 +24,41 @@ class EncodedChange(NamedTuple):
     entries: list[bytes]
     # (collection, key, JSON text or None to delete), in the change's order.
     objects: list[tuple[str, str, bytes | None]]
+    create: bool
 
 
-def _bad(change: StoreChange, what: str, remedy: str) -> ValueError:
-    return ValueError(f"workspace {change.id!r}: {what}; nothing was written. {remedy}")
+def _bad(change: StoreChange, what: str, remedy: str) -> MalformedChangeError:
+    return MalformedChangeError(change.id, what, remedy)
+
+
+def _encode(change: StoreChange, value: Any, what: str) -> bytes:
+    try:
+        return encode(value)
+    except (TypeError, ValueError, msgspec.EncodeError) as exc:
+        raise _bad(
+            change,
+            f"{what} cannot be encoded as JSON ({exc})",
+            "Pass only JSON values (dicts, lists, strings, numbers, booleans, null) or Structs.",
+        ) from None
 
 
 def encode_change(change: StoreChange) -> EncodedChange:
     """JSON text for everything `change` writes, after checking its shape.
 
-    Raises ValueError (naming the workspace and the fault) when the change
-    cannot be stored as the contract describes.
+    Raises MalformedChangeError (naming the workspace and the fault) when the
+    change cannot be stored as the contract describes.
     """
     if not isinstance(change.id, str) or not change.id:
-        raise ValueError(f"a change needs a non-empty string workspace id, got {change.id!r}")
+        raise _bad(change, "the workspace id is not a non-empty string", "Name the workspace.")
+    # The reference coordinator drives our stores with its own change type,
+    # which has no `create`.
+    create = bool(getattr(change, "create", False))
+    if create and change.replace:
+        raise _bad(
+            change,
+            "create and replace are both set",
+            "A create never overwrites; a replace always does. Set one.",
+        )
     expected = (0 if change.replace else change.base) + len(change.entries)
     if change.version != expected:
         raise _bad(
@@ -49,10 +70,13 @@ def encode_change(change: StoreChange) -> EncodedChange:
         )
     if not change.replace and change.base < 0:
         raise _bad(change, f"base is {change.base}", "Use the number of entries held.")
-    meta = encode(change.meta)
+    meta = _encode(change, change.meta, "meta")
     if not meta.startswith(b"{"):
         raise _bad(change, "meta is not a JSON object", "Pass the workspace fields as a dict.")
-    entries = [encode(e) for e in change.entries]
+    entries = [
+        _encode(change, e, f"the entry for seq {change.base + i}")
+        for i, e in enumerate(change.entries)
+    ]
     for i, text in enumerate(entries):
         if not text.startswith(b"{"):
             raise _bad(
@@ -75,5 +99,6 @@ def encode_change(change: StoreChange) -> EncodedChange:
                     f"object key {key!r} in {collection!r} is not a string",
                     "Key objects by their string id (members by uri).",
                 )
-            objects.append((collection, key, None if value is None else encode(value)))
-    return EncodedChange(meta, entries, objects)
+            text = None if value is None else _encode(change, value, f"{collection} {key!r}")
+            objects.append((collection, key, text))
+    return EncodedChange(meta, entries, objects, create)

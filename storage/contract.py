@@ -38,13 +38,16 @@ from storage import (
     COLLECTIONS,
     IDEMPOTENCY_KEYS,
     EntryFilter,
+    MalformedChangeError,
     Store,
     StoreChange,
     StoreConflictError,
+    StoreError,
+    WorkspaceExistsError,
     WorkspaceRecord,
     assemble_snapshot,
+    entry_matches,
 )
-from storage._match import entry_matches
 
 __all__ = ["StoreContract", "StoreFactory", "store_machine"]
 
@@ -152,7 +155,7 @@ class StoreContract:
         store.apply(change("a", 0, 2, {"tasks": {"T1": {"id": "T1"}, "T2": {"id": "T2"}},
                                        "members": {"human:a": {"uri": "human:a"}}}))
         store.apply(change("b", 0, 1))
-        for held, record in zip(store.load_held(), store.load(entries=False)):
+        for held, record in zip(store.load_held(), store.load(entries=False), strict=True):
             assert (held.id, held.version, held.updated_at) == (
                 record.id, record.version, record.updated_at
             )
@@ -225,8 +228,9 @@ class StoreContract:
         before = store.load()
         bad = StoreChange("w", 1, 2, "t2", {"id": "w"}, [entry(1)],
                           {"tasks": {"T9": {"id": "T9"}, "T8": object()}})
-        with pytest.raises((TypeError, msgspec.EncodeError)):
+        with pytest.raises(MalformedChangeError, match="'T8'") as caught:
             store.apply(bad)
+        assert caught.value.workspace == "w"
         assert store.load() == before
 
     @pytest.mark.parametrize("bad", [
@@ -238,8 +242,9 @@ class StoreContract:
     def test_malformed_change_is_refused(self, store: Store, bad: StoreChange) -> None:
         store.apply(change("w", 0, 1))
         before = store.load()
-        with pytest.raises(ValueError, match="'w'"):
+        with pytest.raises(MalformedChangeError, match="'w'") as caught:
             store.apply(bad)
+        assert isinstance(caught.value, StoreError) and caught.value.workspace == "w"
         assert store.load() == before
 
     def test_none_deletes_and_meta_is_replaced(self, store: Store) -> None:
@@ -362,18 +367,76 @@ class StoreContract:
 
     def test_close_is_idempotent(self, factory: StoreFactory) -> None:
         store = factory.open()
+        store.apply(change("w", 0, 1))
         store.close()
-        store.close()
+        store.close()  # a second close is a no-op, not an error
+        again = factory.reopen(store)  # which closes it once more
+        try:
+            if again is store:
+                # Nothing outlives close here: the closed store reads as
+                # empty or refuses with a StoreError, never half its data.
+                try:
+                    held = again.load(entries=False)
+                except StoreError:
+                    held = []
+                assert held == []
+            else:
+                assert [(r.id, r.version) for r in again.load(entries=False)] == [("w", 1)]
+        finally:
+            again.close()
+
+    def test_create_writes_a_new_workspace(self, store: Store) -> None:
+        store.apply(StoreChange("w", 0, 0, "t0", {"id": "w", "state": "active"}, create=True))
+        assert [(r.id, r.version, r.data["state"]) for r in store.load()] == [("w", 0, "active")]
+
+    @pytest.mark.parametrize("entries", [0, 2])
+    def test_create_never_overwrites_a_held_workspace(self, store: Store, entries: int) -> None:
+        # With no entries a generated workspace's base (0) alone cannot tell
+        # two creators apart; `create` does.
+        store.apply(change("w", 0, entries, {"tasks": {"T1": {"id": "T1"}}}))
+        before = store.load()
+        with pytest.raises(WorkspaceExistsError) as caught:
+            store.apply(StoreChange("w", entries, entries, "t9", {"id": "w", "state": "x"},
+                                    objects={"tasks": {"T1": None}}, create=True))
+        assert isinstance(caught.value, StoreConflictError)
+        assert (caught.value.workspace, caught.value.held) == ("w", entries)
+        assert "already exists" in str(caught.value)
+        assert store.load() == before
+
+    def test_create_with_replace_is_malformed(self, store: Store) -> None:
+        with pytest.raises(MalformedChangeError, match="create and replace"):
+            store.apply(StoreChange("w", 0, 0, "t0", {"id": "w"}, replace=True, create=True))
+        assert store.load() == []
+
+    def test_apply_many_keeps_only_the_first_create(self, store: Store) -> None:
+        first = StoreChange("w", 0, 0, "t0", {"id": "w", "by": "first"}, create=True)
+        second = StoreChange("w", 0, 0, "t1", {"id": "w", "by": "second"}, create=True)
+        results = store.apply_many([first, second])
+        assert results[0] is None and isinstance(results[1], WorkspaceExistsError)
+        assert [r.data["by"] for r in store.load()] == ["first"]
+
+    def test_two_handles_creating_one_workspace_one_wins(self, factory: StoreFactory) -> None:
+        first = factory.open()
+        second = factory.another(first)
+        try:
+            first.apply(StoreChange("w", 0, 0, "t0", {"id": "w", "by": "first"}, create=True))
+            with pytest.raises(WorkspaceExistsError):
+                second.apply(StoreChange("w", 0, 0, "t1", {"id": "w", "by": "second"}, create=True))
+            assert [r.data["by"] for r in second.load()] == ["first"]
+        finally:
+            if second is not first:
+                second.close()
+            first.close()
 
     def test_apply_many_isolates_each_change(self, store: Store) -> None:
         store.apply(change("w", 0, 2))
-        results = store.apply_many([  # type: ignore[attr-defined]
+        results = store.apply_many([
             change("w", 2, 1), change("w", 2, 1), change("v", 0, 1),
             StoreChange("v", 1, 9, "t", {}, [entry(1)]), change("v", 1, 2),
         ])
         assert results[0] is None and results[2] is None and results[4] is None
         assert isinstance(results[1], StoreConflictError) and results[1].held == 3
-        assert isinstance(results[3], ValueError)
+        assert isinstance(results[3], MalformedChangeError)
         versions = {r.id: r.version for r in store.load()}
         assert versions == {"w": 3, "v": 3}
 

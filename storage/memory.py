@@ -8,21 +8,21 @@ from __future__ import annotations
 
 import bisect
 import threading
-from typing import Any, Iterable
+from typing import Any
 
-
-from storage import (
-    EntryFilter,
-    HeldWorkspace,
-    StoreChange,
-    StoreConflictError,
-    WorkspaceRecord,
-    assemble_snapshot,
-    change_from_record,
-)
 from storage._encode import EncodedChange, encode_change
 from storage._encode import decode as _decode
-from storage._match import entry_key, entry_matches, indexed_keys
+from storage.match import entry_key, entry_matches, indexed_keys
+from storage.records import assemble_snapshot, change_from_record
+from storage.types import (
+    EntryFilter,
+    HeldWorkspace,
+    Store,
+    StoreChange,
+    StoreConflictError,
+    WorkspaceExistsError,
+    WorkspaceRecord,
+)
 
 __all__ = ["MemoryStore"]
 
@@ -37,7 +37,7 @@ class _Workspace:
         self.entries: list[bytes] = []
         self.objects: dict[str, dict[str, bytes]] = {}
         # filter field -> value -> seqs in order, so a filtered read decodes
-        # only its candidates (see storage._match.entry_key). A field is
+        # only its candidates (see storage.match.entry_key). A field is
         # indexed from its first filtered read on, so writes pay only for the
         # filters a workspace is actually read with.
         self.index: dict[str, dict[str, list[int]]] = {}
@@ -76,8 +76,9 @@ def _record(held: HeldWorkspace, log: list[Any] | None) -> WorkspaceRecord:
     )
 
 
-class MemoryStore:
-    """A store held in memory; `close()` empties it."""
+class MemoryStore(Store):
+    """A store held in memory; `close()` empties it. It writes one change at a
+    time, so `apply_many` is the protocol's one-by-one default."""
 
     def __init__(self) -> None:
         self._workspaces: dict[str, _Workspace] = {}
@@ -90,21 +91,11 @@ class MemoryStore:
         with self._lock:
             self._apply_encoded(change, encoded)
 
-    def apply_many(self, changes: Iterable[StoreChange]) -> list[Exception | None]:
-        """Apply several changes; each is all-or-nothing on its own, and the
-        error of each one left out is returned in its place (None if applied)."""
-        results: list[Exception | None] = []
-        for change in changes:
-            try:
-                self.apply(change)
-                results.append(None)
-            except Exception as exc:  # each change stands alone: report it, go on
-                results.append(exc)
-        return results
-
     def _apply_encoded(self, change: StoreChange, encoded: EncodedChange) -> None:
         ws = self._workspaces.get(change.id)
         held = 0 if ws is None else len(ws.entries)
+        if encoded.create and ws is not None:
+            raise WorkspaceExistsError(change.id, held, change.base)
         if not change.replace and change.base != held:
             raise StoreConflictError(change.id, held, change.base)
         # Nothing below can fail (the change is already encoded), so the held

@@ -17,20 +17,23 @@ from typing import Any, Iterable
 
 import msgspec
 
-from storage import (
-    HeldWorkspace,
+from storage._encode import EncodedChange, decode, encode_change
+from storage.match import entry_matches
+from storage.records import assemble_snapshot, change_from_record
+from storage.types import (
     COLLECTIONS,
     IDEMPOTENCY_KEYS,
     EntryFilter,
+    HeldWorkspace,
+    MalformedChangeError,
+    Store,
     StoreChange,
     StoreConflictError,
     StoreError,
+    StoreUnavailableError,
+    WorkspaceExistsError,
     WorkspaceRecord,
-    assemble_snapshot,
-    change_from_record,
 )
-from storage._encode import EncodedChange, decode, encode_change
-from storage._match import entry_matches
 
 __all__ = ["SqliteStore"]
 
@@ -146,7 +149,7 @@ def _entries(rows: list[tuple[int, bytes]], what: str) -> list[dict[str, Any]]:
 _BUSY_TIMEOUT = 30.0
 
 
-class SqliteStore:
+class SqliteStore(Store):
     """A store in the SQLite file at `path` (":memory:" for a private one).
 
     Files use WAL unless `wal=False`; every commit is synced to disk before
@@ -223,7 +226,7 @@ class SqliteStore:
                 data = _object(text, "its data")
                 change = change_from_record(WorkspaceRecord(wid, data, version, updated_at))
                 encoded = encode_change(change)
-            except (_Unreadable, ValueError, TypeError) as exc:
+            except (_Unreadable, MalformedChangeError) as exc:
                 log.warning(
                     "workspace %r was not migrated from the pre-0.3.2 table: %s; "
                     "its row is kept unchanged in the renamed table",
@@ -282,7 +285,7 @@ class SqliteStore:
             try:
                 encoded.append(encode_change(change))
                 results.append(None)
-            except (ValueError, TypeError, msgspec.EncodeError) as exc:
+            except MalformedChangeError as exc:
                 encoded.append(None)
                 results.append(exc)
         with self._write():
@@ -292,7 +295,7 @@ class SqliteStore:
                 self._db.execute("SAVEPOINT change")
                 try:
                     self._apply_encoded(change, enc)
-                except StoreConflictError as exc:
+                except StoreError as exc:
                     results[i] = exc
                     self._db.execute("ROLLBACK TO change")
                 self._db.execute("RELEASE change")
@@ -304,6 +307,10 @@ class SqliteStore:
                 "SELECT MAX(seq) FROM chap_entries WHERE workspace = ?", (change.id,)
             ).fetchone()
             held = 0 if top is None else top + 1
+            if encoded.create and self._db.execute(
+                "SELECT 1 FROM chap_meta WHERE workspace = ?", (change.id,)
+            ).fetchone():
+                raise WorkspaceExistsError(change.id, held, change.base)
             if held != change.base:
                 raise StoreConflictError(change.id, held, change.base)
         base = 0 if change.replace else change.base
@@ -497,7 +504,8 @@ class SqliteStore:
             try:
                 entry = _object(text, f"the entry at seq {seq}")
             except _Unreadable as exc:
-                raise StoreError(
+                raise StoreUnavailableError(
+                    self.path,
                     f"workspace {workspace!r} in {self.path}: {exc}. The log cannot "
                     "be read past this row; repair or delete the row."
                 ) from None
@@ -521,7 +529,8 @@ class SqliteStore:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise StoreError(
+            raise StoreUnavailableError(
+                self.path,
                 f"the SqliteStore on {self.path} is closed; open a new SqliteStore to use the file"
             )
 

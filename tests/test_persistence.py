@@ -15,6 +15,7 @@ from support import (
     BOB,
     BOT,
     WS,
+    env,
     Client,
     FailingStore,
     make,
@@ -815,3 +816,21 @@ def test_dispatch_answers_even_when_the_envelope_misbehaves():
 
     r = make().dispatch(Hostile(jsonrpc="2.0", id=7, method="workspace.describe"))
     assert r["error"]["code"] == -32603 and r["id"] == 7
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_two_coordinators_never_overwrite_each_others_new_workspace(tmp_path, kind):
+    # Same id source, one store: both generate the same workspace id. The
+    # batch holds the second creator's write back until the first has
+    # written, so the base check alone (0 entries either way) cannot tell
+    # them apart; the store refuses the second create and it runs again.
+    store = MemoryStore() if kind == "memory" else SqliteStore(str(tmp_path / "s.db"))
+    first, second = make(store), make(store)
+    with second.batch():
+        late = second.dispatch(env("workspace.create", {}))
+        early = first.dispatch(env("workspace.create", {}))
+        assert late["result"]["workspace"] == early["result"]["workspace"]
+    taken, other = early["result"]["workspace"], late["result"]["workspace"]
+    assert taken != other
+    assert sorted(r.id for r in store.load()) == sorted([taken, other])
+    assert first.snapshot(taken) == second.snapshot(taken)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from storage import EntryFilter
+from storage.types import EntryFilter
 
 __all__ = ["entry_key", "entry_matches", "indexed_keys"]
 

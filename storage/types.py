@@ -1,0 +1,255 @@
+"""What crosses the store boundary: changes, records, filters, the Store
+protocol and the errors a store raises.
+
+A store applies one `StoreChange` per write, atomically, under a
+compare-and-swap on `base` (the number of audit entries the writer believes
+the store holds). The audit log lives in the store; `read_entries` reads a
+range of one workspace's log without loading the rest.
+
+Errors (every one carries its data as attributes and says what to do in its
+message)::
+
+    StoreError                    a store refused or could not do what was asked
+     ├── StoreConflictError       the log does not end at `base`     (workspace, held, base)
+     │    └── WorkspaceExistsError  a create named a held workspace   (workspace, held)
+     ├── MalformedChangeError     the change cannot be stored as given (workspace, problem)
+     └── StoreUnavailableError    closed store, unreadable row, failed I/O (path)
+
+Nothing was written whenever `apply` raises one of these.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Protocol, runtime_checkable
+
+import msgspec
+
+__all__ = [
+    "COLLECTIONS",
+    "IDEMPOTENCY_KEYS",
+    "EntryFilter",
+    "HeldWorkspace",
+    "MalformedChangeError",
+    "Store",
+    "StoreChange",
+    "StoreConflictError",
+    "StoreError",
+    "StoreUnavailableError",
+    "WorkspaceExistsError",
+    "WorkspaceRecord",
+]
+
+COLLECTIONS: tuple[str, ...] = (
+    "members",
+    "tasks",
+    "overrides",
+    "whispers",
+    "deliberations",
+    "handoffs",
+    "snapshots",
+    "route_decisions",
+)
+IDEMPOTENCY_KEYS = "idempotency_keys"
+
+
+class StoreChange(msgspec.Struct, frozen=True):
+    """One atomic write to one workspace.
+
+    `entries` are audit entries in wire shape (dicts or Structs that encode
+    to them), the first at seq `base`; `objects` maps collection -> key ->
+    value, where `None` deletes the key; `meta` replaces the workspace's own
+    fields (a dict, or a Struct that encodes to one); `replace` drops
+    everything the store holds for the workspace first (and skips the `base`
+    check); `create` refuses the change, with WorkspaceExistsError, when the
+    store already holds the workspace, so two writers can never overwrite
+    each other's new workspace.
+    """
+
+    id: str
+    base: int
+    version: int
+    updated_at: str
+    meta: dict[str, Any] | msgspec.Struct = {}
+    entries: list[Any] = []
+    objects: dict[str, dict[str, Any]] = {}
+    replace: bool = False
+    create: bool = False
+
+
+class WorkspaceRecord(msgspec.Struct, frozen=True):
+    """A whole workspace as a store returns it from `load`."""
+
+    id: str
+    data: dict[str, Any]
+    version: int
+    updated_at: str
+
+
+class HeldWorkspace(msgspec.Struct, frozen=True):
+    """A workspace as a coordinator starts from it: its own fields, its entry
+    count, and each object as the JSON text the store holds, undecoded (a
+    coordinator decodes an object when a call first uses it)."""
+
+    id: str
+    meta: dict[str, Any]
+    version: int
+    updated_at: str
+    objects: dict[str, dict[str, bytes]]
+
+
+class EntryFilter(msgspec.Struct, frozen=True):
+    """Which audit entries `read_entries` returns.
+
+    Each field that is not `None` must match: `method`, `sender` (params.from)
+    and `task_id` (params.task_id) are compared with the recorded call, whether
+    it was accepted (`envelope`) or refused (`request`); `outcome` is
+    "accepted" or "refused". Values are compared as given, so a filter on a
+    non-string value matches only entries holding that exact value.
+    """
+
+    method: Any = None
+    sender: Any = None
+    task_id: Any = None
+    outcome: str | None = None
+
+
+class StoreError(Exception):
+    """Base class of every error a store raises on purpose; nothing was written."""
+
+
+class StoreConflictError(StoreError):
+    """The store's log for `workspace` does not end where the writer expected.
+
+    `held` is the number of entries the store holds, `base` what the change
+    assumed. Nothing was written.
+    """
+
+    def __init__(self, workspace: str, held: int, base: int, message: str | None = None) -> None:
+        self.workspace = workspace
+        self.held = held
+        self.base = base
+        super().__init__(
+            message
+            or f"workspace {workspace!r}: the store holds {held} audit entries but "
+            f"this write assumed {base}, so nothing was written. Another writer "
+            "changed this workspace since it was loaded; reload the workspace "
+            "from the store and retry the call."
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:  # keep the attributes through pickling
+        return (type(self), (self.workspace, self.held, self.base, str(self)))
+
+
+class WorkspaceExistsError(StoreConflictError):
+    """A change with `create` named a workspace the store already holds
+    (with `held` entries). Nothing was written."""
+
+    def __init__(self, workspace: str, held: int, base: int = 0, message: str | None = None) -> None:
+        super().__init__(
+            workspace,
+            held,
+            base,
+            message
+            or f"workspace {workspace!r} already exists in the store ({held} audit "
+            "entries), so this create wrote nothing. Another writer created it; "
+            "reload the workspace from the store, or create one with another id.",
+        )
+
+
+class MalformedChangeError(StoreError):
+    """A change the store cannot hold as given (bad version, non-object meta
+    or entry, non-string key, a value JSON cannot encode). `problem` says
+    which; nothing was written."""
+
+    def __init__(self, workspace: Any, problem: str, remedy: str) -> None:
+        self.workspace = workspace
+        self.problem = problem
+        super().__init__(f"workspace {workspace!r}: {problem}; nothing was written. {remedy}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        remedy = str(self).rsplit("nothing was written. ", 1)[-1]
+        return (type(self), (self.workspace, self.problem, remedy))
+
+
+class StoreUnavailableError(StoreError):
+    """The store cannot serve the call: it is closed, or a row it holds
+    cannot be read. `path` names the store's file (or "" in memory)."""
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path = path
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.path, str(self)))
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What a coordinator needs from a store (see SPECIFICATION.md, "Stores").
+
+    A store that cannot batch writes subclasses `Store` to inherit
+    `apply_many` (one `apply` per change).
+    """
+
+    def load(self, *, entries: bool = True, workspace: str | None = None) -> list[WorkspaceRecord]:
+        """Every readable workspace (or only `workspace`); without `entries`,
+        `data` has no "audit" and the log is not read."""
+        ...
+
+    def workspace_ids(self) -> list[str]:
+        """The id of every workspace the store holds rows of, readable or
+        not, in id order."""
+        ...
+
+    def load_held(self, workspace: str | None = None) -> list[HeldWorkspace]:
+        """Every readable workspace (or only `workspace`) without its log, its
+        objects as stored JSON text; skips a workspace as `load` does."""
+        ...
+
+    def read_entries(
+        self,
+        workspace: str,
+        start: int = 0,
+        stop: int | None = None,
+        where: EntryFilter | None = None,
+    ) -> list[dict[str, Any]]:
+        """Entries with `start <= seq < stop` (and matching `where`), by seq."""
+        ...
+
+    def read_entry_texts(
+        self, workspace: str, start: int = 0, stop: int | None = None
+    ) -> list[bytes]:
+        """The same range as JSON text, undecoded (chain verification hashes it)."""
+        ...
+
+    def apply(self, change: StoreChange) -> None:
+        """Write `change` whole or not at all; raises a StoreError when not."""
+        ...
+
+    def apply_many(self, changes: Iterable[StoreChange]) -> list[Exception | None]:
+        """Apply several changes, each all-or-nothing on its own; in each
+        change's place the error that kept it out, or None if it was applied.
+
+        This default applies them one by one; a store that can commit many
+        at once (one disk sync) overrides it.
+        """
+        results: list[Exception | None] = []
+        for change in changes:
+            try:
+                self.apply(change)
+                results.append(None)
+            except Exception as exc:  # each change stands alone: report it, go on
+                results.append(exc)
+        return results
+
+    def save(self, record: WorkspaceRecord) -> None:
+        """Write a whole workspace record, replacing what the store held."""
+        ...
+
+    def delete(self, workspace: str) -> None:
+        """Forget a workspace (nothing happens if it is not held)."""
+        ...
+
+    def close(self) -> None:
+        """Release the store; closing twice is harmless."""
+        ...
