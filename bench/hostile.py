@@ -39,8 +39,8 @@ from typing import Any, Callable, Iterator
 import msgspec
 
 from coordinator import Coordinator, CounterIds, StepClock
-from coordinator.catalogue import OWNING_PROFILE
-from coordinator.profiles import HANDLERS
+from coordinator.registry import CHAP_0_3
+from coordinator.profiles import REGISTRY
 from storage import COLLECTIONS, IDEMPOTENCY_KEYS, SqliteStore
 
 __all__ = ["Failure", "Generator", "Checker", "Report", "run", "main"]
@@ -203,7 +203,7 @@ PARAMS: dict[str, dict[str, str]] = {
                        "reason": "str"},
 }
 # Methods chapline does not implement still get calls: each must be refused cleanly.
-for _method in OWNING_PROFILE:
+for _method in CHAP_0_3:
     PARAMS.setdefault(_method, {"workspace": "ws", "from": "member", "task_id": "task"})
 UNKNOWN_METHODS = ["", "task", "task.creat", "Task.Create", "review.", "x.y.z", "audit.read ", "\u0000", "rpc.discover"]
 
@@ -216,10 +216,11 @@ class Generator:
         self.world = World()
         self.next_id = 0
         self.queue: list[Callable[[], tuple[str, dict[str, Any]]]] = []
-        implemented = sorted(m for m in PARAMS if m in HANDLERS)
+        handled = {m.name for m in REGISTRY.implemented()}
+        implemented = sorted(m for m in PARAMS if m in handled)
         # Implemented methods most of the time, so that calls get past the
         # gates; every other method of CHAP 0.3 now and then.
-        self.methods = implemented * 8 + sorted(m for m in PARAMS if m not in HANDLERS)
+        self.methods = implemented * 8 + sorted(m for m in PARAMS if m not in handled)
 
     # -- plausible values --------------------------------------------------
 

@@ -8,45 +8,42 @@ from typing import Any, Literal
 import msgspec
 
 from coordinator.canonical import ZERO_HASH, CanonicalError, canonical_bytes, link_hash
+from coordinator.registry import Method
+from coordinator.wire import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    STORED_OBJECT_UNREADABLE,
+)
 
 __all__ = [
     "AuditEntry",
     "ChainVerifier",
-    "READS",
-    "PRIVILEGED_METHODS",
     "entry_is_well_formed",
     "record_of",
     "refusal_is_recorded",
     "signed_digest",
 ]
 
-# Never recorded, accepted or refused.
-READS = frozenset(
+# Refusals with these codes say nothing about the workspace and are never kept:
+# a malformed or unparseable call, an internal or stored-object fault, and the
+# signature and identity checks of -32070..-32073.
+_NEVER_RECORDED_CODES = frozenset(
     {
-        "workspace.describe",
-        "audit.read",
-        "audit.verify_chain",
-        "audit.verify_receipt",
-        "audit.submit_to_scitt",
+        PARSE_ERROR,
+        INVALID_REQUEST,
+        INVALID_PARAMS,
+        INTERNAL_ERROR,
+        STORED_OBJECT_UNREADABLE,
+        -32070,
+        -32071,
+        -32072,
+        -32073,
     }
 )
-PRIVILEGED_METHODS = frozenset(
-    {
-        "control.pause",
-        "control.resume",
-        "control.cancel",
-        "control.snapshot",
-        "control.rollback",
-        "control.supersede",
-        "control.set_mode_ceiling",
-        "workspace.set_profiles",
-        "participant.rotate_key",
-        "participant.revoke_key",
-    }
-)
-# Refusals with these codes say nothing about the workspace and are never kept.
-_NEVER_RECORDED_CODES = frozenset({-32700, -32600, -32602, -32603, -32070, -32071, -32072, -32073})
-_NEVER_RECORDED_METHODS = READS | {"workspace.create", "participant.join"}
+
 
 class AuditEntry(msgspec.Struct, frozen=True, omit_defaults=True):
     """One log entry: an accepted call (`envelope`) or a recorded refusal
@@ -71,13 +68,15 @@ def record_of(entry: dict[str, Any]) -> Any:
     return {"outcome": entry.get("outcome"), "request": entry.get("request")}
 
 
-def refusal_is_recorded(method: str, code: int, gated: bool) -> bool:
-    """Whether a refused call by a current member is appended to the log."""
-    if method in _NEVER_RECORDED_METHODS or code in _NEVER_RECORDED_CODES:
+def refusal_is_recorded(method: Method, code: int, gated: bool) -> bool:
+    """Whether a refused call by a current member is appended to the log:
+    never for the codes above; a -32601 only from the profile gate and for a
+    privileged method; otherwise as the method declares."""
+    if code in _NEVER_RECORDED_CODES:
         return False
-    if code == -32601:
-        return gated and method in PRIVILEGED_METHODS
-    return True
+    if code == METHOD_NOT_FOUND:
+        return gated and method.privileged
+    return method.records_refusals
 
 
 def signed_digest(envelope: dict[str, Any]) -> str:

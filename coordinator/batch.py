@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from coordinator.audit import AuditEntry
-from coordinator.call import Call, Workspace
+from coordinator.call import Call
+from coordinator.workspace import Workspace
 from storage import StoreChange
 
 __all__ = ["Pending", "Part", "put_values"]

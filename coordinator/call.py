@@ -1,117 +1,98 @@
-"""The unit of work of one call: what a handler reads and what it stages.
+"""The unit of work of one call: what it asked, what it reads, what it stages.
 
-A handler reads the live workspace through its `Call` and stages new values
-(immutable Structs) and deletions; nothing live changes until the store has
-accepted the call's change, when the coordinator swaps the staged values in.
-A handler that raises leaves nothing behind.
+A handler reads the workspace only through its `Call` (which sees the call's
+own staged values first) and stages new values (immutable Structs),
+deletions, a new meta, or whole replacement collections; nothing live
+changes until the store has accepted the call's change, when the pipeline
+swaps the staged values in. A handler that raises leaves nothing behind.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Mapping
 
 from msgspec.structs import replace
 
-import msgspec
-
-from coordinator.model import HistoryEntry, Member, Task, WorkspaceMeta, from_text
+from coordinator.log import LogReader
+from coordinator.model import HistoryEntry, Member, Task, WorkspaceMeta
+from coordinator.options import Options
+from coordinator.registry import Handler, Registry
 from coordinator.wire import INVALID_PARAMS, NOT_AUTHORISED, RpcError, missing
-from storage import COLLECTIONS, IDEMPOTENCY_KEYS
+from coordinator.workspace import Workspace
 
-if TYPE_CHECKING:
-    from coordinator.coordinator import LogReader, Options
-
-__all__ = ["Call", "Handler", "StoredObjectError", "Workspace", "COLLECTION_NAMES"]
-
-COLLECTION_NAMES = (*COLLECTIONS, IDEMPOTENCY_KEYS)
-
-
-class StoredObjectError(ValueError):
-    """An object the store holds cannot be read as the coordinator's type."""
-
-
-class Workspace:
-    """One workspace as memory holds it: meta, objects, chain head and count.
-
-    The log itself lives in the store. Objects loaded from the store stay as
-    their stored JSON text until a call first uses them, so a workspace with
-    many finished tasks costs little memory and starts fast.
-    """
-
-    __slots__ = ("meta", "objects", "count", "refusal_digests")
-
-    def __init__(self, meta: WorkspaceMeta, count: int = 0) -> None:
-        self.meta = meta
-        self.objects: dict[str, dict[str, Any]] = {c: {} for c in COLLECTION_NAMES}
-        self.count = count
-        # digest of a signed refused request -> (seq, code); built on first need.
-        self.refusal_digests: dict[str, tuple[int, int]] | None = None
-
-    @property
-    def id(self) -> str:
-        return self.meta.id
-
-    def get(self, collection: str, key: Any) -> Any:
-        """A held object, decoded from its stored text on first use."""
-        held = self.objects[collection]
-        try:
-            value = held.get(key)
-        except TypeError:  # an unhashable key names nothing
-            return None
-        if type(value) is bytes:
-            try:
-                value = held[key] = from_text(collection, value)
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                raise StoredObjectError(
-                    f"workspace {self.id!r}: the stored {collection} object {key!r} "
-                    f"cannot be read ({exc}); repair or delete its row in the store"
-                ) from None
-        return value
-
-    def values(self, collection: str) -> list[Any]:
-        """Every object of a collection, in held order."""
-        return [self.get(collection, key) for key in list(self.objects[collection])]
-
+__all__ = ["Call", "Handler"]
 
 _ABSENT = object()
 
 
 class Call:
-    """One dispatch in progress: the request, the time, and staged changes."""
+    """One dispatch in progress.
+
+    The request: `envelope` (the pipeline's own copy), `raw` (its canonical
+    bytes, what the log hashes), `method`, `params`, `arrived` (the call's one
+    clock reading) and `retry` (whether a store conflict may re-run it).
+    The workspace: `held` as found (None if the call named none), `ws` the
+    one it works on (a workspace it creates). What it stages: `staged`
+    objects, a new `meta`, `created`. What it answers: `recorded` False for a
+    write that answers without writing (a repeated idempotency key);
+    `fresh_result` True when the result shares nothing with held values.
+    """
 
     __slots__ = (
+        "envelope",
+        "raw",
         "method",
         "params",
         "arrived",
+        "retry",
+        "held",
         "ws",
         "created",
         "meta",
         "staged",
+        "recorded",
+        "fresh_result",
         "options",
-        "_ids",
+        "registry",
         "log",
+        "_ids",
     )
 
     def __init__(
         self,
+        envelope: dict[str, Any],
+        raw: bytes,
         method: str,
         params: dict[str, Any],
         arrived: str,
+        retry: bool,
         ws: Workspace | None,
         options: Options,
-        new_id: Callable[[str], str],
+        registry: Registry,
         log: LogReader,
+        new_id: Callable[[str], str],
     ) -> None:
+        self.envelope = envelope
+        self.raw = raw
         self.method = method
         self.params = params
         self.arrived = arrived
+        self.retry = retry
+        self.held = ws
         self.ws = ws
         self.created = False
         self.meta: WorkspaceMeta | None = None  # a new meta, when staged
         self.staged: dict[str, dict[str, Any]] = {}
+        self.recorded = True
+        self.fresh_result = False
         self.options = options
-        self._ids = new_id
+        self.registry = registry
         self.log = log
+        self._ids = new_id
+
+    @property
+    def request_id(self) -> Any:
+        return self.envelope.get("id")
 
     # -- reading ----------------------------------------------------------
 
@@ -129,25 +110,48 @@ class Call:
         return self.ws
 
     def get(self, collection: str, key: Any) -> Any:
-        """An object as this call sees it: staged value first, then live."""
+        """An object as this call sees it: staged value first, then held."""
         staged = self.staged.get(collection)
         if staged is not None:
-            value = staged.get(key, _ABSENT)
+            try:
+                value = staged.get(key, _ABSENT)
+            except TypeError:  # an unhashable key names nothing
+                return None
             if value is not _ABSENT:
                 return value
         if self.ws is None:
             return None
         return self.ws.get(collection, key)
 
+    def keys(self, collection: str) -> list[str]:
+        """The keys of a collection as this call sees it, in held order."""
+        held = list(self.ws.objects[collection]) if self.ws is not None else []
+        staged = self.staged.get(collection)
+        if not staged:
+            return held
+        seen = set(held)
+        out = [k for k in held if staged.get(k, _ABSENT) is not None]
+        out.extend(k for k, v in staged.items() if k not in seen and v is not None)
+        return out
+
+    def count(self, collection: str) -> int:
+        """How many objects a collection holds, as this call sees it."""
+        if not self.staged.get(collection):
+            return len(self.ws.objects[collection]) if self.ws is not None else 0
+        return len(self.keys(collection))
+
+    def oldest(self, collection: str) -> str | None:
+        """The first key of a collection as this call sees it (None if empty)."""
+        staged = self.staged.get(collection, {})
+        if self.ws is not None:
+            for key in self.ws.objects[collection]:
+                if staged.get(key, _ABSENT) is not None:
+                    return key
+        return next((k for k, v in staged.items() if v is not None), None)
+
     def items(self, collection: str) -> list[tuple[str, Any]]:
         """Every object of a collection as this call sees it, in held order."""
-        live = list(self.ws.objects[collection]) if self.ws is not None else []
-        staged = self.staged.get(collection, {})
-        out = [(k, self.get(collection, k)) for k in live]
-        out = [(k, v) for k, v in out if v is not None]
-        held = set(live)
-        out.extend((k, v) for k, v in staged.items() if k not in held and v is not None)
-        return out
+        return [(k, self.get(collection, k)) for k in self.keys(collection)]
 
     def member(self, uri: Any) -> Member | None:
         return self.get("members", uri) if isinstance(uri, str) else None
@@ -184,20 +188,52 @@ class Call:
         )
 
     def put(self, collection: str, key: str, value: Any) -> None:
+        """Stage `value` (not None) under `key`."""
         self.staged.setdefault(collection, {})[key] = value
 
     def delete(self, collection: str, key: str) -> None:
+        """Stage the removal of `key` (nothing happens if it is not held)."""
         self.staged.setdefault(collection, {})[key] = None
 
+    def replace_collection(self, collection: str, items: Mapping[str, Any]) -> None:
+        """Stage `items` as the whole collection: every key the call sees and
+        `items` lacks is deleted, every item put. Keys held before keep their
+        place and new ones follow, as the store keeps them."""
+        staged = self.staged.setdefault(collection, {})
+        for key in self.keys(collection):
+            if key not in items:
+                staged[key] = None
+        staged.update(items)
+
     def set_meta(self, meta: WorkspaceMeta) -> None:
+        """Stage new workspace fields (the chain head is the pipeline's)."""
         self.meta = meta
 
     def create_workspace(self, meta: WorkspaceMeta) -> Workspace:
-        """Stage a new workspace; it exists for others once the call commits."""
+        """Stage a new workspace; it exists for others once the call commits
+        (and the store refuses the write if another writer created it first)."""
         self.ws = Workspace(meta)
         self.created = True
         self.meta = meta
         return self.ws
 
+    def answer_without_recording(self) -> None:
+        """Answer this write's result without writing anything (nothing may
+        be staged): a repeated request that changes nothing."""
+        if self.staged or self.meta is not None or self.created:
+            raise AssertionError("answer_without_recording() after staging a change")
+        self.recorded = False
 
-Handler = Callable[[Call], Any]
+    def result_is_fresh(self) -> None:
+        """The result shares no value with held objects, so the pipeline
+        need not copy it for the caller."""
+        self.fresh_result = True
+
+    def unstage(self) -> None:
+        """Drop everything staged (the call is refused), back to the held workspace."""
+        self.ws = self.held
+        self.created = False
+        self.meta = None
+        self.staged = {}
+        self.recorded = True
+

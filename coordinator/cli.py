@@ -22,7 +22,7 @@ from typing import Sequence
 import uvicorn
 
 from coordinator import logcli
-from coordinator.catalogue import IMPLEMENTED_PROFILES, unimplemented
+from coordinator.profiles import REGISTRY
 
 __all__ = ["ALL_PROFILES", "DEFAULT_PROFILES", "main"]
 
@@ -32,10 +32,9 @@ __all__ = ["ALL_PROFILES", "DEFAULT_PROFILES", "main"]
 # expect (see SPECIFICATION.md, "HTTP binding").
 DEFAULT_PROFILES = ("core/1.0", "review/1.0")
 
-# `--profiles all`: every profile chapline implements, core first.
-ALL_PROFILES = ("core/1.0",) + tuple(
-    sorted(f"{name}/1.0" for name in IMPLEMENTED_PROFILES if name != "core")
-)
+# `--profiles all`: every profile chapline implements (the registry's
+# advertisable ones), core first.
+ALL_PROFILES = REGISTRY.advertisable
 
 _PROFILE = re.compile(r"^[a-z][a-z0-9_-]*/\d+\.\d+$")
 
@@ -155,7 +154,7 @@ def _profiles(text: str) -> tuple[str, ...]:
             raise ValueError(f"--profiles: {profile!r} is not of the form name/MAJOR.MINOR")
     if "core/1.0" not in profiles:
         raise ValueError("--profiles must include core/1.0: every CHAP workspace speaks Core")
-    problem = unimplemented(profiles)
+    problem = REGISTRY.unadvertisable(profiles)
     if problem:
         raise ValueError(f"--profiles: {problem}")
     return profiles

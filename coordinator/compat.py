@@ -25,7 +25,7 @@ from coordinator.model import Member, Override, Task
 from storage import COLLECTIONS, IDEMPOTENCY_KEYS
 
 if TYPE_CHECKING:
-    from coordinator.call import Workspace
+    from coordinator.workspace import Workspace
     from coordinator.coordinator import Coordinator
 
 __all__ = [
@@ -218,7 +218,7 @@ class WorkspaceView:
     def audit(self) -> tuple[AuditEntry, ...]:
         """The whole log, read from the store: O(log)."""
         ws = self._live()
-        entries = self._coordinator._read_log(ws, 0, ws.count, None)
+        entries = self._coordinator._log_reader(ws).entries(0, ws.count)
         return tuple(msgspec.convert(e, AuditEntry) for e in entries)
 
     def __getattr__(self, name: str) -> Any:

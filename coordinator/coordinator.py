@@ -17,22 +17,10 @@ from typing import Any, Callable, Iterator
 
 import msgspec
 
-from coordinator import catalogue
-from coordinator.audit import (
-    READS,
-    AuditEntry,
-    refusal_is_recorded,
-    signed_digest,
-)
+from coordinator.audit import AuditEntry, refusal_is_recorded, signed_digest
 from coordinator.batch import Part, Pending, put_values
-from coordinator.call import Call, Workspace
-from coordinator.canonical import (
-    ZERO_HASH,
-    CanonicalError,
-    canonical_bytes,
-    inspect,
-    link_hash,
-)
+from coordinator.call import Call
+from coordinator.canonical import ZERO_HASH, link_hash
 from coordinator.clock import Clock, iso_ms, system_clock
 from coordinator.compat import (
     CoordinatorOptions,
@@ -40,69 +28,39 @@ from coordinator.compat import (
     WorkspaceState,
     coordinator_settings,
 )
+from coordinator.envelope import Rejected, Request, read_envelope
 from coordinator.ids import IdSource, random_ids
+from coordinator.log import LogReader
 from coordinator.model import WorkspaceMeta, to_stored
-from coordinator.profiles import HANDLERS
+from coordinator.options import Options
+from coordinator.profiles import REGISTRY
+from coordinator.registry import Handler, Method, profile_name, profile_names
+from coordinator.signed import index_signed, signed_index
 from coordinator.snapshot import RestoreError, restore_change, workspace_from_held
 from coordinator.wire import (
     INTERNAL_ERROR,
-    INVALID_PARAMS,
-    INVALID_REQUEST,
     METHOD_NOT_FOUND,
     NOT_AUTHORISED,
     STORE_CONFLICT,
     STORE_WRITE_FAILED,
     WORKSPACE_PAUSED,
     RpcError,
-    decode_json,
     error_response,
     result_response,
 )
-from storage import (
-    IDEMPOTENCY_KEYS,
-    EntryFilter,
-    MemoryStore,
-    Store,
-    StoreChange,
-    StoreConflictError,
-    assemble_snapshot,
-    entry_matches,
-)
+from coordinator.workspace import Workspace
+from storage import MemoryStore, Store, StoreChange, StoreConflictError, assemble_snapshot
 
-__all__ = ["AuditListener", "BatchWriteError", "Coordinator", "LogReader", "Options"]
+__all__ = ["AuditListener", "BatchWriteError", "Coordinator", "Options"]
 
 log = logging.getLogger("chapline")
 
 AuditListener = Callable[[str, AuditEntry], None]
 
-MAX_DEPTH = 64
 _decode = msgspec.json.decode
 _decode_entry = msgspec.json.Decoder(AuditEntry).decode
 _encode_sorted = msgspec.json.Encoder(order="sorted").encode
 _encode = msgspec.json.Encoder().encode  # keeps key order, as results are shown
-
-# Methods whose caller must be a member before anything else is looked at.
-_FLOOR_PREFIXES = ("control.", "deliberate.", "handoff.", "whisper.")
-_FLOOR_METHODS = frozenset({"task.route", "review.depth", "escalate.auto", "participant.leave"})
-_PAUSE_EXEMPT = frozenset(
-    {
-        "workspace.create",
-        "workspace.describe",
-        "control.resume",
-        "audit.read",
-        "participant.join",
-        "participant.leave",
-    }
-)
-
-
-class Options(msgspec.Struct, frozen=True):
-    """Behaviour switches a handler may consult."""
-
-    enable_chain: bool = True
-    default_profiles: tuple[str, ...] = ("core/1.0", "review/1.0")
-    max_envelope_bytes: int = 1_048_576
-    require_read_membership: bool = False
 
 
 class BatchWriteError(Exception):
@@ -156,7 +114,7 @@ class Coordinator:
         store, clock, ids = settings["store"], settings["clock"], settings["ids"]
         default_profiles = settings["default_profiles"]
         on_audit = settings["on_audit"]
-        problem = catalogue.unimplemented(default_profiles)
+        problem = REGISTRY.unadvertisable(default_profiles)
         if problem:
             raise ValueError(f"default_profiles: {problem}")
         if store is not None and not callable(getattr(store, "load_held", None)):
@@ -313,7 +271,7 @@ class Coordinator:
         objects = [
             (c, k, to_stored(v)) for c, items in ws.objects.items() for k, v in items.items()
         ]
-        entries = self._read_log(ws, 0, ws.count, None)
+        entries = self._log_reader(ws).entries(0, ws.count)
         return assemble_snapshot(msgspec.to_builtins(ws.meta), entries, objects)
 
     def restore(self, data: dict[str, Any] | list[dict[str, Any]]) -> list[str]:
@@ -334,167 +292,97 @@ class Coordinator:
     def close(self) -> None:
         self.store.close()
 
-    # -- the pipeline -------------------------------------------------------
+    # -- the pipeline (SPECIFICATION.md, "Dispatch") -----------------------
 
     def _dispatch(self, envelope: Any, arrived: str, retry: bool) -> dict[str, Any]:
-        if isinstance(envelope, (bytes, bytearray, memoryview, str)):
-            try:
-                envelope = decode_json(envelope)
-            except RpcError as err:
-                return error_response(None, err)
-        if not isinstance(envelope, dict) or envelope.get("jsonrpc") != "2.0":
-            req_id = envelope.get("id") if isinstance(envelope, dict) else None
-            return error_response(req_id, RpcError(INVALID_REQUEST, "Invalid JSON-RPC 2.0 request"))
-        req_id = envelope.get("id")
-        method = envelope.get("method")
-        if not isinstance(method, str) or not method:
-            return error_response(req_id, RpcError(INVALID_REQUEST, "Invalid JSON-RPC 2.0 request"))
-        shape = inspect(envelope)
-        if shape.depth > MAX_DEPTH:
-            return error_response(
-                req_id,
-                RpcError(INVALID_REQUEST, f"Envelope nests deeper than {MAX_DEPTH} levels"),
-            )
-        raw = b""
-        if shape.error is None:
-            raw = canonical_bytes(envelope, shape)
-            limit = self.options.max_envelope_bytes
-            if len(raw) > limit:
-                return error_response(
-                    req_id,
-                    RpcError(
-                        INVALID_REQUEST,
-                        f"Envelope exceeds max_envelope_bytes ({len(raw)} > {limit})",
-                    ),
-                )
-        params = envelope.get("params")
-        if params is None:  # absent or null: no params (as 0.3.3 reads it)
-            params = {}
-        elif not isinstance(params, dict):
-            return error_response(req_id, RpcError(INVALID_PARAMS, "Invalid params: expected an object"))
-        owner = catalogue.OWNING_PROFILE.get(method)
-        if owner is None:
-            return error_response(req_id, RpcError(METHOD_NOT_FOUND, f"Unknown method: {method}"))
-        if shape.error is not None:
-            return error_response(req_id, RpcError(INVALID_PARAMS, str(shape.error)))
-        # From here on we work on our own copy: the JSON of the canonical bytes.
-        envelope = _decode(raw)
-        params = envelope.get("params") or {}
-        wid = params.get("workspace")
-        ws = self._workspace(wid) if isinstance(wid, str) else None
-        if self._batch is not None and isinstance(wid, str):
-            self._batch.current = (wid, envelope, arrived)
-
-        sig = envelope.get("sig")
-        if ws is not None and isinstance(sig, str):
-            seen = self._signed_index(ws).get(signed_digest(envelope))
-            if seen is not None and seen[1] is not None:
-                seq, code = seen
-                return error_response(
-                    req_id,
-                    RpcError(code, f"This signed request was refused at seq {seq}", {"refused_at_seq": seq}),
-                )
-
         try:
-            handler = self._route(method, owner, params, ws)
+            request = read_envelope(envelope, REGISTRY, self.options.max_envelope_bytes)
+        except Rejected as rejected:  # steps 1-8
+            return error_response(rejected.request_id, rejected.error)
+        call = self._open(request, arrived, retry)
+        refused = self._refused_before(call)  # step 9
+        if refused is not None:
+            return error_response(call.request_id, refused)
+        try:
+            handler = _route(call, request.method)  # steps 10-12
         except RpcError as err:
             gated = isinstance(err.data, dict) and "advertised" in err.data
-            return self._refuse(envelope, raw, method, params, ws, err, gated, arrived, retry)
-
-        if method == "task.create" and ws is not None:
-            key = params.get("idempotency_key")
-            if isinstance(key, str):
-                task_id = ws.get(IDEMPOTENCY_KEYS, key)
-                task = ws.get("tasks", task_id) if task_id is not None else None
-                if task is not None:
-                    return result_response(req_id, {"task_id": task.id, "state": task.state})
-
-        call = Call(method, params, arrived, ws, self.options, self._new_id, self._log_reader(ws))
+            return self._refuse(call, request.method, err, gated)
         try:
-            result = handler(call)
+            result = handler(call)  # steps 13-14
         except RpcError as err:
-            return self._refuse(envelope, raw, method, params, ws, err, False, arrived, retry)
-
-        # The caller gets its own copy: results can share values with held
-        # objects (audit.read's entries are decoded afresh from the store).
-        if method != "audit.read":
+            return self._refuse(call, request.method, err, False)
+        if not call.fresh_result:
+            # The caller gets its own copy: results can share values with held objects.
             result = _decode(_encode(result))
-        if call.ws is None or method in READS:
-            return result_response(req_id, result)
-        # 0.3.3 records a call only when params.workspace names the workspace:
-        # a create with a generated id is kept, but leaves no entry.
-        record = raw if params.get("workspace") == call.ws.id else None
-        return self._record(envelope, call, result_response(req_id, result), record, None, arrived, retry)
+        response = result_response(call.request_id, result)
+        if call.ws is None or request.method.read or not call.recorded:
+            return response
+        # Step 15: 0.3.3 records a call only when params.workspace names the
+        # workspace: a create with a generated id is kept, but leaves no entry.
+        record = call.raw if call.params.get("workspace") == call.ws.id else None
+        return self._record(call, response, record, None)  # step 16
 
-    def _route(
-        self, method: str, owner: str, params: dict[str, Any], ws: Workspace | None
-    ) -> Callable[[Call], Any]:
-        """The handler for `method`, or the refusal the gates give first."""
-        if ws is not None and method not in catalogue.ALWAYS_AVAILABLE and owner != "core/1.0":
-            advertised = ws.meta.profiles
-            if catalogue.profile_name(owner) not in catalogue.profile_names(advertised):
-                raise RpcError(
-                    METHOD_NOT_FOUND,
-                    f"Unknown method: {method}",
-                    {"profile": owner, "advertised": list(advertised)},
-                )
-        handler = HANDLERS.get(method)
-        if handler is None:
-            raise RpcError(
-                METHOD_NOT_FOUND,
-                f"Method not implemented by chapline: {method} (profile {owner})",
-                {"profile": owner, "implemented": False},
-            )
-        if ws is not None and (method.startswith(_FLOOR_PREFIXES) or method in _FLOOR_METHODS):
-            sender = params.get("from")
-            if not isinstance(sender, str) or sender not in ws.objects["members"]:
-                raise RpcError(
-                    NOT_AUTHORISED,
-                    f"'from' is not a participant URI of this workspace: {sender!r}",
-                )
-        if ws is not None and ws.meta.state == "paused" and method not in _PAUSE_EXEMPT:
-            raise RpcError(WORKSPACE_PAUSED, f"Workspace {ws.id} is paused")
-        return handler
+    def _open(self, request: Request, arrived: str, retry: bool) -> Call:
+        """The call's context, on the workspace `params.workspace` names (if held)."""
+        wid = request.params.get("workspace")
+        ws = self._workspace(wid) if isinstance(wid, str) else None
+        if self._batch is not None and isinstance(wid, str):
+            self._batch.current = (wid, request.envelope, arrived)
+        return Call(
+            request.envelope,
+            request.raw,
+            request.method.name,
+            request.params,
+            arrived,
+            retry,
+            ws,
+            self.options,
+            REGISTRY,
+            self._log_reader(ws),
+            self._new_id,
+        )
 
-    def _refuse(
-        self,
-        envelope: dict[str, Any],
-        raw: bytes,
-        method: str,
-        params: dict[str, Any],
-        ws: Workspace | None,
-        err: RpcError,
-        gated: bool,
-        arrived: str,
-        retry: bool,
-    ) -> dict[str, Any]:
-        req_id = envelope.get("id")
-        sender = params.get("from")
+    def _refused_before(self, call: Call) -> RpcError | None:
+        """Step 9: a signed request already refused gets that refusal again."""
+        sig = call.envelope.get("sig")
+        if call.ws is None or not isinstance(sig, str):
+            return None
+        seen = signed_index(call.ws, call.log).get(signed_digest(call.envelope))
+        if seen is None or seen[1] is None:
+            return None
+        seq, code = seen
+        return RpcError(
+            code, f"This signed request was refused at seq {seq}", {"refused_at_seq": seq}
+        )
+
+    def _refuse(self, call: Call, method: Method, err: RpcError, gated: bool) -> dict[str, Any]:
+        """Answer a refusal, recording it when a member made it (see the rules)."""
+        response = error_response(call.request_id, err)
+        call.unstage()
+        ws = call.ws
+        sender = call.params.get("from")
         if (
             ws is None
             or not isinstance(sender, str)
             or sender not in ws.objects["members"]
             or not refusal_is_recorded(method, err.code, gated)
         ):
-            return error_response(req_id, err)
-        if isinstance(envelope.get("sig"), str):
-            if signed_digest(envelope) in self._signed_index(ws):
-                return error_response(req_id, err)
+            return response
+        if isinstance(call.envelope.get("sig"), str):
+            if signed_digest(call.envelope) in signed_index(ws, call.log):
+                return response
         outcome = {"status": "refused", "code": err.code}
         # JCS of {"outcome", "request"}: keys in order, request already canonical.
-        record = b'{"outcome":' + _encode_sorted(outcome) + b',"request":' + raw + b"}"
-        call = Call(method, params, arrived, ws, self.options, self._new_id, self._log_reader(ws))
-        return self._record(envelope, call, error_response(req_id, err), record, outcome, arrived, retry)
+        record = b'{"outcome":' + _encode_sorted(outcome) + b',"request":' + call.raw + b"}"
+        return self._record(call, response, record, outcome)
 
     def _record(
         self,
-        envelope: dict[str, Any],
         call: Call,
         response: dict[str, Any],
         record: bytes | None,
         outcome: dict[str, Any] | None,
-        arrived: str,
-        retry: bool,
     ) -> dict[str, Any]:
         """Write the call's change (with its entry, unless `record` is None),
         then commit it to memory and tell the listeners."""
@@ -507,17 +395,20 @@ class Coordinator:
             if meta.chain_enabled:
                 prev = meta.chain_head or ZERO_HASH
                 meta = msgspec.structs.replace(meta, chain_head=link_hash(record, prev))
+            envelope = call.envelope
             if outcome is None:
-                entries.append(AuditEntry(ws.count, arrived, envelope=envelope, prev_hash=prev))
+                entries.append(AuditEntry(ws.count, call.arrived, envelope=envelope, prev_hash=prev))
             else:
                 entries.append(
-                    AuditEntry(ws.count, arrived, request=envelope, outcome=outcome, prev_hash=prev)
+                    AuditEntry(
+                        ws.count, call.arrived, request=envelope, outcome=outcome, prev_hash=prev
+                    )
                 )
         change = StoreChange(
             id=ws.id,
             base=ws.count,
             version=ws.count + len(entries),
-            updated_at=arrived,
+            updated_at=call.arrived,
             meta=meta,
             entries=entries,
             objects=call.staged,
@@ -526,19 +417,19 @@ class Coordinator:
         if self._batch is None:
             error = self._apply(change)
             if error is not None:
-                if error.code == STORE_CONFLICT and retry and self._reload(ws.id):
-                    return self._dispatch(envelope, arrived, retry=False)
-                return error_response(envelope.get("id"), error)
+                if error.code == STORE_CONFLICT and call.retry and self._reload(ws.id):
+                    return self._dispatch(call.envelope, call.arrived, retry=False)
+                return error_response(call.request_id, error)
         else:
             part = self._batch.parts.get(ws.id)
             if part is None:
                 part = self._batch.parts[ws.id] = Part(ws, call.created)
             part.add(ws, call, change)
             self._batch.written.extend((ws.id, e) for e in entries)
-            self._batch.current = (ws.id, envelope, arrived)
+            self._batch.current = (ws.id, call.envelope, call.arrived)
         self._commit(ws, call, meta, len(entries))
         for entry in entries:
-            self._index_signed(ws, envelope, entry)
+            index_signed(ws, call.envelope, entry)
         if self._batch is None:
             self._notify([(ws.id, e) for e in entries])
         return response
@@ -628,81 +519,40 @@ class Coordinator:
         else:
             part.undo_into(self._workspaces[wid])
 
-    # -- the log ------------------------------------------------------------
-
-    def _log_split(self, ws: Workspace, start: int, stop: int) -> tuple[int, list[AuditEntry]]:
-        """Where the durable part of `start <= seq < stop` ends, and the
-        batch's unwritten entries within it."""
+    def _log_reader(self, ws: Workspace | None) -> LogReader:
         unwritten: list[AuditEntry] = []
-        if self._batch is not None and ws.id in self._batch.parts:
+        if ws is not None and self._batch is not None and ws.id in self._batch.parts:
             unwritten = self._batch.parts[ws.id].entries
-        durable = ws.count - len(unwritten)
-        return min(stop, durable), unwritten[max(start - durable, 0) : max(stop - durable, 0)]
-
-    def _read_log(
-        self, ws: Workspace, start: int, stop: int, where: EntryFilter | None
-    ) -> list[dict[str, Any]]:
-        """Entries `start <= seq < stop`, including a batch's unwritten ones."""
-        durable_stop, unwritten = self._log_split(ws, start, stop)
-        out = self.store.read_entries(ws.id, start, durable_stop, where) if start < durable_stop else []
-        for entry in unwritten:
-            copy = _decode(_encode_sorted(entry))
-            if where is None or entry_matches(copy, where):
-                out.append(copy)
-        return out
-
-    def _read_texts(self, ws: Workspace, start: int, stop: int) -> list[bytes]:
-        """The stored JSON text of entries `start <= seq < stop`."""
-        durable_stop, unwritten = self._log_split(ws, start, stop)
-        out = self.store.read_entry_texts(ws.id, start, durable_stop) if start < durable_stop else []
-        out.extend(_encode_sorted(e) for e in unwritten)
-        return out
-
-    def _log_reader(self, ws: Workspace | None) -> "LogReader":
-        return LogReader(self, ws)
-
-    def _index_signed(self, ws: Workspace, envelope: dict[str, Any], entry: AuditEntry) -> None:
-        if ws.refusal_digests is not None and isinstance(envelope.get("sig"), str):
-            code = entry.outcome["code"] if entry.outcome is not None else None
-            ws.refusal_digests.setdefault(signed_digest(envelope), (entry.seq, code))
-
-    def _signed_index(self, ws: Workspace) -> dict[str, tuple[int, int | None]]:
-        """Signed calls on the log: digest -> (seq, refusal code or None)."""
-        index = ws.refusal_digests
-        if index is None:
-            index = {}
-            for entry in self._read_log(ws, 0, ws.count, None):
-                call = entry["envelope"] if "envelope" in entry else entry.get("request")
-                if isinstance(call, dict) and isinstance(call.get("sig"), str):
-                    try:
-                        d = signed_digest(call)
-                    except CanonicalError:
-                        continue
-                    outcome = entry.get("outcome")
-                    code = outcome.get("code") if isinstance(outcome, dict) else None
-                    index.setdefault(d, (entry["seq"], code))
-            ws.refusal_digests = index
-        return index
+        return LogReader(self.store, ws, unwritten)
 
 
-class LogReader:
-    """A call's view of its workspace's log (store plus a batch's unwritten part)."""
-
-    __slots__ = ("_coordinator", "_ws")
-
-    def __init__(self, coordinator: Coordinator, ws: Workspace | None) -> None:
-        self._coordinator = coordinator
-        self._ws = ws
-
-    def entries(self, start: int, stop: int, where: EntryFilter | None = None) -> list[dict[str, Any]]:
-        if self._ws is None:
-            return []
-        return self._coordinator._read_log(self._ws, start, stop, where)
-
-    def texts(self, start: int, stop: int) -> list[bytes]:
-        if self._ws is None:
-            return []
-        return self._coordinator._read_texts(self._ws, start, stop)
+def _route(call: Call, method: Method) -> Handler:
+    """Steps 10-12: the handler for the call, or the refusal a gate gives first."""
+    ws = call.ws
+    if ws is not None and not method.always_available and method.profile != "core/1.0":
+        advertised = ws.meta.profiles
+        if profile_name(method.profile) not in profile_names(advertised):
+            raise RpcError(
+                METHOD_NOT_FOUND,
+                f"Unknown method: {method.name}",
+                {"profile": method.profile, "advertised": list(advertised)},
+            )
+    if method.handler is None:
+        raise RpcError(
+            METHOD_NOT_FOUND,
+            f"Method not implemented by chapline: {method.name} (profile {method.profile})",
+            {"profile": method.profile, "implemented": False},
+        )
+    if ws is not None and method.floor:
+        sender = call.params.get("from")
+        if not isinstance(sender, str) or sender not in ws.objects["members"]:
+            raise RpcError(
+                NOT_AUTHORISED,
+                f"'from' is not a participant URI of this workspace: {sender!r}",
+            )
+    if ws is not None and ws.meta.state == "paused" and not method.pause_exempt:
+        raise RpcError(WORKSPACE_PAUSED, f"Workspace {ws.id} is paused")
+    return method.handler
 
 
 def _store_error(workspace_id: str, exc: Exception) -> RpcError:

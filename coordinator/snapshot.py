@@ -9,7 +9,7 @@ import msgspec
 
 from coordinator.audit import ChainVerifier, entry_is_well_formed
 from coordinator.canonical import ZERO_HASH
-from coordinator.call import Workspace
+from coordinator.workspace import Workspace
 from coordinator.model import WorkspaceMeta, from_stored
 from storage import (
     IDEMPOTENCY_KEYS,

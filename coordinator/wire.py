@@ -21,6 +21,7 @@ __all__ = [
     "DIGEST_MISMATCH",
     "STORE_WRITE_FAILED",
     "STORE_CONFLICT",
+    "STORED_OBJECT_UNREADABLE",
     "RpcError",
     "error_response",
     "result_response",
@@ -46,6 +47,7 @@ DIGEST_MISMATCH = -32074
 # Implementation-defined (-32900..-32999): the store did not take the write.
 STORE_WRITE_FAILED = -32900
 STORE_CONFLICT = -32901
+STORED_OBJECT_UNREADABLE = -32903
 
 
 class RpcError(Exception):

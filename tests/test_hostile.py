@@ -16,7 +16,7 @@ import pytest
 
 from bench import hostile
 from coordinator import Coordinator, CounterIds, StepClock
-from coordinator.catalogue import OWNING_PROFILE
+from coordinator.registry import CHAP_0_3
 from coordinator.hints import empty_body, invalid_request, unknown_method
 from coordinator.limits import MAX_ID_CHARS
 from coordinator.patch import MAX_CHARS, MAX_DEPTH
@@ -267,7 +267,7 @@ def test_empty_body_message() -> None:
     ],
 )
 def test_unknown_method_hints(method: str, words: str) -> None:
-    error = unknown_method(method, OWNING_PROFILE)
+    error = unknown_method(method, {name: spec.profile for name, spec in CHAP_0_3.items()})
     assert error.code == -32601 and error.message.startswith("Unknown method: ") and words in error.message
     assert len(error.message) < 600
 

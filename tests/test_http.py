@@ -30,7 +30,7 @@ import rfc8785
 import uvicorn
 
 from coordinator import Coordinator
-from coordinator.catalogue import IMPLEMENTED_PROFILES
+from coordinator.profiles import REGISTRY
 from coordinator.cli import ALL_PROFILES, DEFAULT_PROFILES
 from coordinator.transports import MAX_BODY_BYTES, DispatcherClosed, SerialDispatcher, create_app
 from storage import SqliteStore
@@ -751,7 +751,7 @@ def test_profiles_all_advertises_every_implemented_profile(tmp_path: Path) -> No
         code, err = server.stop()
     assert code == 0, err
     assert profiles[0] == "core/1.0"
-    assert sorted(p.split("/")[0] for p in profiles) == sorted(IMPLEMENTED_PROFILES)
+    assert sorted(profiles) == sorted(REGISTRY.advertisable)
 
 
 def test_the_module_help_runs_without_a_server() -> None:

@@ -211,8 +211,9 @@ def test_an_unreadable_stored_object_fails_only_the_calls_that_use_it(tmp_path):
     again = Client(make(SqliteStore(path)))
     assert again.describe()["task_count"] == 2  # objects are read when used
     err = again.err("task.update", **frm(BOT), task_id=T, state="in_progress")
-    assert err["code"] == -32603
-    assert "cannot be read" in err["data"]["detail"] and T in err["data"]["detail"]
+    assert err["code"] == -32903
+    assert "cannot be read" in err["message"] and "repair or delete" in err["message"]
+    assert err["data"] == {"workspace": WS, "collection": "tasks", "key": T}
     assert "Traceback" not in str(err)
     assert again.ok("task.update", **frm(BOT), task_id=other, state="in_progress")
     assert again.describe()["audit_count"] == 6

@@ -9,7 +9,17 @@ from msgspec.structs import replace
 from coordinator.audit import ChainVerifier
 from coordinator.call import Call
 from coordinator.canonical import ZERO_HASH
-from coordinator.catalogue import profile_name, unimplemented
+from coordinator.registry import (
+    ANY,
+    BOOLEAN,
+    FROM,
+    INTEGER,
+    OBJECT,
+    STRING,
+    Profile,
+    profile_name,
+    schema,
+)
 from coordinator.limits import check_new_id
 from coordinator.model import (
     HistoryEntry,
@@ -30,8 +40,12 @@ from coordinator.wire import (
 )
 from storage import IDEMPOTENCY_KEYS, EntryFilter
 
-__all__ = ["HANDLERS"]
+__all__ = ["PROFILE"]
 
+PROFILE = Profile("core/1.0")
+
+PROFILES = {"type": "array", "items": {"type": "string"}, "description": 'Such as "review/1.0".'}
+MODE = {"type": "string", "enum": ["shadow", "trial", "production"]}
 IDEMPOTENCY_CAP = 10_000
 VERIFY_CHUNK = 10_000
 KEY_NOT_FOUND = -32071
@@ -44,7 +58,7 @@ def _profiles_param(call: Call, default: tuple[str, ...] | None) -> list[str]:
         return list(default)
     if not isinstance(profiles, list) or not all(isinstance(p, str) for p in profiles):
         raise invalid_params("profiles must be an array of profile strings such as \"review/1.0\"")
-    problem = unimplemented(profiles)
+    problem = call.registry.unadvertisable(profiles)
     if problem:
         raise invalid_params(f"profiles: {problem}")
     return profiles
@@ -78,6 +92,23 @@ def _new_workspace(call: Call, wid: str) -> WorkspaceMeta:
     return meta
 
 
+@PROFILE.method(
+    "workspace.create",
+    pause_exempt=True,
+    records_refusals=False,
+    params=schema(
+        workspace=STRING,
+        profiles=PROFILES,
+        mode=MODE,
+        mode_ceiling=MODE,
+        routing_policy_uri=STRING,
+        step_up_window_sec=INTEGER,
+        min_acr=ANY,
+    ),
+    title="Create a workspace",
+    description="Create a workspace (with the given id, or a generated one) advertising "
+    "the given profiles.",
+)
 def workspace_create(call: Call) -> dict[str, Any]:
     wid = call.params.get("workspace")
     if wid is None:
@@ -115,6 +146,14 @@ def _member_view(m: Member) -> dict[str, Any]:
     return out
 
 
+@PROFILE.method(
+    "workspace.describe",
+    read=True,
+    pause_exempt=True,
+    params=schema(["workspace"], from_=FROM),
+    title="Describe a workspace",
+    description="The workspace's state, mode, profiles, members and counts.",
+)
 def workspace_describe(call: Call) -> dict[str, Any]:
     call.require("workspace")
     ws = call.workspace()
@@ -130,10 +169,10 @@ def workspace_describe(call: Call) -> dict[str, Any]:
         "max_envelope_bytes": call.options.max_envelope_bytes,
         "step_up_window_sec": meta.step_up_window_sec,
         "profiles": list(meta.profiles),
-        "members": [_member_view(m) for m in ws.values("members")],
+        "members": [_member_view(m) for _, m in call.items("members")],
         "audit_count": ws.count,
-        "task_count": len(ws.objects["tasks"]),
-        "override_count": len(ws.objects["overrides"]),
+        "task_count": call.count("tasks"),
+        "override_count": call.count("overrides"),
     }
     if meta.chain_head is not None:
         out["evidence_head"] = meta.chain_head
@@ -142,6 +181,14 @@ def workspace_describe(call: Call) -> dict[str, Any]:
     return out
 
 
+@PROFILE.method(
+    "workspace.set_profiles",
+    params=schema(["workspace", "from", "profiles"], profiles=PROFILES),
+    title="Set a workspace's profiles",
+    description="Replace the profiles a workspace advertises (admin only); core/1.0 is "
+    "always kept.",
+    annotations={"idempotentHint": True},
+)
 def workspace_set_profiles(call: Call) -> dict[str, Any]:
     call.require("workspace")
     call.require("profiles")
@@ -156,6 +203,23 @@ def workspace_set_profiles(call: Call) -> dict[str, Any]:
     return {"profiles": profiles}
 
 
+@PROFILE.method(
+    "participant.join",
+    pause_exempt=True,
+    records_refusals=False,
+    params=schema(
+        ["workspace", "from", "type"],
+        type={"type": "string", "enum": ["human", "agent", "service", "group", "workspace"]},
+        role=STRING,
+        display_name=STRING,
+        capabilities=ANY,
+        scopes=ANY,
+        jwks=OBJECT,
+    ),
+    title="Join a workspace",
+    description="Join as a participant (creating the workspace if it does not exist).",
+    annotations={"idempotentHint": True},
+)
 def participant_join(call: Call) -> dict[str, Any]:
     call.require("workspace")
     sender = call.require("from")
@@ -219,6 +283,14 @@ def _new_workspace_for_join(call: Call, wid: str) -> None:
         call.params = saved
 
 
+@PROFILE.method(
+    "participant.leave",
+    floor=True,
+    pause_exempt=True,
+    params=schema(["workspace", "from"]),
+    title="Leave a workspace",
+    description="Stop being a participant of the workspace.",
+)
 def participant_leave(call: Call) -> dict[str, Any]:
     call.require("workspace")
     call.workspace()
@@ -234,6 +306,12 @@ def _key_index(member: Member, kid: Any) -> int | None:
     return None
 
 
+@PROFILE.method(
+    "participant.rotate_key",
+    params=schema(["workspace", "from", "old_kid", "new_jwk"], old_kid=STRING, new_jwk=OBJECT),
+    title="Rotate a signing key",
+    description="Retire one of the caller's keys and add a new one.",
+)
 def participant_rotate_key(call: Call) -> dict[str, Any]:
     call.require("workspace")
     old_kid = call.require("old_kid")
@@ -268,6 +346,15 @@ def participant_rotate_key(call: Call) -> dict[str, Any]:
     return {"rotated": True, "old_kid": old_kid, "new_kid": new_jwk["kid"], "valid_from": call.arrived}
 
 
+@PROFILE.method(
+    "participant.revoke_key",
+    params=schema(
+        ["workspace", "from", "target_uri", "kid"], target_uri=STRING, kid=STRING, reason=STRING
+    ),
+    title="Revoke a signing key",
+    description="Revoke a key of the caller's (or, as admin, of another member's).",
+    annotations={"destructiveHint": True},
+)
 def participant_revoke_key(call: Call) -> dict[str, Any]:
     call.require("workspace")
     target_uri = call.require("target_uri")
@@ -291,8 +378,34 @@ def participant_revoke_key(call: Call) -> dict[str, Any]:
     return {"revoked": True, "kid": kid, "revoked_at": call.arrived, "reason": reason}
 
 
+@PROFILE.method(
+    "task.create",
+    params=schema(
+        ["workspace", "from", "kind", "input"],
+        kind=STRING,
+        input=ANY,
+        assignee=STRING,
+        to={"type": "string", "description": "Another name for assignee."},
+        mode=MODE,
+        review_required=BOOLEAN,
+        deadline=STRING,
+        routing_hints=ANY,
+        idempotency_key=STRING,
+    ),
+    title="Create a task",
+    description="Give a member a task; an idempotency_key seen before answers the "
+    "task it created.",
+)
 def task_create(call: Call) -> dict[str, Any]:
     p = call.params
+    key = p.get("idempotency_key")
+    if isinstance(key, str):
+        # A key seen before answers the task it created, and records nothing.
+        known = call.get(IDEMPOTENCY_KEYS, key)
+        task = call.get("tasks", known) if known is not None else None
+        if task is not None:
+            call.answer_without_recording()
+            return {"task_id": task.id, "state": task.state}
     call.require("workspace")
     kind = call.require("kind")
     if "input" not in p or p["input"] is None:
@@ -343,11 +456,9 @@ def task_create(call: Call) -> dict[str, Any]:
         review_required=review_required,
     )
     call.put("tasks", task_id, task)
-    key = p.get("idempotency_key")
     if isinstance(key, str):
-        keys = ws.objects[IDEMPOTENCY_KEYS]
-        if len(keys) >= IDEMPOTENCY_CAP:
-            call.delete(IDEMPOTENCY_KEYS, next(iter(keys)))  # the oldest goes
+        if call.count(IDEMPOTENCY_KEYS) >= IDEMPOTENCY_CAP:
+            call.delete(IDEMPOTENCY_KEYS, call.oldest(IDEMPOTENCY_KEYS))  # the oldest goes
         call.put(IDEMPOTENCY_KEYS, key, task_id)
     return {"task_id": task_id, "state": "created"}
 
@@ -368,6 +479,18 @@ def _choices(states: tuple[str, ...]) -> str:
     return "send state " + " or ".join(f"\"{s}\"" for s in states)
 
 
+
+@PROFILE.method(
+    "task.update",
+    params=schema(
+        ["workspace", "from", "task_id", "state"],
+        task_id=STRING,
+        state={"type": "string", "enum": ["in_progress", "completed", "declined", "cancelled"]},
+        progress_note=ANY,
+    ),
+    title="Update a task",
+    description="Move a task to its next state.",
+)
 def task_update(call: Call) -> dict[str, Any]:
     call.require("workspace")
     task_id = call.require("task_id")
@@ -388,6 +511,14 @@ def task_update(call: Call) -> dict[str, Any]:
     return {"state": state}
 
 
+@PROFILE.method(
+    "task.complete",
+    params=schema(
+        ["workspace", "from", "task_id"], task_id=STRING, output=ANY, confidence=ANY
+    ),
+    title="Complete a task",
+    description="Finish a task with its output; a task that requires review opens one.",
+)
 def task_complete(call: Call) -> dict[str, Any]:
     call.require("workspace")
     task_id = call.require("task_id")
@@ -440,6 +571,30 @@ def _int_param(value: Any, name: str, default: int) -> int:
     return value
 
 
+@PROFILE.method(
+    "audit.read",
+    read=True,
+    pause_exempt=True,
+    params=schema(
+        ["workspace"],
+        from_=FROM,
+        range={
+            "type": "object",
+            "properties": {"from_seq": INTEGER, "to_seq": INTEGER},
+        },
+        filter={
+            "type": "object",
+            "properties": {
+                "method": STRING,
+                "from": STRING,
+                "task_id": STRING,
+                "outcome": {"type": "string", "enum": ["accepted", "refused"]},
+            },
+        },
+    ),
+    title="Read the audit log",
+    description="Entries of the workspace's log in a seq range, optionally filtered.",
+)
 def audit_read(call: Call) -> dict[str, Any]:
     call.require("workspace")
     ws = call.workspace()
@@ -465,9 +620,19 @@ def audit_read(call: Call) -> dict[str, Any]:
         if where == EntryFilter():
             where = None
     entries = call.log.entries(start, stop, where) if start < stop else []
+    call.result_is_fresh()  # the entries are decoded afresh from the store
     return {"entries": entries, "next_seq": max(stop, 0)}
 
 
+# audit.verify_chain belongs to audit-scitt/1.0 but answers whatever a
+# workspace advertises, so core implements it.
+@PROFILE.method(
+    "audit.verify_chain",
+    read=True,
+    params=schema(["workspace"], from_=FROM),
+    title="Verify the hash chain",
+    description="Recompute the workspace's hash chain and compare it with the recorded head.",
+)
 def audit_verify_chain(call: Call) -> dict[str, Any]:
     call.require("workspace")
     ws = call.workspace()
@@ -503,19 +668,3 @@ def audit_verify_chain(call: Call) -> dict[str, Any]:
         chain_head=ws.meta.chain_head,
     )
     return out
-
-
-HANDLERS = {
-    "workspace.create": workspace_create,
-    "workspace.describe": workspace_describe,
-    "workspace.set_profiles": workspace_set_profiles,
-    "participant.join": participant_join,
-    "participant.leave": participant_leave,
-    "participant.rotate_key": participant_rotate_key,
-    "participant.revoke_key": participant_revoke_key,
-    "task.create": task_create,
-    "task.update": task_update,
-    "task.complete": task_complete,
-    "audit.read": audit_read,
-    "audit.verify_chain": audit_verify_chain,
-}

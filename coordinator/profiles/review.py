@@ -18,6 +18,7 @@ from coordinator.call import Call
 from coordinator.canonical import CanonicalError, canonical_bytes, digest
 from coordinator.model import Override, Review, Task, mode_le, trial_forces_review
 from coordinator.patch import PatchError, PatchLimitError, apply_patch
+from coordinator.registry import ANY, BOOLEAN, OBJECT, STRING, Profile, schema
 from coordinator.wire import (
     DIGEST_MISMATCH,
     INVALID_PARAMS,
@@ -31,7 +32,9 @@ from coordinator.wire import (
     invalid_params,
 )
 
-__all__ = ["HANDLERS"]
+__all__ = ["PROFILE"]
+
+PROFILE = Profile("review/1.0")
 
 RULES_HELP = "any_one_approves, all_approve or quorum:<n> with n >= 1"
 _QUORUM = re.compile(r"quorum:([0-9]+)")
@@ -42,6 +45,8 @@ ABSTAIN_CATEGORIES = (
     "insufficient_context",
     "other",
 )
+TAGS = {"type": "array", "items": STRING}
+DIGEST = {"type": "string", "description": "sha256:<64 lowercase hex> of the artefact decided on."}
 # A review cannot be (re)opened on a task someone stopped.
 _STOPPED = ("cancelled", "superseded", "paused")
 # An escalation needs a task that is still someone's work.
@@ -103,6 +108,19 @@ def _same_json(a: Any, b: Any) -> bool:
         return False
 
 
+@PROFILE.method(
+    "review.request",
+    params=schema(
+        ["workspace", "from", "task_id", "artefact"],
+        task_id=STRING,
+        artefact=ANY,
+        to={"type": ["string", "array"], "items": STRING},
+        rule={"type": "string", "description": RULES_HELP},
+        deadline=STRING,
+    ),
+    title="Request a review",
+    description="Open a review of a task's artefact by the members named in `to`.",
+)
 def review_request(call: Call) -> dict[str, Any]:
     p = call.params
     call.require("workspace")
@@ -254,6 +272,18 @@ def _rule_met(review: Review) -> bool:
 # -- decide.* and abstain.declare --------------------------------------------
 
 
+@PROFILE.method(
+    "decide.approve",
+    params=schema(
+        ["workspace", "from", "task_id"],
+        task_id=STRING,
+        comment=ANY,
+        tags=TAGS,
+        approved_artefact_digest=DIGEST,
+    ),
+    title="Approve",
+    description="Approve the artefact under review.",
+)
 def decide_approve(call: Call) -> dict[str, Any]:
     tags = _decide_params(call)
     task, reviewer = _decision_target(call, digest_bound=True)
@@ -268,6 +298,19 @@ def decide_approve(call: Call) -> dict[str, Any]:
     return {"state": "review_requested"}
 
 
+@PROFILE.method(
+    "decide.reject",
+    params=schema(
+        ["workspace", "from", "task_id"],
+        task_id=STRING,
+        comment=ANY,
+        tags=TAGS,
+        request_revision=BOOLEAN,
+        approved_artefact_digest=DIGEST,
+    ),
+    title="Reject",
+    description="Reject the artefact under review, optionally asking for a revision.",
+)
 def decide_reject(call: Call) -> dict[str, Any]:
     tags = _decide_params(call)
     revise = call.params.get("request_revision")
@@ -282,6 +325,23 @@ def decide_reject(call: Call) -> dict[str, Any]:
     return {"state": state}
 
 
+@PROFILE.method(
+    "decide.override",
+    params=schema(
+        ["workspace", "from", "task_id", "rationale", "diff"],
+        task_id=STRING,
+        rationale=STRING,
+        diff={"type": "array", "items": OBJECT, "description": "RFC 6902 JSON Patch."},
+        tags=TAGS,
+        policy_refs=ANY,
+        logical_id=ANY,
+        instance_id=ANY,
+        intent_preserved=ANY,
+        approved_artefact_digest=DIGEST,
+    ),
+    title="Override",
+    description="Change the artefact under review with a JSON Patch and accept the result.",
+)
 def decide_override(call: Call) -> dict[str, Any]:
     tags = _decide_params(call)
     rationale = call.require("rationale")
@@ -328,6 +388,17 @@ def decide_override(call: Call) -> dict[str, Any]:
     return {"state": "completed", "override_artefact_id": override_id, "applied": patched}
 
 
+@PROFILE.method(
+    "abstain.declare",
+    params=schema(
+        ["workspace", "from", "task_id", "reason"],
+        task_id=STRING,
+        reason=STRING,
+        category={"type": "string", "enum": list(ABSTAIN_CATEGORIES)},
+    ),
+    title="Abstain",
+    description="Decline to decide on a review, saying why.",
+)
 def abstain_declare(call: Call) -> dict[str, Any]:
     call.require("workspace")
     call.require("from")
@@ -349,6 +420,21 @@ def abstain_declare(call: Call) -> dict[str, Any]:
 # -- escalate.raise -----------------------------------------------------------
 
 
+@PROFILE.method(
+    "escalate.raise",
+    params=schema(
+        ["workspace", "from", "original_task_id", "new_task"],
+        original_task_id=STRING,
+        new_task={
+            "type": "object",
+            "properties": {"assignee": STRING, "kind": STRING, "input": OBJECT, "mode": STRING},
+            "required": ["assignee"],
+        },
+        reason=ANY,
+    ),
+    title="Escalate",
+    description="Replace a task with a new one for another assignee.",
+)
 def escalate_raise(call: Call) -> dict[str, Any]:
     call.require("workspace")
     call.require("from")
@@ -413,13 +499,3 @@ def escalate_raise(call: Call) -> dict[str, Any]:
         "tasks", original.id, call.advance(original, "escalated", f"-> {new_id}", superseded_by=new_id)
     )
     return {"new_task_id": new_id, "escalated_from": original.id}
-
-
-HANDLERS = {
-    "review.request": review_request,
-    "decide.approve": decide_approve,
-    "decide.reject": decide_reject,
-    "decide.override": decide_override,
-    "abstain.declare": abstain_declare,
-    "escalate.raise": escalate_raise,
-}

@@ -1,0 +1,84 @@
+"""Dispatch steps 1-8 (SPECIFICATION.md, "Dispatch"): from what a transport
+received to a checked request, or the JSON-RPC error that refuses it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from coordinator.canonical import canonical_bytes, inspect
+from coordinator.registry import Method, Registry
+from coordinator.wire import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    RpcError,
+    decode_json,
+)
+
+__all__ = ["MAX_DEPTH", "Rejected", "Request", "read_envelope"]
+
+MAX_DEPTH = 64
+_decode = msgspec.json.decode
+
+
+class Rejected(Exception):
+    """The envelope is refused before any workspace is looked at (never recorded)."""
+
+    def __init__(self, request_id: Any, error: RpcError) -> None:
+        super().__init__(error.message)
+        self.request_id = request_id
+        self.error = error
+
+
+class Request(msgspec.Struct, frozen=True):
+    """A checked request: the pipeline's own copy of the envelope (decoded
+    from `raw`, its canonical bytes), its params object and its method."""
+
+    envelope: dict[str, Any]
+    raw: bytes
+    params: dict[str, Any]
+    method: Method
+
+
+def read_envelope(envelope: Any, registry: Registry, max_bytes: int) -> Request:
+    """Steps 1-8, first failure wins; raises Rejected."""
+    if isinstance(envelope, (bytes, bytearray, memoryview, str)):
+        try:
+            envelope = decode_json(envelope)  # 1
+        except RpcError as err:
+            raise Rejected(None, err) from None
+    if not isinstance(envelope, dict) or envelope.get("jsonrpc") != "2.0":  # 2
+        req_id = envelope.get("id") if isinstance(envelope, dict) else None
+        raise Rejected(req_id, RpcError(INVALID_REQUEST, "Invalid JSON-RPC 2.0 request"))
+    req_id = envelope.get("id")
+    name = envelope.get("method")
+    if not isinstance(name, str) or not name:  # 3
+        raise Rejected(req_id, RpcError(INVALID_REQUEST, "Invalid JSON-RPC 2.0 request"))
+    shape = inspect(envelope)
+    if shape.depth > MAX_DEPTH:  # 4
+        raise Rejected(
+            req_id, RpcError(INVALID_REQUEST, f"Envelope nests deeper than {MAX_DEPTH} levels")
+        )
+    raw = b""
+    if shape.error is None:
+        raw = canonical_bytes(envelope, shape)
+        if len(raw) > max_bytes:  # 5
+            raise Rejected(
+                req_id,
+                RpcError(
+                    INVALID_REQUEST, f"Envelope exceeds max_envelope_bytes ({len(raw)} > {max_bytes})"
+                ),
+            )
+    params = envelope.get("params")
+    if params is not None and not isinstance(params, dict):  # 6 (absent or null: no params)
+        raise Rejected(req_id, RpcError(INVALID_PARAMS, "Invalid params: expected an object"))
+    method = registry.get(name)
+    if method is None:  # 7
+        raise Rejected(req_id, RpcError(METHOD_NOT_FOUND, f"Unknown method: {name}"))
+    if shape.error is not None:  # 8
+        raise Rejected(req_id, RpcError(INVALID_PARAMS, str(shape.error)))
+    # From here on the pipeline works on its own copy: the JSON of the canonical bytes.
+    own = _decode(raw)
+    return Request(own, raw, own.get("params") or {}, method)

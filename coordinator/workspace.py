@@ -1,0 +1,73 @@
+"""One workspace as memory holds it between calls."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from coordinator.model import WorkspaceMeta, from_text
+from coordinator.wire import STORED_OBJECT_UNREADABLE, RpcError
+from storage import COLLECTIONS, IDEMPOTENCY_KEYS
+
+__all__ = ["COLLECTION_NAMES", "StoredObjectError", "Workspace"]
+
+COLLECTION_NAMES = (*COLLECTIONS, IDEMPOTENCY_KEYS)
+
+
+class StoredObjectError(RpcError):
+    """An object the store holds cannot be read as the coordinator's type.
+
+    Answered -32902 with `{workspace, collection, key}`; the call changes
+    nothing and is not recorded (the fault is the store's, not the caller's).
+    """
+
+    def __init__(self, workspace: str, collection: str, key: str, detail: str) -> None:
+        super().__init__(
+            STORED_OBJECT_UNREADABLE,
+            f"workspace {workspace!r}: the stored {collection} object {key!r} cannot be "
+            f"read ({detail}); repair or delete its row in the store",
+            {"workspace": workspace, "collection": collection, "key": key},
+        )
+
+
+class Workspace:
+    """One workspace as memory holds it: meta, objects, chain head and count.
+
+    The log itself lives in the store. Objects loaded from the store stay as
+    their stored JSON text until a call first uses them, so a workspace with
+    many finished tasks costs little memory and starts fast. Handlers read
+    objects through their `Call`, which sees its own staged values first.
+    """
+
+    __slots__ = ("meta", "objects", "count", "refusal_digests")
+
+    def __init__(self, meta: WorkspaceMeta, count: int = 0) -> None:
+        self.meta = meta
+        self.objects: dict[str, dict[str, Any]] = {c: {} for c in COLLECTION_NAMES}
+        self.count = count
+        # digest of a signed call on the log -> (seq, refusal code or None);
+        # built on first need (see signed.py).
+        self.refusal_digests: dict[str, tuple[int, int | None]] | None = None
+
+    @property
+    def id(self) -> str:
+        return self.meta.id
+
+    def get(self, collection: str, key: Any) -> Any:
+        """A held object, decoded from its stored text on first use."""
+        held = self.objects[collection]
+        try:
+            value = held.get(key)
+        except TypeError:  # an unhashable key names nothing
+            return None
+        if type(value) is bytes:
+            try:
+                value = held[key] = from_text(collection, value)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                raise StoredObjectError(self.id, collection, key, str(exc)) from None
+        return value
+
+    def values(self, collection: str) -> list[Any]:
+        """Every object of a collection, in held order."""
+        return [self.get(collection, key) for key in list(self.objects[collection])]
