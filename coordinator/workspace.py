@@ -18,7 +18,7 @@ COLLECTION_NAMES = (*COLLECTIONS, IDEMPOTENCY_KEYS)
 class StoredObjectError(RpcError):
     """An object the store holds cannot be read as the coordinator's type.
 
-    Answered -32902 with `{workspace, collection, key}`; the call changes
+    Answered -32903 with `{workspace, collection, key}`; the call changes
     nothing and is not recorded (the fault is the store's, not the caller's).
     """
 
