@@ -189,7 +189,7 @@ def _serve(db: str, host: str, port: int, profiles: tuple[str, ...], auth: bool)
             )
         app = create_app(coord, tokens=tokens)
         try:
-            server = uvicorn.Server(
+            server = _Server(
                 uvicorn.Config(
                     app,
                     log_level="warning",
@@ -200,7 +200,8 @@ def _serve(db: str, host: str, port: int, profiles: tuple[str, ...], auth: bool)
             )
             print(
                 f"chapline: serving CHAP on {_url(sock)} ({', '.join(profiles)}), "
-                f"writing {_where(db)}{', tokens required' if auth else ''}",
+                f"writing {_where(db)}{', tokens required' if auth else ''}; "
+                f"review desk at {_url(sock, '/')}",
                 flush=True,
             )
             _run(server, sock)
@@ -215,6 +216,15 @@ def _serve(db: str, host: str, port: int, profiles: tuple[str, ...], auth: bool)
             tokens.close()
         sock.close()
     return 0
+
+
+class _Server(uvicorn.Server):
+    """uvicorn that ends the desk's event streams when asked to stop: they
+    never finish on their own, and a graceful stop waits for every response."""
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.config.app.state.events.close()
+        super().handle_exit(sig, frame)
 
 
 def _loopback(sock: socket.socket) -> bool:
@@ -272,11 +282,11 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def _url(sock: socket.socket) -> str:
+def _url(sock: socket.socket, path: str = "/chap") -> str:
     host, port = sock.getsockname()[:2]
     if ":" in host:
         host = f"[{host}]"
-    return f"http://{host}:{port}/chap"
+    return f"http://{host}:{port}{path}"
 
 
 def _where(db: str) -> str:

@@ -12,6 +12,9 @@ import uvicorn
 class LiveServer:
     """uvicorn on a pre-bound loopback socket, in a background thread.
 
+    `stop()` ends the desk's event streams first: they never finish on their
+    own, and uvicorn waits for every open response before it stops.
+
     """
 
     def __init__(self, app: Any) -> None:
@@ -28,6 +31,7 @@ class LiveServer:
         self.thread.start()
 
     def stop(self) -> None:
+        self.app.state.events.close()
         self.server.should_exit = True
         self.thread.join()
         self.sock.close()

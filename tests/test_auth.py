@@ -156,12 +156,18 @@ def test_an_unauthenticated_call_is_refused_when_auth_is_on(server: Server, db: 
     # Neither the log nor the members changed.
     assert stored_entries(db) == before
     assert "human:mallory" not in str(server.coord.snapshot(WS)["members"])
+    # The desk's reads and the event stream are closed to them as well.
+    for path in ("/desk/api/session", "/desk/api/workspaces", f"/desk/api/snapshot?workspace={WS}",
+                 "/chap/events"):
+        assert server.http.get(path).status_code == 401, path
 
 
 def test_a_revoked_token_is_refused(server: Server, db: Path) -> None:
     tokens = joined(server, db)
     token, token_id = new_token(db, ALICE)
-    server.ok(token, "workspace.describe", **{"from": ALICE})
+    assert server.http.get(
+        "/desk/api/session", headers={"Authorization": f"Bearer {token}"}
+    ).json() == {"auth": True, "principal": ALICE}
     done = chapline("token", "revoke", "--db", str(db), token_id)
     assert done.returncode == 0, done.stderr
     assert f"token {token_id} ({ALICE}) revoked" in done.stdout
@@ -251,13 +257,14 @@ def test_serve_with_auth_refuses_anonymous_calls(db: Path) -> None:
         assert proc.stdout is not None
         line = proc.stdout.readline()
         assert "tokens required" in line, line
-        base = line.split(" on ")[1].split()[0].removesuffix("/chap")
+        base = line.split("review desk at ")[1].strip().removesuffix("/")
         envelope = {"jsonrpc": "2.0", "id": 1, "method": "participant.join",
                     "params": {"workspace": WS, "from": ALICE, "type": "human"}}
         with httpx.Client(base_url=base, timeout=60) as http:
             assert http.post("/chap", json=envelope).status_code == 401
             ok = http.post("/chap", json=envelope, headers={"Authorization": f"Bearer {token}"})
             assert ok.json()["result"] == {"joined": True, "as": ALICE}
+            assert http.get("/").status_code == 200
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=120)

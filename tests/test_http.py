@@ -506,7 +506,7 @@ def test_an_envelope_nested_too_deep_is_an_invalid_request(ws: Chap) -> None:
     _is_rpc_error(ws.post("workspace.describe", note=deep), 400, -32600)
 
 
-@pytest.mark.parametrize("path", ["/elsewhere", "/chap/", "/chap/events"])
+@pytest.mark.parametrize("path", ["/elsewhere", "/chap/", "/chap/inbox"])
 def test_another_path_is_404_json(http: httpx.Client, path: str) -> None:
     reply = http.post(path, json={"jsonrpc": "2.0", "id": 1, "method": "x.y"})
     body = _is_rpc_error(reply, 404, -32600)

@@ -5,7 +5,9 @@ JSON, errors included, because CHAP clients (the conformance harness among
 them) parse the body whatever the status. Status codes follow the Python
 reference server: 200 for a result, 400 for an error. The full contract is in
 SPECIFICATION.md, "HTTP binding". With a TokenStore, every call must carry
-a bearer token and may act only as its principal (transports/auth.py).
+a bearer token and may act only as its principal (transports/auth.py). GET /
+and the paths under /desk and /chap/events serve the review desk
+(transports/desk/).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from starlette.routing import Route
 
 from coordinator.incidents import internal_error
 from coordinator.transports.auth import TokenStore, admit, authenticate
-from coordinator.transports.worker import Dispatcher, DispatcherClosed, SerialDispatcher
+from coordinator.transports.desk import DeskTarget, EventHub, desk_routes
+from coordinator.transports.worker import DispatcherClosed, SerialDispatcher
 from coordinator.wire import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
@@ -54,7 +57,7 @@ _encoder = msgspec.json.Encoder()
 
 
 def create_app(
-    target: Dispatcher,
+    target: DeskTarget,
     *,
     max_body_bytes: int = MAX_BODY_BYTES,
     tokens: TokenStore | None = None,
@@ -111,6 +114,8 @@ def create_app(
             await asyncio.to_thread(dispatcher.close)
 
     routes = [Route(path, chap, methods=["POST", "OPTIONS"]) for path in PATHS]
+    hub = EventHub()
+    routes += desk_routes(target, dispatcher, tokens, hub)
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
@@ -119,6 +124,9 @@ def create_app(
     # /chap/ is another path (404 JSON), not a redirect with an empty body.
     app.router.redirect_slashes = False
     app.state.dispatcher = dispatcher
+    # Open event streams never finish on their own; whoever stops the server
+    # ends them first (`app.state.events.close()`), or the stop waits for them.
+    app.state.events = hub
     return app
 
 

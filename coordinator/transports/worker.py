@@ -11,6 +11,10 @@ as one group and dispatches a group of several inside `Coordinator.batch()`,
 so they cost one store write; their answers are released only after that
 write succeeded (or, if it failed, rewritten to its error), which keeps the
 server write-ahead. A lone call is dispatched on its own.
+
+`run(fn)` queues a read of the coordinator (a snapshot, the workspace ids)
+behind the calls already waiting, so it runs on the same thread, after their
+write, and sees their effects.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import asyncio
 import logging
 import queue
 import threading
-from typing import Any, ContextManager, Protocol
+from typing import Any, Callable, ContextManager, Protocol, TypeVar
 
 from coordinator.coordinator import BatchWriteError
 from coordinator.incidents import internal_error
@@ -42,9 +46,12 @@ class DispatcherClosed(RuntimeError):
     """The dispatcher was closed; the call was not run."""
 
 
-# One queued call: the request body, and the loop and future awaiting its answer.
-_Job = tuple[bytes, asyncio.AbstractEventLoop, "asyncio.Future[dict[str, Any]]"]
+# One queued job: a request body (or a read to run), and the loop and future
+# awaiting its answer.
+_Job = tuple[bytes | Callable[[], Any], asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
+_Call = tuple[bytes, asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
 _STOP = None
+_T = TypeVar("_T")
 
 
 class SerialDispatcher:
@@ -72,12 +79,25 @@ class SerialDispatcher:
 
     async def dispatch(self, body: bytes) -> dict[str, Any]:
         """Queue one request body and wait for the coordinator's response."""
+        response: dict[str, Any] = await self._submit(body)
+        return response
+
+    async def run(self, read: Callable[[], _T]) -> _T:
+        """Run `read` on the worker thread, after the calls queued before it.
+
+        For reads only: it runs outside any batch, and an exception it raises
+        is raised here.
+        """
+        result: _T = await self._submit(read)
+        return result
+
+    async def _submit(self, job: bytes | Callable[[], Any]) -> Any:
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[dict[str, Any]] = loop.create_future()
+        future: asyncio.Future[Any] = loop.create_future()
         with self._lock:
             if self._closed:
                 raise DispatcherClosed("the dispatcher is closed; no more calls are taken")
-            self._queue.put((body, loop, future))
+            self._queue.put((job, loop, future))
         # shield: a client that disconnects cancels its request task, but the
         # call is already queued and will run; only the waiting is abandoned.
         return await asyncio.shield(future)
@@ -118,7 +138,25 @@ class SerialDispatcher:
             group.append(job)
         return group, False
 
-    def _run(self, group: list[_Job]) -> None:
+    def _run(self, jobs: list[_Job]) -> None:
+        group: list[_Call] = []
+        reads: list[tuple[Callable[[], Any], asyncio.AbstractEventLoop, asyncio.Future[Any]]] = []
+        for job, loop, future in jobs:
+            if callable(job):
+                reads.append((job, loop, future))
+            else:
+                group.append((job, loop, future))
+        if group:
+            self._run_calls(group)
+        # After the calls' write, so a read sees them, and never inside a batch.
+        for read, loop, future in reads:
+            try:
+                outcome: tuple[Any, BaseException | None] = (read(), None)
+            except Exception as exc:
+                outcome = (None, exc)
+            _post(loop, future, outcome)
+
+    def _run_calls(self, group: list[_Call]) -> None:
         if len(group) == 1:
             responses = [self._dispatch(group[0][0])]
         else:
@@ -133,11 +171,7 @@ class SerialDispatcher:
                 error = internal_error(log, "group commit failed; answering -32603 to the whole group", exc)
                 responses = [error_response(None, error) for _ in group]
         for (_, loop, future), response in zip(group, responses):
-            try:
-                loop.call_soon_threadsafe(_settle, future, response)
-            except RuntimeError:
-                # The loop is already closed: nobody is waiting for this answer.
-                pass
+            _post(loop, future, (response, None))
 
     def _dispatch(self, body: bytes) -> dict[str, Any]:
         try:
@@ -148,6 +182,23 @@ class SerialDispatcher:
             return error_response(None, internal_error(log, "dispatch raised; answering -32603", exc))
 
 
-def _settle(future: asyncio.Future[dict[str, Any]], response: dict[str, Any]) -> None:
-    if not future.done():
-        future.set_result(response)
+def _post(
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[Any],
+    outcome: tuple[Any, BaseException | None],
+) -> None:
+    try:
+        loop.call_soon_threadsafe(_settle, future, outcome)
+    except RuntimeError:
+        # The loop is already closed: nobody is waiting for this answer.
+        pass
+
+
+def _settle(future: asyncio.Future[Any], outcome: tuple[Any, BaseException | None]) -> None:
+    if future.done():
+        return
+    result, error = outcome
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
