@@ -1,0 +1,272 @@
+"""The review desk in a real browser: Debian's Chromium, driven by Selenium
+through Debian's chromedriver, against `create_app` with authentication on.
+
+A reviewer signs in with a token in two tabs, sees an agent's review request
+appear live, edits the draft and overrides it (the patch the browser computed
+is then read back from the log), approves another, and opens the workspace
+page, where the chain is verified. Screenshots of each page are saved to
+$CHAPLINE_DESK_SCREENSHOTS (default: a fresh temporary directory, printed).
+
+Chromium missing is a failure, not a skip: `.ci/run` installs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import WebDriverWait
+
+from coordinator import Coordinator
+from coordinator.cli import DEFAULT_PROFILES
+from coordinator.transports import create_app
+from coordinator.transports.auth import TokenStore
+from live_server import LiveServer
+from storage import SqliteStore
+
+WS = "wsp_desk"
+ALICE = "human:alice"
+BOT = "agent:drafter"
+WAIT = 60  # seconds; generous for a loaded 2-core machine, never a timing assertion
+
+DRAFT = {"title": "Quarterly summary", "body": "Revenue grew by 4 percent.", "tags": ["finance"]}
+EDITED = {
+    "title": "Quarterly summary",
+    "body": "Revenue grew by 4.2 percent.",
+    "tags": ["finance", "reviewed"],
+    "approved_by": "alice",
+}
+# What the desk's patch.js makes of that edit: kept keys compared in order,
+# the array grown at its end, the new key added last.
+EXPECTED_PATCH = [
+    {"op": "replace", "path": "/body", "value": "Revenue grew by 4.2 percent."},
+    {"op": "add", "path": "/tags/1", "value": "reviewed"},
+    {"op": "add", "path": "/approved_by", "value": "alice"},
+]
+
+
+def _binary(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(
+            f"{name} is not installed; the desk's browser tests need Debian's chromium and "
+            "chromium-driver (apt-get install -y chromium chromium-driver; .ci/run does this)"
+        )
+    return path
+
+
+@pytest.fixture(scope="module")
+def shots() -> Path:
+    where = os.environ.get("CHAPLINE_DESK_SCREENSHOTS")
+    path = Path(where) if where else Path(tempfile.mkdtemp(prefix="chapline-desk-"))
+    path.mkdir(parents=True, exist_ok=True)
+    print(f"\ndesk screenshots: {path}")
+    return path
+
+
+class Desk:
+    """The server side of the scenario: a coordinator, tokens, an HTTP client
+    per participant (the agent's calls are made over HTTP, as an agent would)."""
+
+    def __init__(self, db: Path) -> None:
+        self.coord = Coordinator(store=SqliteStore(db), default_profiles=DEFAULT_PROFILES)
+        self.tokens = TokenStore(str(db))
+        self.live = LiveServer(create_app(self.coord, tokens=self.tokens))
+        self.url = self.live.url
+        self.token = {who: self.tokens.create(who)[0] for who in (ALICE, BOT)}
+        self.ids = 0
+
+    def call(self, who: str, method: str, **params: Any) -> dict[str, Any]:
+        self.ids += 1
+        params.setdefault("workspace", WS)
+        params["from"] = who
+        reply = httpx.post(
+            f"{self.url}/chap",
+            json={"jsonrpc": "2.0", "id": f"t{self.ids}", "method": method, "params": params},
+            headers={"Authorization": f"Bearer {self.token[who]}"},
+            timeout=60,
+        )
+        return reply.json()
+
+    def ok(self, who: str, method: str, **params: Any) -> Any:
+        body = self.call(who, method, **params)
+        assert "result" in body, body
+        return body["result"]
+
+    def review(self, input: Any, artefact: Any, summary: str) -> str:
+        task = self.ok(ALICE, "task.create", assignee=BOT, kind="report", input=input)["task_id"]
+        self.ok(BOT, "task.update", task_id=task, state="in_progress")
+        self.ok(BOT, "review.request", task_id=task, to=[ALICE], artefact=artefact, summary=summary)
+        return task
+
+    def log(self) -> list[dict[str, Any]]:
+        entries: list[dict[str, Any]] = self.ok(ALICE, "audit.read")["entries"]
+        return entries
+
+    def close(self) -> None:
+        self.live.stop()
+        self.tokens.close()
+        self.coord.close()
+
+
+@pytest.fixture(scope="module")
+def desk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Desk]:
+    d = Desk(tmp_path_factory.mktemp("desk") / "chap.db")
+    try:
+        d.ok(ALICE, "participant.join", type="human", role="reviewer", display_name="Alice")
+        d.ok(BOT, "participant.join", type="agent", role="drafter")
+        yield d
+    finally:
+        d.close()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
+    chromium = _binary("chromium")
+    driver_path = _binary("chromedriver")
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage", "--window-size=1280,900",
+                f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait(driver: WebDriver, condition: Any, what: str) -> Any:
+    return WebDriverWait(driver, WAIT).until(lambda d: condition(d), message=what)
+
+
+def sign_in(driver: WebDriver, desk: Desk, shots: Path | None = None) -> None:
+    driver.get(desk.url + "/")
+    field = wait(driver, lambda d: d.find_element(By.ID, "token").is_displayed()
+                 and d.find_element(By.ID, "token"), "the sign-in form")
+    if shots is not None:
+        driver.save_screenshot(str(shots / "1-sign-in.png"))
+    field.send_keys(desk.token[ALICE], Keys.ENTER)
+    wait(driver, lambda d: d.find_element(By.ID, "principal").text == ALICE, "signed in as alice")
+    wait(driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-live") == "on",
+         "the live event stream")
+
+
+def inbox_rows(driver: WebDriver) -> list[str]:
+    return [r.get_attribute("data-task") for r in driver.find_elements(By.CSS_SELECTOR, "tr[data-task]")]
+
+
+def test_a_reviewers_day_in_the_desk(desk: Desk, browser: WebDriver, shots: Path) -> None:
+    sign_in(browser, desk, shots)
+    first_tab = browser.current_window_handle
+    browser.switch_to.new_window("tab")
+    second_tab = browser.current_window_handle
+    sign_in(browser, desk)
+    assert inbox_rows(browser) == []
+    browser.switch_to.window(first_tab)
+    assert inbox_rows(browser) == []
+    assert "Nothing waits for your review" in browser.find_element(By.ID, "view").text
+
+    # The agent asks for a review over HTTP; it appears without a reload.
+    task = desk.review({"quarter": "Q3"}, DRAFT, "Figures from the ledger export")
+    wait(browser, lambda d: inbox_rows(d) == [task], "the new review in the inbox")
+    row = browser.find_element(By.CSS_SELECTOR, f"tr[data-task='{task}']").text
+    assert "report" in row and BOT in row and "Figures from the ledger export" in row
+    browser.save_screenshot(str(shots / "2-inbox.png"))
+    browser.switch_to.window(second_tab)
+    wait(browser, lambda d: inbox_rows(d) == [task], "the new review in the second tab")
+    browser.switch_to.window(first_tab)
+
+    # Edit the draft in place and override with the edit.
+    browser.find_element(By.LINK_TEXT, task).click()
+    draft = wait(browser, lambda d: d.find_element(By.ID, "draft"), "the review page")
+    assert json.loads(draft.get_attribute("value")) == DRAFT
+    assert json.loads(browser.find_element(By.ID, "input").text) == {"quarter": "Q3"}
+    assert browser.find_element(By.ID, "override").get_attribute("disabled") is not None
+    draft.send_keys(Keys.CONTROL, "a")
+    draft.send_keys(Keys.DELETE)
+    draft.send_keys(json.dumps(EDITED, indent=1))
+    wait(browser, lambda d: json.loads(d.find_element(By.ID, "patch").text) == EXPECTED_PATCH,
+         "the patch preview of the edit")
+    browser.find_element(By.ID, "rationale").send_keys("The ledger says 4.2 percent")
+    browser.find_element(By.ID, "tags").send_keys("accuracy, figures")
+    browser.execute_script("window.scrollTo(0, 0)")
+    browser.save_screenshot(str(shots / "3-review.png"))
+    browser.find_element(By.ID, "override").click()
+    wait(browser, lambda d: d.current_url.endswith("#/inbox") and inbox_rows(d) == [],
+         "back to an empty inbox")
+
+    [override] = [e for e in desk.log() if e.get("envelope", {}).get("method") == "decide.override"]
+    params = override["envelope"]["params"]
+    assert params["diff"] == EXPECTED_PATCH
+    assert params["from"] == ALICE and params["task_id"] == task
+    assert params["rationale"] == "The ledger says 4.2 percent"
+    assert params["tags"] == ["accuracy", "figures"]
+    assert desk.coord.snapshot(WS)["tasks"][task]["output"] == EDITED
+    browser.switch_to.window(second_tab)
+    wait(browser, lambda d: inbox_rows(d) == [], "the override seen live in the second tab")
+    browser.switch_to.window(first_tab)
+
+    # Approve another; the agent's out-of-turn approval is refused and recorded.
+    second = desk.review({"quarter": "Q4"}, {"title": "Outlook"}, "Same template as Q3")
+    wait(browser, lambda d: inbox_rows(d) == [second], "the second review")
+    assert desk.call(BOT, "decide.approve", task_id=second)["error"]["code"] == -32011
+    browser.find_element(By.LINK_TEXT, second).click()
+    wait(browser, lambda d: d.find_element(By.ID, "approve").is_enabled(), "the approve button")
+    browser.find_element(By.ID, "approve").click()
+    wait(browser, lambda d: d.current_url.endswith("#/inbox") and inbox_rows(d) == [],
+         "the approval")
+    approvals = [e for e in desk.log() if e.get("envelope", {}).get("method") == "decide.approve"]
+    assert [a["envelope"]["params"]["from"] for a in approvals] == [ALICE]
+    assert desk.coord.snapshot(WS)["tasks"][second]["state"] == "completed"
+
+    # The workspace page: members, tasks by state, the timeline, the chain verified.
+    browser.find_element(By.ID, "nav-workspace").click()
+    verdict = wait(browser, lambda d: d.find_element(By.ID, "verdict"), "the chain verdict")
+    assert "verdict ok" in verdict.get_attribute("class")
+    head = desk.ok(ALICE, "workspace.describe")["evidence_head"]
+    entries = desk.log()
+    assert verdict.text == (
+        f"Chain verified by the server: {len(entries)} of {len(entries)} entries, head {head}"
+    )
+    seqs = [r.get_attribute("data-seq") for r in browser.find_elements(By.CSS_SELECTOR, "tr[data-seq]")]
+    assert seqs == [str(e["seq"]) for e in reversed(entries)]
+    refused = browser.find_elements(By.CSS_SELECTOR, "tr.refused")
+    assert len(refused) == 1 and "refused -32011" in refused[0].text and BOT in refused[0].text
+    done = browser.find_element(By.CSS_SELECTOR, "[data-state='completed']").text
+    assert task in done and second in done
+    members = browser.find_element(By.ID, "view").text
+    assert ALICE in members and BOT in members
+    browser.save_screenshot(str(shots / "4-workspace.png"))
+
+    # A new entry shows up on the timeline live, and the verdict follows it.
+    third = desk.review({"quarter": "Q1"}, {"title": "Next"}, "")
+    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "tr[data-seq]")) == len(entries) + 3,
+         "the timeline growing live")
+    assert third
+
+
+def test_export_downloads_the_snapshot(desk: Desk, browser: WebDriver, tmp_path: Path) -> None:
+    browser.execute_cdp_cmd(
+        "Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(tmp_path)}
+    )
+    browser.get(desk.url + "/#/workspace")
+    button = wait(browser, lambda d: d.find_element(By.ID, "export"), "the export button")
+    button.click()
+    target = tmp_path / f"{WS}.snapshot.json"
+    wait(browser, lambda d: target.exists() and target.stat().st_size > 0, "the downloaded snapshot")
+    exported = json.loads(target.read_text())
+    assert exported == json.loads(json.dumps(desk.coord.snapshot(WS)))
