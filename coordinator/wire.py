@@ -22,6 +22,7 @@ __all__ = [
     "STORE_WRITE_FAILED",
     "STORE_CONFLICT",
     "STORED_OBJECT_UNREADABLE",
+    "AUTHENTICATION_REQUIRED",
     "RpcError",
     "error_response",
     "result_response",
@@ -47,6 +48,8 @@ DIGEST_MISMATCH = -32074
 # Implementation-defined (-32900..-32999): the store did not take the write.
 STORE_WRITE_FAILED = -32900
 STORE_CONFLICT = -32901
+# HTTP with --auth: no valid bearer token (transports/auth.py).
+AUTHENTICATION_REQUIRED = -32902
 STORED_OBJECT_UNREADABLE = -32903
 
 

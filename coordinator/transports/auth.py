@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from coordinator.clock import Clock, iso_ms, system_clock
-from coordinator.wire import NOT_AUTHORISED, RpcError, decode_json
+from coordinator.wire import AUTHENTICATION_REQUIRED, NOT_AUTHORISED, RpcError, decode_json
 
 __all__ = [
     "AUTHENTICATION_REQUIRED",
@@ -35,9 +35,6 @@ __all__ = [
     "authenticate",
     "bearer",
 ]
-
-# Implementation-defined: the request carries no valid token.
-AUTHENTICATION_REQUIRED = -32902
 
 # A name of our own: the shared schema owns the chap_* tables.
 TABLE = "chapline_tokens"
