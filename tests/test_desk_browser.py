@@ -37,6 +37,7 @@ from storage import SqliteStore
 
 WS = "wsp_desk"
 ALICE = "human:alice"
+BOB = "human:bob"
 BOT = "agent:drafter"
 WAIT = 60  # seconds; generous for a loaded 2-core machine, never a timing assertion
 
@@ -84,7 +85,7 @@ class Desk:
         self.tokens = TokenStore(str(db))
         self.live = LiveServer(create_app(self.coord, tokens=self.tokens))
         self.url = self.live.url
-        self.token = {who: self.tokens.create(who)[0] for who in (ALICE, BOT)}
+        self.token = {who: self.tokens.create(who)[0] for who in (ALICE, BOB, BOT)}
         self.ids = 0
 
     def call(self, who: str, method: str, **params: Any) -> dict[str, Any]:
@@ -153,14 +154,14 @@ def wait(driver: WebDriver, condition: Any, what: str) -> Any:
     return WebDriverWait(driver, WAIT).until(lambda d: condition(d), message=what)
 
 
-def sign_in(driver: WebDriver, desk: Desk, shots: Path | None = None) -> None:
+def sign_in(driver: WebDriver, desk: Desk, shots: Path | None = None, who: str = ALICE) -> None:
     driver.get(desk.url + "/")
     field = wait(driver, lambda d: d.find_element(By.ID, "token").is_displayed()
                  and d.find_element(By.ID, "token"), "the sign-in form")
     if shots is not None:
         driver.save_screenshot(str(shots / "1-sign-in.png"))
-    field.send_keys(desk.token[ALICE], Keys.ENTER)
-    wait(driver, lambda d: d.find_element(By.ID, "principal").text == ALICE, "signed in as alice")
+    field.send_keys(desk.token[who], Keys.ENTER)
+    wait(driver, lambda d: d.find_element(By.ID, "principal").text == who, f"signed in as {who}")
     wait(driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-live") == "on",
          "the live event stream")
 
@@ -270,3 +271,98 @@ def test_export_downloads_the_snapshot(desk: Desk, browser: WebDriver, tmp_path:
     wait(browser, lambda d: target.exists() and target.stat().st_size > 0, "the downloaded snapshot")
     exported = json.loads(target.read_text())
     assert exported == json.loads(json.dumps(desk.coord.snapshot(WS)))
+
+
+def entry(desk: Desk, method: str) -> dict[str, Any]:
+    """The params of the last accepted call of `method` in the log."""
+    [*_, last] = [e for e in desk.log() if e.get("envelope", {}).get("method") == method]
+    params: dict[str, Any] = last["envelope"]["params"]
+    return params
+
+
+def open_review(browser: WebDriver, desk: Desk, task: str) -> None:
+    browser.get(f"{desk.url}/#/inbox")
+    wait(browser, lambda d: task in inbox_rows(d), f"{task} in the inbox")
+    browser.find_element(By.LINK_TEXT, task).click()
+    wait(browser, lambda d: d.find_element(By.ID, "task-state").text == "review_requested",
+         "the review page")
+
+
+def back_in_inbox(browser: WebDriver, task: str) -> None:
+    wait(browser, lambda d: d.current_url.endswith("#/inbox") and task not in inbox_rows(d),
+         f"{task} decided and gone from the inbox")
+
+
+def test_reject_abstain_and_escalate(desk: Desk, browser: WebDriver, shots: Path) -> None:
+    desk.ok(BOB, "participant.join", type="human", role="reviewer")
+    browser.switch_to.new_window("tab")
+    sign_in(browser, desk)
+
+    rejected = desk.review({"n": 1}, {"text": "draft one"}, "first try")
+    open_review(browser, desk, rejected)
+    browser.find_element(By.ID, "comment").send_keys("Cite the source")
+    assert browser.find_element(By.ID, "revise").is_selected()
+    browser.find_element(By.ID, "reject").click()
+    back_in_inbox(browser, rejected)
+    params = entry(desk, "decide.reject")
+    assert (params["task_id"], params["comment"], params["request_revision"]) == (
+        rejected, "Cite the source", True)
+    assert desk.coord.snapshot(WS)["tasks"][rejected]["state"] == "in_progress"
+
+    abstained = desk.review({"n": 2}, {"text": "draft two"}, "")
+    open_review(browser, desk, abstained)
+    browser.find_element(By.ID, "abstain").click()  # without a reason: refused in the page
+    assert "Say why" in browser.find_element(By.ID, "action-error").text
+    browser.find_element(By.ID, "abstain-reason").send_keys("Not my area")
+    browser.find_element(By.CSS_SELECTOR, "#abstain-category option[value='out_of_scope']").click()
+    browser.find_element(By.ID, "abstain").click()
+    back_in_inbox(browser, abstained)
+    params = entry(desk, "abstain.declare")
+    assert (params["task_id"], params["reason"], params["category"]) == (
+        abstained, "Not my area", "out_of_scope")
+
+    escalated = desk.review({"n": 3}, {"text": "draft three"}, "")
+    open_review(browser, desk, escalated)
+    browser.find_element(By.CSS_SELECTOR, f"#escalate-to option[value='{BOB}']").click()
+    browser.find_element(By.ID, "escalate").click()
+    back_in_inbox(browser, escalated)
+    params = entry(desk, "escalate.raise")
+    assert params["original_task_id"] == escalated
+    assert params["new_task"] == {"assignee": BOB, "kind": "report", "input": {"n": 3}}
+    tasks = desk.coord.snapshot(WS)["tasks"]
+    assert tasks[escalated]["state"] == "escalated"
+    [successor] = [t for t in tasks.values() if t.get("supersedes") == escalated]
+
+    # Bob, signed in elsewhere, finds the escalation in his inbox.
+    browser.switch_to.new_window("tab")
+    sign_in(browser, desk, who=BOB)
+    wait(browser, lambda d: successor["id"] in d.find_element(By.ID, "view").text,
+         "the escalation in Bob's inbox")
+    assert "Escalated to you (1)" in browser.find_element(By.ID, "view").text
+    browser.save_screenshot(str(shots / "5-escalated-inbox.png"))
+
+
+def test_without_auth_the_desk_asks_whom_to_act_as(
+    tmp_path: Path, browser: WebDriver
+) -> None:
+    coord = Coordinator(store=SqliteStore(tmp_path / "open.db"), default_profiles=DEFAULT_PROFILES)
+    live = LiveServer(create_app(coord))
+    try:
+        for who, kind in ((ALICE, "human"), (BOT, "agent")):
+            coord.dispatch({"jsonrpc": "2.0", "id": 1, "method": "participant.join",
+                            "params": {"workspace": "wsp_open", "from": who, "type": kind}})
+        browser.switch_to.new_window("tab")
+        browser.get(live.url + "/")
+        field = wait(browser, lambda d: d.find_element(By.ID, "act-as").is_displayed()
+                     and d.find_element(By.ID, "act-as"), "the participant field")
+        assert not browser.find_element(By.ID, "token").is_displayed()
+        field.send_keys(ALICE, Keys.ENTER)
+        wait(browser, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-live") == "on",
+             "the live event stream")
+        assert browser.find_element(By.ID, "workspace-select").get_attribute("value") == "wsp_open"
+        assert "Nothing waits for your review" in browser.find_element(By.ID, "view").text
+    finally:
+        browser.close()
+        browser.switch_to.window(browser.window_handles[0])
+        live.stop()
+        coord.close()

@@ -357,7 +357,7 @@ function renderReview(id) {
   state.editing = id;
   const asked = requests()[id] || {};
   const base = task.pending_artefact;
-  const draft = h("textarea", { id: "draft", rows: 16, spellcheck: "false", "aria-describedby": "draft-help" });
+  const draft = h("textarea", { id: "draft", rows: 12, spellcheck: "false", "aria-describedby": "draft-help" });
   draft.value = pretty(base);
   const patchView = h("pre", { id: "patch", "aria-live": "polite" }, "[]");
   const problem = h("p", { id: "draft-error", class: "error", role: "alert" });
@@ -388,7 +388,8 @@ function renderReview(id) {
   }
   draft.addEventListener("input", () => {
     const ops = currentPatch();
-    if (ops) patchView.textContent = pretty(ops);
+    if (ops) patchView.textContent = ops.length
+      ? `[\n${ops.map((op) => `  ${JSON.stringify(op)}`).join(",\n")}\n]` : "[]";
     $("override").disabled = !ops || ops.length === 0;
     $("approve").disabled = !!ops && ops.length > 0;
   });
@@ -420,14 +421,16 @@ function renderReview(id) {
       h("div", {}, h("span", {}, "Rule"), task.review?.rule || "")),
     asked.summary ? h("p", {}, h("strong", {}, "Agent's rationale: "), asked.summary) : null,
     h("div", { class: "cols" },
-      h("section", { class: "panel", "aria-labelledby": "input-title" },
-        h("h2", { id: "input-title" }, "Input"), h("pre", { id: "input" }, pretty(task.input))),
+      h("div", { class: "stack" },
+        h("section", { class: "panel", "aria-labelledby": "input-title" },
+          h("h2", { id: "input-title" }, "Input"), h("pre", { id: "input" }, pretty(task.input))),
+        h("section", { class: "panel", "aria-labelledby": "patch-title" },
+          h("h2", { id: "patch-title" }, "Your edit as JSON Patch"), patchView)),
       h("section", { class: "panel", "aria-labelledby": "draft-title" },
         h("h2", { id: "draft-title" }, h("label", { for: "draft" }, "Draft artefact (edit in place)")),
         draft,
         h("p", { id: "draft-help", class: "help" }, "Edit the JSON; your change becomes an RFC 6902 patch sent with Override."),
-        problem,
-        h("h2", {}, "Your edit as JSON Patch"), patchView)),
+        problem)),
     h("section", { "aria-labelledby": "decide-title" },
       h("h2", { id: "decide-title" }, "Decide"),
       !open ? h("p", { class: "verdict pending" }, `This task is ${task.state}; there is nothing to decide.`) : null,
