@@ -130,7 +130,7 @@ def _token(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         elif args.action == "list":
-            for info in tokens.list():
+            for info in tokens.all():
                 state = f"revoked {info.revoked}" if info.revoked else "active"
                 print(f"{info.id}  {info.principal}  created {info.created}  {state}")
         else:

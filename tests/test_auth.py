@@ -19,13 +19,18 @@ import chap_analytics
 import httpx
 import pytest
 from chap_coordinator.storage.sqlite import SqliteStore as ReferenceStore
+from live_server import LiveServer
 
 from coordinator import Coordinator
 from coordinator.cli import DEFAULT_PROFILES, _loopback_address
 from coordinator.transports import create_app
-from coordinator.transports.auth import AUTHENTICATION_REQUIRED, TABLE, TokenStore, bearer
+from coordinator.transports.auth import (
+    AUTHENTICATION_REQUIRED,
+    TABLE,
+    TokenStore,
+    bearer,
+)
 from storage import SqliteStore
-from live_server import LiveServer
 
 ROOT = Path(__file__).resolve().parents[1]
 WS = "wsp_auth"

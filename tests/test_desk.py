@@ -12,13 +12,13 @@ from typing import Any, Iterator
 
 import httpx
 import pytest
+from live_server import LiveServer
 
 from coordinator import Coordinator
 from coordinator.cli import DEFAULT_PROFILES
 from coordinator.transports import create_app
 from coordinator.transports.desk.routes import STATIC
 from storage import SqliteStore
-from live_server import LiveServer
 
 WS = "wsp_desk"
 ALICE = "human:alice"
@@ -60,7 +60,7 @@ def test_the_desk_page_and_its_modules_are_served(served: tuple[httpx.Client, Co
 
 
 def test_the_desk_reads(served: tuple[httpx.Client, Coordinator, LiveServer]) -> None:
-    http, coord, live = served
+    http, coord, _ = served
     assert http.get("/desk/api/session").json() == {"auth": False, "principal": None}
     call(http, "participant.join", **{"from": ALICE}, type="human", role="reviewer")
     assert http.get("/desk/api/workspaces").json() == {"workspaces": [WS]}
@@ -72,7 +72,7 @@ def test_the_desk_reads(served: tuple[httpx.Client, Coordinator, LiveServer]) ->
     assert unnamed.status_code == 400 and "workspace=" in unnamed.json()["error"]["message"]
 
 
-def _events(http: httpx.Client, path: str, out: "queue.Queue[tuple[str, Any]]") -> None:
+def _events(http: httpx.Client, path: str, out: queue.Queue[tuple[str, Any]]) -> None:
     with http.stream("GET", path) as reply:
         assert reply.headers["content-type"].startswith("text/event-stream")
         name = None
@@ -87,7 +87,7 @@ def _events(http: httpx.Client, path: str, out: "queue.Queue[tuple[str, Any]]") 
 def test_each_recorded_entry_reaches_every_open_stream(
     served: tuple[httpx.Client, Coordinator, LiveServer],
 ) -> None:
-    http, coord, live = served
+    http, _, live = served
     streams = []
     for path in ("/chap/events", f"/chap/events?workspace={WS}", "/chap/events?workspace=wsp_other"):
         out: queue.Queue[tuple[str, Any]] = queue.Queue()

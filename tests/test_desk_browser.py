@@ -21,6 +21,7 @@ from typing import Any, Iterator
 
 import httpx
 import pytest
+from live_server import LiveServer
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -32,7 +33,6 @@ from coordinator import Coordinator
 from coordinator.cli import DEFAULT_PROFILES
 from coordinator.transports import create_app
 from coordinator.transports.auth import TokenStore
-from live_server import LiveServer
 from storage import SqliteStore
 
 WS = "wsp_desk"

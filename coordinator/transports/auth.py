@@ -24,7 +24,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from coordinator.clock import Clock, iso_ms, system_clock
-from coordinator.wire import AUTHENTICATION_REQUIRED, NOT_AUTHORISED, RpcError, decode_json
+from coordinator.wire import (
+    AUTHENTICATION_REQUIRED,
+    NOT_AUTHORISED,
+    RpcError,
+    decode_json,
+)
 
 __all__ = [
     "AUTHENTICATION_REQUIRED",
@@ -109,7 +114,8 @@ class TokenStore:
             raise KeyError(f"no token with id {token_id!r}; `chapline token list` shows the ids")
         return TokenInfo(*row)
 
-    def list(self) -> list[TokenInfo]:
+    def all(self) -> list[TokenInfo]:
+        """Every token, oldest first, revoked ones included."""
         with self._lock:
             rows = self._db.execute(
                 f"SELECT id, principal, created, revoked FROM {TABLE} ORDER BY created, id"

@@ -22,7 +22,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from coordinator.incidents import internal_error
 from coordinator.transports.auth import TokenStore, admit, authenticate
@@ -113,7 +113,7 @@ def create_app(
             # already queued, off the loop, so their writes reach the store.
             await asyncio.to_thread(dispatcher.close)
 
-    routes = [Route(path, chap, methods=["POST", "OPTIONS"]) for path in PATHS]
+    routes: list[BaseRoute] = [Route(path, chap, methods=["POST", "OPTIONS"]) for path in PATHS]
     hub = EventHub()
     routes += desk_routes(target, dispatcher, tokens, hub)
     app = Starlette(

@@ -17,7 +17,7 @@ import msgspec
 
 from coordinator.audit import AuditEntry
 
-__all__ = ["EventHub", "MAX_BACKLOG"]
+__all__ = ["MAX_BACKLOG", "EventHub"]
 
 MAX_BACKLOG = 1000
 # A comment line this often keeps proxies and the browser from timing out.
@@ -92,7 +92,7 @@ class EventHub:
             while True:
                 try:
                     event = await asyncio.wait_for(sub.queue.get(), HEARTBEAT_SECONDS)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     yield b": heartbeat\n\n"
                     continue
                 if event == _END:

@@ -17,7 +17,7 @@ from coordinator.transports.desk.events import EventHub
 from coordinator.transports.worker import SerialDispatcher
 from coordinator.wire import INVALID_PARAMS, RpcError, error_response
 
-__all__ = ["DeskTarget", "STATIC", "desk_routes"]
+__all__ = ["STATIC", "DeskTarget", "desk_routes"]
 
 STATIC = Path(__file__).resolve().parent / "static"
 
