@@ -3,7 +3,7 @@
     python -m bench.hostile --count 100000 [--seed N] [--db PATH]
 
 A seeded generator builds envelopes for every CHAP 0.3 method from one table
-of parameters (`PARAMS`): mostly plausible calls on the workspaces, members
+of parameters (`PARAMS`, derived from the method registry): mostly plausible calls on the workspaces, members
 and tasks the run has created, each with hostile changes — type confusion in
 a param, empty and falsy values, unicode edge cases (lone surrogates, NUL,
 separators, astral characters), deep nesting, huge numbers and strings, JSON
@@ -39,7 +39,6 @@ from typing import Any, Callable, Iterator
 import msgspec
 
 from coordinator import Coordinator, CounterIds, StepClock
-from coordinator.registry import CHAP_0_3
 from coordinator.profiles import REGISTRY
 from storage import COLLECTIONS, IDEMPOTENCY_KEYS, SqliteStore
 
@@ -167,44 +166,46 @@ def patch_bomb(rng: random.Random) -> list[Any]:
     ]
 
 
-# --- one table of parameters per method ---------------------------------------
-# Each param names a kind of plausible value; `Generator.plausible` makes one.
+# --- the parameters of every method, from the method registry ---------------------
+# Each param gets a kind of plausible value (`Generator.plausible` makes one):
+# by its name where the name says what it refers to, else by the JSON type its
+# schema declares. A method added to the registry is covered with no edit here.
 
-PARAMS: dict[str, dict[str, str]] = {
-    "workspace.create": {"workspace": "new_ws", "profiles": "profiles", "mode": "mode", "mode_ceiling": "mode",
-                         "step_up_window_sec": "int", "routing_policy_uri": "str"},
-    "workspace.describe": {"workspace": "ws", "from": "member"},
-    "workspace.set_profiles": {"workspace": "ws", "from": "member", "profiles": "profiles"},
-    "participant.join": {"workspace": "ws_or_new", "from": "new_member", "type": "ptype", "role": "role",
-                         "display_name": "str", "capabilities": "strs", "scopes": "strs"},
-    "participant.leave": {"workspace": "ws", "from": "member"},
-    "participant.rotate_key": {"workspace": "ws", "from": "member", "old_kid": "kid", "new_jwk": "jwk"},
-    "participant.revoke_key": {"workspace": "ws", "from": "member", "target_uri": "member", "kid": "kid",
-                               "reason": "str"},
-    "task.create": {"workspace": "ws", "from": "member", "kind": "str", "input": "obj", "assignee": "member",
-                    "mode": "mode", "review_required": "bool", "idempotency_key": "key"},
-    "task.update": {"workspace": "ws", "from": "member", "task_id": "task", "state": "state",
-                    "progress_note": "str"},
-    "task.complete": {"workspace": "ws", "from": "member", "task_id": "task", "output": "obj",
-                      "confidence": "num"},
-    "audit.read": {"workspace": "ws", "from": "member", "range": "range", "filter": "filter"},
-    "audit.verify_chain": {"workspace": "ws"},
-    "review.request": {"workspace": "ws", "from": "member", "task_id": "task", "artefact": "artefact",
-                       "to": "members", "rule": "rule"},
-    "decide.approve": {"workspace": "ws", "from": "member", "task_id": "task", "comment": "str", "tags": "strs",
-                       "approved_artefact_digest": "digest"},
-    "decide.reject": {"workspace": "ws", "from": "member", "task_id": "task", "comment": "str",
-                      "request_revision": "bool"},
-    "decide.override": {"workspace": "ws", "from": "member", "task_id": "task", "diff": "patch",
-                        "rationale": "str"},
-    "abstain.declare": {"workspace": "ws", "from": "member", "task_id": "task", "reason": "str",
-                        "category": "category"},
-    "escalate.raise": {"workspace": "ws", "from": "member", "original_task_id": "task", "new_task": "new_task",
-                       "reason": "str"},
+_BY_NAME = {
+    "workspace": "ws", "from": "member", "task_id": "task", "original_task_id": "task",
+    "target_uri": "member", "assignee": "member", "kid": "kid", "old_kid": "kid", "new_jwk": "jwk",
+    "profiles": "profiles", "artefact": "artefact", "diff": "patch", "new_task": "new_task",
+    "range": "range", "filter": "filter", "approved_artefact_digest": "digest", "idempotency_key": "key",
+    "rule": "rule", "role": "role", "input": "obj", "output": "obj",
 }
-# Methods chapline does not implement still get calls: each must be refused cleanly.
-for _method in CHAP_0_3:
-    PARAMS.setdefault(_method, {"workspace": "ws", "from": "member", "task_id": "task"})
+_BY_METHOD = {
+    ("workspace.create", "workspace"): "new_ws",
+    ("participant.join", "workspace"): "ws_or_new",
+    ("participant.join", "from"): "new_member",
+    ("review.request", "to"): "members",
+}
+_BY_TYPE = {"boolean": "bool", "integer": "int", "number": "num", "object": "obj", "array": "strs"}
+
+
+def _kind(method: str, name: str, schema: dict[str, Any]) -> str:
+    if (method, name) in _BY_METHOD:
+        return _BY_METHOD[method, name]
+    if name in _BY_NAME:
+        return _BY_NAME[name]
+    if "enum" in schema:
+        return "enum:" + "|".join(schema["enum"])
+    kind = schema.get("type")
+    return _BY_TYPE.get(kind, "str") if isinstance(kind, str) else "str"
+
+
+def _table(method: Any) -> dict[str, str]:
+    properties = (method.params or {}).get("properties") or {}
+    if not properties:  # an unimplemented method: the params every CHAP call has
+        return {"workspace": "ws", "from": "member", "task_id": "task"}
+    return {name: _kind(method.name, name, schema) for name, schema in properties.items()}
+
+
+PARAMS: dict[str, dict[str, str]] = {m.name: _table(m) for m in REGISTRY.methods()}
 UNKNOWN_METHODS = ["", "task", "task.creat", "Task.Create", "review.", "x.y.z", "audit.read ", "\u0000", "rpc.discover"]
 
 
@@ -259,18 +260,12 @@ class Generator:
             return {"kty": "OKP", "crv": "Ed25519", "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo", "kid": kid}
         if kind == "profiles":
             return rng.choice([["core/1.0"], ["core/1.0", "review/1.0"], ["core/1.0", "review/1.0", "modes/1.0"]])
-        if kind == "mode":
-            return rng.choice(["shadow", "trial", "production"])
-        if kind == "ptype":
-            return rng.choice(["human", "agent", "service"])
         if kind == "role":
             return rng.choice(["admin", "reviewer", "agent", "observer"])
-        if kind == "state":
-            return rng.choice(["in_progress", "completed", "declined", "cancelled", "created"])
         if kind == "rule":
             return rng.choice(["any_one_approves", "all_approve", "quorum:2"])
-        if kind == "category":
-            return rng.choice(["out_of_scope", "other", "conflict_of_interest"])
+        if kind.startswith("enum:"):
+            return rng.choice(kind[5:].split("|"))
         if kind == "bool":
             return rng.random() < 0.5
         if kind == "int":

@@ -30,6 +30,7 @@ from coordinator.compat import (
 )
 from coordinator.envelope import Rejected, Request, read_envelope
 from coordinator.ids import IdSource, random_ids
+from coordinator.incidents import internal_error, logged
 from coordinator.log import LogReader
 from coordinator.model import WorkspaceMeta, to_stored
 from coordinator.options import Options
@@ -172,10 +173,9 @@ class Coordinator:
                 arrived = iso_ms(int(self._clock()))
             return self._dispatch(envelope, arrived, retry)
         except Exception as exc:
-            log.exception("internal error while dispatching")
             req_id = dict.get(envelope, "id") if isinstance(envelope, dict) else None
             return error_response(
-                req_id, RpcError(INTERNAL_ERROR, "Internal error", {"detail": str(exc)})
+                req_id, internal_error(log, "internal error while dispatching", exc, self._ids)
             )
 
     def add_audit_listener(self, listener: AuditListener) -> None:
@@ -500,7 +500,7 @@ class Coordinator:
         except Exception as exc:  # the commit itself failed: nothing was written
             results = [exc] * len(changes)
         return {
-            change.id: _store_error(change.id, exc)
+            change.id: _store_error(change.id, exc, self._ids)
             for change, exc in zip(changes, results, strict=True)
             if exc is not None
         }
@@ -510,7 +510,7 @@ class Coordinator:
         try:
             self.store.apply(change)
         except Exception as exc:
-            return _store_error(change.id, exc)
+            return _store_error(change.id, exc, self._ids)
         return None
 
     def _undo(self, wid: str, part: Part) -> None:
@@ -555,12 +555,14 @@ def _route(call: Call, method: Method) -> Handler:
     return method.handler
 
 
-def _store_error(workspace_id: str, exc: Exception) -> RpcError:
+def _store_error(workspace_id: str, exc: Exception, ids: IdSource) -> RpcError:
     """The answer to a call whose write the store refused."""
     if isinstance(exc, StoreConflictError):
         return _conflict_error(exc)
-    log.error("store write failed for workspace %s: %s", workspace_id, exc)
-    return _write_error(workspace_id, exc)
+    # The store's own words can name files, hosts or credentials: they go to
+    # the log, the caller gets the log id.
+    log_id = logged(log, f"store write failed for workspace {workspace_id}", exc, ids)
+    return _write_error(workspace_id, log_id)
 
 
 def _conflict_error(exc: StoreConflictError) -> RpcError:
@@ -572,11 +574,11 @@ def _conflict_error(exc: StoreConflictError) -> RpcError:
     )
 
 
-def _write_error(workspace_id: str, exc: Exception) -> RpcError:
+def _write_error(workspace_id: str, log_id: str) -> RpcError:
     return RpcError(
         STORE_WRITE_FAILED,
         f"The store did not accept the write for workspace {workspace_id}, so the call "
-        f"was not applied: {exc}. Check the store (disk space, permissions, connection) "
-        "and retry the call.",
-        {"workspace": workspace_id},
+        f"was not applied; retry the call. The server logged the cause as {log_id} "
+        "(quote it to the operator if the retry fails too).",
+        {"workspace": workspace_id, "log_id": log_id},
     )

@@ -8,11 +8,11 @@ from typing import Any
 import msgspec
 
 from coordinator.canonical import canonical_bytes, inspect
+from coordinator.hints import empty_body, invalid_request, unknown_method
 from coordinator.registry import Method, Registry
 from coordinator.wire import (
     INVALID_PARAMS,
     INVALID_REQUEST,
-    METHOD_NOT_FOUND,
     RpcError,
     decode_json,
 )
@@ -42,20 +42,27 @@ class Request(msgspec.Struct, frozen=True):
     method: Method
 
 
+def _blank(body: bytes | bytearray | memoryview | str) -> bool:
+    """An empty body, or whitespace only (long bodies are not copied to check)."""
+    if len(body) > 64:
+        return False
+    return not (body.strip() if isinstance(body, str) else bytes(body).strip())
+
+
 def read_envelope(envelope: Any, registry: Registry, max_bytes: int) -> Request:
     """Steps 1-8, first failure wins; raises Rejected."""
     if isinstance(envelope, (bytes, bytearray, memoryview, str)):
+        if _blank(envelope):
+            raise Rejected(None, empty_body())  # 1
         try:
             envelope = decode_json(envelope)  # 1
         except RpcError as err:
             raise Rejected(None, err) from None
-    if not isinstance(envelope, dict) or envelope.get("jsonrpc") != "2.0":  # 2
-        req_id = envelope.get("id") if isinstance(envelope, dict) else None
-        raise Rejected(req_id, RpcError(INVALID_REQUEST, "Invalid JSON-RPC 2.0 request"))
+    invalid = invalid_request(envelope)  # 2, 3
+    if invalid is not None:
+        raise Rejected(envelope.get("id") if isinstance(envelope, dict) else None, invalid)
     req_id = envelope.get("id")
-    name = envelope.get("method")
-    if not isinstance(name, str) or not name:  # 3
-        raise Rejected(req_id, RpcError(INVALID_REQUEST, "Invalid JSON-RPC 2.0 request"))
+    name = envelope["method"]
     shape = inspect(envelope)
     if shape.depth > MAX_DEPTH:  # 4
         raise Rejected(
@@ -76,7 +83,7 @@ def read_envelope(envelope: Any, registry: Registry, max_bytes: int) -> Request:
         raise Rejected(req_id, RpcError(INVALID_PARAMS, "Invalid params: expected an object"))
     method = registry.get(name)
     if method is None:  # 7
-        raise Rejected(req_id, RpcError(METHOD_NOT_FOUND, f"Unknown method: {name}"))
+        raise Rejected(req_id, unknown_method(name, [m.name for m in registry.methods()]))
     if shape.error is not None:  # 8
         raise Rejected(req_id, RpcError(INVALID_PARAMS, str(shape.error)))
     # From here on the pipeline works on its own copy: the JSON of the canonical bytes.

@@ -958,7 +958,9 @@ def test_text_and_bytes_envelopes_are_dispatched(coord):
 def test_invalid_request(c, T, envelope, req_id):
     r = c.send(envelope)
     assert r["id"] == req_id
-    assert r["error"] == {"code": -32600, "message": "Invalid JSON-RPC 2.0 request"}
+    assert r["error"]["code"] == -32600 and set(r["error"]) == {"code", "message"}
+    # each fault has its own words after the common start (tests/test_hostile.py checks them)
+    assert r["error"]["message"].startswith("Invalid JSON-RPC 2.0 request: ")
     assert_not_recorded(c, 4)
 
 
@@ -1043,7 +1045,7 @@ def test_params_checked_before_unknown_method(c, T):
 
 def test_unknown_method_comes_before_the_canonical_check(c, T):
     e = c.err("does.not_exist", **frm(ALICE), n=0.5)
-    assert e == {"code": -32601, "message": "Unknown method: does.not_exist"}
+    assert e["code"] == -32601 and e["message"].startswith("Unknown method: does.not_exist; ")
     assert_not_recorded(c, 4)
 
 

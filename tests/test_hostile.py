@@ -7,7 +7,9 @@ is in bench/README.md.
 
 from __future__ import annotations
 
+import json
 import os
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -271,3 +273,126 @@ def test_unknown_method_hints(method: str, words: str) -> None:
     assert error.code == -32601 and error.message.startswith("Unknown method: ") and words in error.message
     assert len(error.message) < 600
 
+
+
+def test_envelope_faults_are_answered_with_their_own_message_through_dispatch(chap: Chap) -> None:
+    for body in (b"", b"  \n", ""):
+        r = chap.send(body)
+        assert r["id"] is None and r["error"]["code"] == -32700 and "the body is empty" in r["error"]["message"]
+    r = chap.send(b"[]")
+    assert r["error"]["code"] == -32600 and "batches (arrays) are not supported" in r["error"]["message"]
+    r = chap.send({"id": 4, "method": "workspace.describe"})
+    assert r["id"] == 4 and r["error"]["code"] == -32600 and 'missing "jsonrpc"' in r["error"]["message"]
+    r = chap.send({"jsonrpc": "2.0", "id": 5, "method": "task.creat", "params": {}})
+    assert r["error"]["code"] == -32601 and "did you mean task.create?" in r["error"]["message"]
+
+
+# --- what a client is told about faults it cannot fix ------------------------------
+
+
+class _BrokenDiskStore(SqliteStore):
+    """A real SQLite store whose disk fails the way SQLite reports it: the
+    error names the database file."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.path = path
+        self.broken = False
+
+    def apply(self, change: Any) -> None:
+        if self.broken:
+            raise sqlite3.OperationalError(f"disk I/O error writing {self.path} as user chap (password=hunter2)")
+        super().apply(change)
+
+
+# starlette's TestClient runs the app (lifespan, worker thread) without a socket.
+@pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
+def test_a_store_failure_over_http_names_no_path_only_a_log_id(tmp_path: Path, caplog: Any) -> None:
+    from starlette.testclient import TestClient
+
+    from coordinator.transports import create_app
+
+    path = str(tmp_path / "secret-dir" / "chap.db")
+    os.makedirs(os.path.dirname(path))
+    store = _BrokenDiskStore(path)
+    coord = Coordinator(store)
+    with TestClient(create_app(coord)) as http:
+        assert http.post("/chap", json=_env("workspace.create", workspace="w")).status_code == 200
+        store.broken = True
+        body = http.post("/chap", json=_env("participant.join", workspace="w", **{"from": "human:a"},
+                                            type="human")).json()
+    error = body["error"]
+    assert error["code"] == -32900
+    text = json.dumps(body)
+    for secret in ("secret-dir", "chap.db", "hunter2", "disk I/O", "OperationalError", str(tmp_path)):
+        assert secret not in text
+    log_id = error["data"]["log_id"]
+    assert log_id in error["message"]
+    assert any(log_id in r.getMessage() and "hunter2" in str(r.exc_info[1]) for r in caplog.records)
+    coord.close()
+
+
+def test_a_defect_is_answered_with_a_log_id_and_no_exception_text(tmp_path: Path, caplog: Any) -> None:
+    def clock() -> int:
+        raise RuntimeError("clock source /etc/chap/secret.conf unreadable")
+
+    coord = Coordinator(SqliteStore(str(tmp_path / "c.db")), clock=clock)
+    r = coord.dispatch(_env("workspace.describe", workspace="w"))
+    error = r["error"]
+    assert r["id"] == 1 and error["code"] == -32603 and set(error["data"]) == {"log_id"}
+    assert "secret" not in json.dumps(r) and error["data"]["log_id"] in error["message"]
+    assert any(error["data"]["log_id"] in rec.getMessage() for rec in caplog.records)
+    coord.close()
+
+
+# --- a create can never overwrite a workspace another writer created --------------
+
+
+def test_two_coordinators_with_the_same_id_source_never_share_a_created_workspace(tmp_path: Path) -> None:
+    path = str(tmp_path / "shared.db")
+    first = Coordinator(SqliteStore(path), clock=StepClock(), ids=CounterIds())
+    second = Coordinator(SqliteStore(path), clock=StepClock(start_ms=1_800_000_000_000), ids=CounterIds())
+    with second.batch():  # second checks the ids are free, then first takes them before second writes
+        late_generated = second.dispatch(_env("workspace.create"))
+        late_named = second.dispatch(_env("workspace.create", workspace="w"))
+        early_generated = first.dispatch(_env("workspace.create"))["result"]["workspace"]
+        first.dispatch(_env("workspace.create", workspace="w", mode="shadow"))
+    # second's calls were run again on the fresh state: a new id, and a refusal
+    assert late_generated["result"]["workspace"] != early_generated
+    assert late_named["error"]["code"] == -32602 and "already exists" in late_named["error"]["message"]
+    again = Coordinator(SqliteStore(path))
+    assert again.snapshot(early_generated)["created"] == "2023-11-14T22:13:21.000Z"  # first's, kept
+    assert again.snapshot("w")["mode"] == "shadow"
+    assert len(again.workspace_ids()) == 3
+    for c in (first, second, again):
+        c.close()
+
+
+def _imports(module: str) -> set[str]:
+    """The `coordinator.*` / `storage.*` modules `module` imports (TYPE_CHECKING ones too)."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin is not None
+    tree = ast.parse(Path(spec.origin).read_text())
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+        elif isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+    return {m for m in out if m.split(".")[0] in ("coordinator", "storage") and "." in m}
+
+
+def test_what_a_handler_imports_never_reaches_back_into_the_dispatcher() -> None:
+    """No import cycle between call.py and coordinator.py: nothing `Call` needs
+    (transitively) imports the dispatcher."""
+    seen, todo = set(), ["coordinator.call"]
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo.extend(_imports(module))
+    assert "coordinator.coordinator" not in seen, sorted(seen)
+    assert "coordinator.workspace" in seen  # the walk follows imports

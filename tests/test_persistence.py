@@ -65,7 +65,7 @@ CALLS = [
 
 
 @pytest.mark.parametrize("method, params", CALLS, ids=[f"{m}-{i}" for i, (m, _) in enumerate(CALLS)])
-def test_failed_write_is_an_error_and_changes_nothing(failing, method, params):
+def test_failed_write_is_an_error_and_changes_nothing(failing, method, params, caplog):
     store, coord, c, T = failing
     before = visible(coord)
     held = stored(store)
@@ -75,8 +75,13 @@ def test_failed_write_is_an_error_and_changes_nothing(failing, method, params):
     assert r["id"] == sent["id"] and "result" not in r
     e = r["error"]
     assert e["code"] == -32900
-    assert WS in e["message"] and "disk full" in e["message"] and "retry" in e["message"]
-    assert e["data"] == {"workspace": WS}
+    # the store's own words go to the log under the id the answer carries
+    log_id = e["data"]["log_id"]
+    assert e["data"] == {"workspace": WS, "log_id": log_id} and log_id.startswith("log_")
+    assert WS in e["message"] and log_id in e["message"] and "retry" in e["message"]
+    assert "disk full" not in e["message"]
+    logged = [r for r in caplog.records if log_id in r.getMessage()]
+    assert len(logged) == 1 and "disk full" in str(logged[0].exc_info[1])
     store.failing = False
     assert visible(coord) == before
     assert stored(store) == held
@@ -533,7 +538,7 @@ def test_a_batch_keeps_the_workspaces_whose_write_succeeded():
             kept = c.call("task.update", **frm(BOT), task_id=T, state="in_progress")
             lost = d.call("participant.join", **frm(ALICE), type="human")
     store.failing = False
-    assert info.value.error.code == -32900 and info.value.error.data == {"workspace": "w2"}
+    assert info.value.error.code == -32900 and info.value.error.data["workspace"] == "w2"
     assert kept == {"jsonrpc": "2.0", "id": kept["id"], "result": {"state": "in_progress"}}
     assert lost["error"]["code"] == -32900 and "result" not in lost
     assert heard == [(WS, 4)]
