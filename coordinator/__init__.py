@@ -7,6 +7,7 @@ from coordinator.compat import CoordinatorOptions, UnsupportedOptionError, Works
 from coordinator.coordinator import BatchWriteError, Coordinator
 from coordinator.snapshot import RestoreError
 from coordinator.ids import CounterIds
+from coordinator.signing import SignatureError, public_jwk, sign_envelope
 from coordinator.wire import RpcError
 
 __all__ = [
@@ -18,9 +19,12 @@ __all__ = [
     "CounterIds",
     "RestoreError",
     "RpcError",
+    "SignatureError",
     "StepClock",
     "UnsupportedOptionError",
     "WorkspaceState",
     "canonical_bytes",
     "digest",
+    "public_jwk",
+    "sign_envelope",
 ]
