@@ -43,8 +43,9 @@ class CoordinatorOptions:
     """0.3.3's options, with its names and defaults (`enable_chain` is off, as
     there). `Coordinator(options)` maps each field to chapline's arguments:
     `deterministic_ids` to `ids=CounterIds()`, `deterministic_clock` to
-    `clock=StepClock()`, the rest by name. The fields after `on_audit` belong
-    to profiles and hooks chapline does not implement yet; setting one raises
+    `clock=StepClock()`, the rest by name (the three routing policies
+    included). The other fields after `on_audit` belong to profiles and hooks
+    chapline does not implement yet; setting one raises
     `UnsupportedOptionError`."""
 
     deterministic_ids: bool = False
@@ -92,16 +93,22 @@ _UNSUPPORTED: dict[str, str] = {
     "verify_vc": "verifiable-credential identity is not implemented",
     "scitt_submitter": "the audit-scitt profile is not implemented",
     "verify_scitt_receipt": "the audit-scitt profile is not implemented",
-    "routing_policy": "the routing profile is not implemented",
-    "review_depth_policy": "the review.depth method is not implemented",
-    "escalation_policy": "the escalate.auto method is not implemented",
     "on_store_error": (
         "chapline writes before it answers, so a failed write is the call's own "
         "answer (-32900) rather than a report after the fact"
     ),
 }
 # chapline's keyword arguments that carry a 0.3.3 field under the same name.
-SHARED = ("enable_chain", "default_profiles", "max_envelope_bytes", "require_read_membership", "on_audit")
+SHARED = (
+    "enable_chain",
+    "default_profiles",
+    "max_envelope_bytes",
+    "require_read_membership",
+    "on_audit",
+    "routing_policy",
+    "review_depth_policy",
+    "escalation_policy",
+)
 _FIELDS = frozenset(f.name for f in dataclasses.fields(CoordinatorOptions))
 _DEFAULTS = CoordinatorOptions()
 

@@ -33,7 +33,7 @@ from coordinator.ids import IdSource, random_ids
 from coordinator.incidents import internal_error, logged
 from coordinator.log import LogReader
 from coordinator.model import WorkspaceMeta, to_stored
-from coordinator.options import Options
+from coordinator.options import EscalationPolicy, Options, ReviewDepthPolicy, RoutingPolicy
 from coordinator.profiles import REGISTRY
 from coordinator.registry import Handler, Method, profile_name, profile_names
 from coordinator.signed import index_signed, signed_index
@@ -81,6 +81,8 @@ class Coordinator:
     `store` defaults to a MemoryStore; `clock` (epoch ms) and `ids`
     (`prefix -> id`) are injectable so that the same calls give byte-identical
     stores. Every workspace the store holds is restored at construction.
+    `routing_policy`, `review_depth_policy` and `escalation_policy` replace
+    routing/1.0's default policies (SPECIFICATION.md, "Control and routing").
     """
 
     def __init__(
@@ -95,6 +97,9 @@ class Coordinator:
         max_envelope_bytes: int | None = None,
         require_read_membership: bool | None = None,
         on_audit: AuditListener | None = None,
+        routing_policy: RoutingPolicy | None = None,
+        review_depth_policy: ReviewDepthPolicy | None = None,
+        escalation_policy: EscalationPolicy | None = None,
         **overrides: Any,
     ) -> None:
         if isinstance(store, CoordinatorOptions):  # 0.3.3's Coordinator(options)
@@ -110,6 +115,9 @@ class Coordinator:
             "max_envelope_bytes": max_envelope_bytes,
             "require_read_membership": require_read_membership,
             "on_audit": on_audit,
+            "routing_policy": routing_policy,
+            "review_depth_policy": review_depth_policy,
+            "escalation_policy": escalation_policy,
         }
         settings = coordinator_settings(options, overrides, explicit)
         store, clock, ids = settings["store"], settings["clock"], settings["ids"]
@@ -132,6 +140,9 @@ class Coordinator:
             default_profiles=tuple(default_profiles),
             max_envelope_bytes=settings["max_envelope_bytes"],
             require_read_membership=settings["require_read_membership"],
+            routing_policy=settings["routing_policy"],
+            review_depth_policy=settings["review_depth_policy"],
+            escalation_policy=settings["escalation_policy"],
         )
         self._listeners: list[AuditListener] = [on_audit] if on_audit else []
         self._workspaces: dict[str, Workspace] = {}

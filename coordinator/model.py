@@ -18,6 +18,8 @@ __all__ = [
     "Member",
     "Override",
     "Review",
+    "RouteDecision",
+    "Snapshot",
     "Task",
     "WorkspaceMeta",
     "from_stored",
@@ -116,10 +118,39 @@ class Override(msgspec.Struct, frozen=True):
     intent_preserved: Any = None
 
 
+class Snapshot(msgspec.Struct, frozen=True):
+    """A `control.snapshot` artefact: the projected parts it recorded and
+    `content_hash` = sha256 of the JCS of `content`."""
+
+    id: str
+    produced_by: Any
+    produced_at: str
+    content_hash: Any = None  # files written by 0.2 have none
+    content: Any = None
+    kind: str = "snapshot"
+
+
+class RouteDecision(msgspec.Struct, frozen=True):
+    """A routing/1.0 decision (`task.route`, `review.depth`, `escalate.auto`)."""
+
+    id: str
+    decision_type: str
+    outcome: Any
+    produced_by: str
+    produced_at: str
+    task: Any
+    policy_id: Any = None
+    hints_observed: Any = None
+    rationale: Any = ""
+    extra: Any = None
+
+
 _TYPES: dict[str, type[msgspec.Struct]] = {
     "members": Member,
     "tasks": Task,
     "overrides": Override,
+    "snapshots": Snapshot,
+    "route_decisions": RouteDecision,
 }
 _DECODERS = {c: msgspec.json.Decoder(t) for c, t in _TYPES.items()}
 _decode_json = msgspec.json.Decoder().decode

@@ -125,7 +125,7 @@ def _member_view(m: Member) -> dict[str, Any]:
     out: dict[str, Any] = {"uri": m.uri, "type": m.type, "role": m.role, "joined": m.joined}
     for name in ("display_name", "capabilities", "scopes"):
         value = getattr(m, name)
-        if value is not None:
+        if value:  # 0.3.3 leaves out empty ones too
             out[name] = value
     if m.keys:
         live = [
