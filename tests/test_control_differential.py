@@ -178,6 +178,25 @@ SNAPSHOT_ROLLBACK = [
 ]
 
 
+# A routing policy URI, and scopes that come and go through rollbacks.
+POLICY_AND_SCOPES = [
+    ("workspace.create", {"workspace": W, "routing_policy_uri": "https://policy.example/r1"}),
+    ("participant.join", f(A, type="human", role="admin")),
+    ("participant.join", f(B2, type="agent", role="drafter", scopes=["x"])),
+    ("control.snapshot", f(A, include=["members", "policy", "mode_ceiling"]), ("snapshot_artefact_id", "$S1")),
+    ("participant.leave", f(B2)),
+    ("participant.join", f(B2, type="agent")),  # back with no scopes, role participant
+    ("control.snapshot", f(A, include=["members", "policy"]), ("snapshot_artefact_id", "$S2")),
+    ("control.rollback", f(A, to_snapshot_artefact_id="$S1")),
+    ("workspace.describe", {"workspace": W}),
+    ("control.rollback", f(A, to_snapshot_artefact_id="$S2", what_to_restore=["members", "policy"])),
+    ("workspace.describe", {"workspace": W}),
+    ("control.rollback", f(A, to_snapshot_artefact_id="$S1", what_to_restore=["policy", "all"])),
+    ("control.rollback", f(B2, to_snapshot_artefact_id="$S1")),  # any member may
+    ("control.rollback", f(GHOST, to_snapshot_artefact_id="$S1")),
+]
+
+
 SUPERSEDE = [
     *setup(profiles=["core/1.0", "review/1.0", "control/1.0", "modes/1.0"]),
     ("control.supersede", f(A, task_id="$T")),
@@ -261,8 +280,8 @@ MODE_CEILING = [
 
 @pytest.mark.parametrize(
     "script",
-    [PAUSE_RESUME, CANCEL, SNAPSHOT_ROLLBACK, SUPERSEDE, MODE_CEILING],
-    ids=["pause_resume", "cancel", "snapshot_rollback", "supersede", "mode_ceiling"],
+    [PAUSE_RESUME, CANCEL, SNAPSHOT_ROLLBACK, POLICY_AND_SCOPES, SUPERSEDE, MODE_CEILING],
+    ids=["pause_resume", "cancel", "snapshot_rollback", "policy_scopes", "supersede", "mode_ceiling"],
 )
 def test_control_script_answers_as_the_reference(script):
     run = Run().steps(script)
