@@ -290,11 +290,15 @@ def test_a_malformed_hook_answer_is_32515_here(hook, answer, method, params):
         ("review.depth", {"task_id": "$H", "artefact_routing_hints": "x"}),
         ("review.depth", {"task_id": "$H", "artefact_routing_hints": [1]}),
         ("escalate.auto", {"task_id": "$C", "default_escalation_target": 5}),
+        ("task.route", {"task_id": "$BAD", "candidates": [BOT]}),
+        ("review.depth", {"task_id": "$BAD"}),
+        ("escalate.auto", {"task_id": "$BAD", "default_escalation_target": A}),
     ],
 )
 def test_mistyped_params_are_32602_here(method, params):
     """0.3.3 fails inside the handler (-32603); chapline says what to send."""
-    run = Run().steps(SETUP)
+    run = Run().steps([*SETUP, ("task.create", f(A, assignee=BOT, kind="k", input={}, routing_hints="str"),
+                                ("task_id", "$BAD"))])
     x = run.a.run((method, f(A, **params)))
     y = run.b.run((method, f(A, **params)))
     assert (x["error"]["code"], y["error"]["code"]) == (-32602, -32603)
