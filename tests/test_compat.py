@@ -397,9 +397,6 @@ UNSUPPORTED = [
     ("verify_vc", print),
     ("scitt_submitter", print),
     ("verify_scitt_receipt", print),
-    ("routing_policy", print),
-    ("review_depth_policy", print),
-    ("escalation_policy", print),
     ("on_store_error", print),
 ]
 

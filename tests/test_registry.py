@@ -52,6 +52,8 @@ def test_each_method_has_one_handler_or_is_unimplemented() -> None:
     assert implemented == {
         **{m: "core/1.0" for m in CATALOGUE["core/1.0"].split()},
         **{m: "review/1.0" for m in CATALOGUE["review/1.0"].split()},
+        **{m: "control/1.0" for m in CATALOGUE["control/1.0"].split()},
+        **{m: "routing/1.0" for m in CATALOGUE["routing/1.0"].split()},
         "audit.verify_chain": "core/1.0",
     }
     handlers = [m.handler for m in REGISTRY.implemented()]
@@ -86,8 +88,13 @@ def test_the_gates_facts_are_the_specifications() -> None:
         "audit.read",
         "participant.join",
         "participant.leave",
+        "control.resume",
     }
-    assert {m.name for m in methods if m.floor} == {"participant.leave"}
+    assert {m.name for m in methods if m.floor} == {
+        "participant.leave",
+        *CATALOGUE["control/1.0"].split(),
+        *CATALOGUE["routing/1.0"].split(),
+    }
     assert {m.name for m in methods if m.privileged} == {
         *CATALOGUE["control/1.0"].split(),
         "workspace.set_profiles",
@@ -129,7 +136,7 @@ def test_declarations_must_agree_with_chap() -> None:
 
 
 def test_a_profile_is_advertisable_once_all_its_methods_have_handlers() -> None:
-    assert REGISTRY.advertisable == ("core/1.0", "modes/1.0", "review/1.0")
+    assert REGISTRY.advertisable == ("core/1.0", "control/1.0", "modes/1.0", "review/1.0", "routing/1.0")
     # core/1.0 declared without its eleven handlers is not advertisable either.
     half = Registry([_profile("core/1.0"), _profile("modes/1.0"), _profile("whisper/1.0", "whisper.ask")])
     assert half.advertisable == ("modes/1.0",)

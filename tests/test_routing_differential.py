@@ -308,3 +308,30 @@ def test_mistyped_params_are_32602_here(method, params):
 def describe_count(coord: Any) -> int:
     r = coord.dispatch({"jsonrpc": "2.0", "id": "d", "method": "workspace.describe", "params": {"workspace": W}})
     return r["result"]["audit_count"]
+
+
+def test_the_hooks_come_through_coordinator_options_as_in_0_3_3():
+    """`Coordinator(CoordinatorOptions(routing_policy=...))` and the keyword
+    forms reach the handlers, as 0.3.3's options do."""
+    from coordinator import Coordinator, CoordinatorOptions
+
+    def hooks() -> dict[str, Any]:
+        return {
+            "routing_policy": lambda task, candidates: {"selected": candidates[-1]},
+            "review_depth_policy": lambda task, hints: {"depth": "skip"},
+            "escalation_policy": lambda task, hints: {"escalate": True, "to": "group:ops"},
+        }
+
+    calls = [
+        ("task.route", f(A, task_id="$H", candidates=[BOT, B2])),
+        ("review.depth", f(A, task_id="$H")),
+        ("escalate.auto", f(A, task_id="$H")),
+    ]
+    base = {"deterministic_ids": True, "deterministic_clock": True, "enable_chain": True,
+            "default_profiles": ["core/1.0", "review/1.0", "routing/1.0"]}
+    for mine in (Coordinator(CoordinatorOptions(**base, **hooks())), Coordinator(**base, **hooks())):
+        theirs = reference(("core/1.0", "review/1.0", "routing/1.0"), **hooks())
+        run = Run(mine, theirs).steps([*SETUP, *calls])
+        run.check_state()
+        assert [r["result"].get("selected", r["result"].get("depth", r["result"].get("to")))
+                for r in run.a.responses[-3:]] == [B2, "skip", "group:ops"]
