@@ -33,13 +33,15 @@ import sqlite3
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import msgspec
 
 from coordinator import Coordinator, CounterIds, StepClock
 from coordinator.profiles import REGISTRY
+from coordinator.registry import CHAP_0_3
 from storage import COLLECTIONS, IDEMPOTENCY_KEYS, SqliteStore
 
 __all__ = ["Failure", "Generator", "Checker", "Report", "run", "main"]

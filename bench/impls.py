@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager
+from typing import Any
 
 from bench.workload import PROFILES
 
@@ -24,7 +25,7 @@ class Opened:
     coord: Any
     store: Any
     dispatch: Callable[[dict], dict]
-    batch: Callable[[], ContextManager]
+    batch: Callable[[], contextlib.AbstractContextManager[None]]
     close: Callable[[], None]
 
 

@@ -54,7 +54,7 @@ class Config:
     tmpfs_dir: str | None = None  # also run the SQLite figure here (e.g. /dev/shm)
 
     @classmethod
-    def for_quick(cls) -> "Config":
+    def for_quick(cls) -> Config:
         return cls(
             quick=True,
             reps=3,
@@ -379,7 +379,7 @@ def phase_sizes(cfg: Config, impls: list[Impl], results: Results, tmp: str) -> N
                 "flat 1k→1M",
                 compare_to=f"write_{size}",
             )
-            for rep in range(cfg.size_reps):
+            for _ in range(cfg.size_reps):
                 for g in active:
                     if g.impl.has_batch:
                         fg.add(g.impl.name, _write_cost(g, cfg, results, size, group=cfg.group))

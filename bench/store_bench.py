@@ -17,8 +17,8 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from storage import EntryFilter, MemoryStore, SqliteStore, StoreChange
 

@@ -31,7 +31,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 WORKSPACE = "wsp_bench"
 HUMAN = "human:alice"

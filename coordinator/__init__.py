@@ -5,8 +5,8 @@ from coordinator.canonical import CanonicalError, canonical_bytes, digest
 from coordinator.clock import StepClock
 from coordinator.compat import CoordinatorOptions, UnsupportedOptionError, WorkspaceState
 from coordinator.coordinator import BatchWriteError, Coordinator
-from coordinator.snapshot import RestoreError
 from coordinator.ids import CounterIds
+from coordinator.snapshot import RestoreError
 from coordinator.signing import SignatureError, public_jwk, sign_envelope
 from coordinator.wire import RpcError
 

@@ -58,7 +58,8 @@ class AuditEntry(msgspec.Struct, frozen=True, omit_defaults=True):
 
     def to_dict(self) -> dict[str, Any]:
         """The wire shape `audit.read` returns, with no null keys."""
-        return msgspec.to_builtins(self)
+        wire: dict[str, Any] = msgspec.to_builtins(self)
+        return wire
 
 
 def record_of(entry: dict[str, Any]) -> Any:
@@ -232,7 +233,9 @@ class ChainVerifier:
 
     def _relink_last(self) -> None:
         """The previous link did not match as stored: recompute it canonically."""
-        entry = _decode_any(self._last)
+        last = self._last
+        assert isinstance(last, bytes)  # callers relink only stored text
+        entry = _decode_any(last)
         self._last = entry
         try:
             self._head = link_hash(canonical_bytes(record_of(entry)), self._last_prev)

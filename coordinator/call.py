@@ -9,7 +9,8 @@ swaps the staged values in. A handler that raises leaves nothing behind.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from msgspec.structs import replace
 
@@ -165,7 +166,7 @@ class Call:
         return m
 
     def task(self, task_id: Any) -> Task:
-        t = self.get("tasks", task_id) if isinstance(task_id, str) else None
+        t: Task | None = self.get("tasks", task_id) if isinstance(task_id, str) else None
         if t is None:
             raise RpcError(INVALID_PARAMS, f"Unknown task: {task_id}")
         return t

@@ -16,8 +16,8 @@ import signal
 import socket
 import sqlite3
 import sys
+from collections.abc import Sequence
 from types import FrameType
-from typing import Sequence
 
 import uvicorn
 

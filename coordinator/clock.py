@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
-from typing import Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
 
 __all__ = ["Clock", "StepClock", "iso_ms", "system_clock"]
 
@@ -48,7 +48,7 @@ def iso_ms(epoch_ms: int) -> str:
         day, second_of_day = divmod(second, 86_400)
         cached_day, date = _last_day
         if cached_day != day:
-            date = f"{datetime.fromtimestamp(day * 86_400, tz=timezone.utc):%Y-%m-%d}"
+            date = f"{datetime.fromtimestamp(day * 86_400, tz=UTC):%Y-%m-%d}"
             _last_day = (day, date)
         minutes, s = divmod(second_of_day, 60)
         h, m = divmod(minutes, 60)

@@ -13,8 +13,8 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -25,8 +25,8 @@ from coordinator.model import Member, Override, Task
 from storage import COLLECTIONS, IDEMPOTENCY_KEYS
 
 if TYPE_CHECKING:
-    from coordinator.workspace import Workspace
     from coordinator.coordinator import Coordinator
+    from coordinator.workspace import Workspace
 
 __all__ = [
     "CoordinatorOptions",

@@ -13,7 +13,8 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import msgspec
 
@@ -24,8 +25,8 @@ from coordinator.canonical import ZERO_HASH, link_hash
 from coordinator.clock import Clock, iso_ms, system_clock
 from coordinator.compat import (
     CoordinatorOptions,
-    WorkspacesView,
     WorkspaceState,
+    WorkspacesView,
     coordinator_settings,
 )
 from coordinator.envelope import Rejected, Request, read_envelope
@@ -120,19 +121,20 @@ class Coordinator:
             "escalation_policy": escalation_policy,
         }
         settings = coordinator_settings(options, overrides, explicit)
-        store, clock, ids = settings["store"], settings["clock"], settings["ids"]
+        chosen: Store | None = settings["store"]
+        clock, ids = settings["clock"], settings["ids"]
         default_profiles = settings["default_profiles"]
         on_audit = settings["on_audit"]
         problem = REGISTRY.unadvertisable(default_profiles)
         if problem:
             raise ValueError(f"default_profiles: {problem}")
-        if store is not None and not callable(getattr(store, "load_held", None)):
+        if chosen is not None and not callable(getattr(chosen, "load_held", None)):
             raise TypeError(
                 f"store must be a chapline store (storage.MemoryStore, storage.SqliteStore), "
-                f"not {type(store).__module__}.{type(store).__name__}: to keep a 0.3.3 SQLite "
+                f"not {type(chosen).__module__}.{type(chosen).__name__}: to keep a 0.3.3 SQLite "
                 "file, open it with storage.SqliteStore(path)"
             )
-        self.store: Store = store if store is not None else MemoryStore()
+        self.store: Store = chosen if chosen is not None else MemoryStore()
         self._clock = clock or system_clock
         self._ids = ids or random_ids
         self.options = Options(
@@ -360,9 +362,11 @@ class Coordinator:
         if call.ws is None or not isinstance(sig, str):
             return None
         seen = signed_index(call.ws, call.log).get(signed_digest(call.envelope))
-        if seen is None or seen[1] is None:
+        if seen is None:
             return None
         seq, code = seen
+        if code is None:  # accepted before: run it as any other call
+            return None
         return RpcError(
             code, f"This signed request was refused at seq {seq}", {"refused_at_seq": seq}
         )

@@ -55,7 +55,7 @@ def read_envelope(envelope: Any, registry: Registry, max_bytes: int) -> Request:
         if _blank(envelope):
             raise Rejected(None, empty_body())  # 1
         try:
-            envelope = decode_json(envelope)  # 1
+            envelope = decode_json(envelope if isinstance(envelope, str) else bytes(envelope))  # 1
         except RpcError as err:
             raise Rejected(None, err) from None
     invalid = invalid_request(envelope)  # 2, 3

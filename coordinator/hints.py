@@ -8,7 +8,8 @@ which part of "Invalid JSON-RPC 2.0 request" they got wrong.
 from __future__ import annotations
 
 import difflib
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from coordinator.wire import INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, RpcError
 

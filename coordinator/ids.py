@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import random
 import time
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["IdSource", "CounterIds", "random_ids", "ulid"]
 

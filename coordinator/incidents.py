@@ -11,7 +11,8 @@ log id, and the answer carries only that id: in its message and as
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from coordinator.ids import random_ids
 from coordinator.wire import INTERNAL_ERROR, RpcError

@@ -18,7 +18,8 @@ import os
 import shutil
 import sqlite3
 import sys
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import msgspec
 
@@ -417,7 +418,7 @@ def _migrate(args: argparse.Namespace) -> int:
         message = f"{args.db} is already in the current layout; nothing to do"
         _print_json({"migrated": False, "backup": None}) if args.json else print(f"chapline migrate: {message}")
         return 0
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     backup = f"{args.db}.bak-{stamp}"
     _backup(args.db, backup)
     with _opened_for_migration(args.db) as store:

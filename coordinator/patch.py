@@ -435,7 +435,7 @@ def _copy_counted(value: Any) -> tuple[Any, int, int, int]:
     stack = [(value, root, 1)] if isinstance(root, (dict, list)) else []
     while stack:
         source, target, level = stack.pop()
-        children = source.items() if isinstance(source, dict) else enumerate(source)
+        children: Any = source.items() if isinstance(source, dict) else enumerate(source)
         for key, child in children:
             if level + 1 > depth:
                 depth = level + 1

@@ -33,8 +33,9 @@ declares it and every method it owns has a handler.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from coordinator.call import Call

@@ -10,9 +10,10 @@ written some other way.
 from __future__ import annotations
 
 import calendar
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterator
+from typing import Any
 
 from coordinator.canonical import ZERO_HASH, CanonicalError, canonical_bytes
 from coordinator.clock import iso_ms
@@ -278,4 +279,5 @@ def rebuild_workspace(wid: str, entries: list[dict[str, Any]]) -> dict[str, Any]
     divergence = _replay(coord, clock, wid, entries, at)
     if divergence is not None:
         raise ValueError(f"seq {divergence.seq}: {divergence.detail}")
-    return coord.snapshot(wid)
+    snapshot: dict[str, Any] = coord.snapshot(wid)
+    return snapshot

@@ -9,8 +9,8 @@ import msgspec
 
 from coordinator.audit import ChainVerifier, entry_is_well_formed
 from coordinator.canonical import ZERO_HASH
-from coordinator.workspace import Workspace
 from coordinator.model import WorkspaceMeta, from_stored
+from coordinator.workspace import Workspace
 from storage import (
     IDEMPOTENCY_KEYS,
     HeldWorkspace,
@@ -80,7 +80,7 @@ def restore_change(item: Any) -> StoreChange:
             for value in items.values():
                 if collection != IDEMPOTENCY_KEYS:
                     from_stored(collection, value)
-        msgspec.convert({**change.meta}, WorkspaceMeta)
+        msgspec.convert(change.meta, WorkspaceMeta)
     except (MalformedChangeError, msgspec.ValidationError) as exc:
         raise RestoreError(f"workspace {item['id']!r}: {exc}") from None
     return change

@@ -99,6 +99,8 @@ def encode_change(change: StoreChange) -> EncodedChange:
                     f"object key {key!r} in {collection!r} is not a string",
                     "Key objects by their string id (members by uri).",
                 )
-            text = None if value is None else _encode(change, value, f"{collection} {key!r}")
-            objects.append((collection, key, text))
+            if value is None:
+                objects.append((collection, key, None))
+            else:
+                objects.append((collection, key, _encode(change, value, f"{collection} {key!r}")))
     return EncodedChange(meta, entries, objects, create)

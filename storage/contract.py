@@ -17,8 +17,8 @@ Needs pytest and hypothesis (the test extras).
 from __future__ import annotations
 
 import json
-
 import threading
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 import msgspec
@@ -79,8 +79,8 @@ def entry(seq: int, method: str = "task.create", task: Any = "T1", refused: bool
     return {"seq": seq, "arrived": f"t{seq}", "envelope": call}
 
 
-def change(wid: str, base: int, n: int = 1, objects: dict | None = None,
-           replace: bool = False, meta: dict | None = None) -> StoreChange:
+def change(wid: str, base: int, n: int = 1, objects: dict[str, dict[str, Any]] | None = None,
+           replace: bool = False, meta: dict[str, Any] | None = None) -> StoreChange:
     start = 0 if replace else base
     entries = [entry(start + i) for i in range(n)]
     return StoreChange(
@@ -90,7 +90,7 @@ def change(wid: str, base: int, n: int = 1, objects: dict | None = None,
     )
 
 
-def by_id(records: list[WorkspaceRecord]) -> dict[str, tuple]:
+def by_id(records: list[WorkspaceRecord]) -> dict[str, tuple[dict[str, Any], int, str]]:
     return {r.id: (r.data, r.version, r.updated_at) for r in records}
 
 
@@ -103,7 +103,7 @@ class StoreContract:
     """The behaviours every store shares (see SPECIFICATION.md, "Stores")."""
 
     @pytest.fixture
-    def store(self, factory: StoreFactory):
+    def store(self, factory: StoreFactory) -> Iterator[Store]:
         store = factory.open()
         yield store
         store.close()
@@ -237,7 +237,7 @@ class StoreContract:
         StoreChange("w", 1, 5, "t", {"id": "w"}, [entry(1)]),  # version != base + n
         StoreChange("w", 1, 2, "t", {"id": "w"}, [[1, 2]]),  # entry not an object
         StoreChange("w", 1, 1, "t", ["not", "a", "dict"]),  # type: ignore[arg-type]
-        StoreChange("w", 1, 1, "t", {"id": "w"}, [], {"tasks": {1: {"id": 1}}}),
+        StoreChange("w", 1, 1, "t", {"id": "w"}, [], {"tasks": {1: {"id": 1}}}),  # type: ignore[dict-item]
     ])
     def test_malformed_change_is_refused(self, store: Store, bad: StoreChange) -> None:
         store.apply(change("w", 0, 1))
@@ -295,12 +295,14 @@ class StoreContract:
         assert record.data["tasks"] == {} and record.version == 1
 
     def test_caller_mutation_does_not_leak(self, store: Store) -> None:
-        task = {"id": "T1", "history": [1]}
-        meta = {"id": "w", "profiles": ["core/1.0"]}
+        history: list[int] = [1]
+        profiles = ["core/1.0"]
+        task = {"id": "T1", "history": history}
+        meta = {"id": "w", "profiles": profiles}
         first = entry(0)
         store.apply(StoreChange("w", 0, 1, "t1", meta, [first], {"tasks": {"T1": task}}))
-        task["history"].append(2)
-        meta["profiles"].append("x")
+        history.append(2)
+        profiles.append("x")
         first["envelope"]["method"] = "changed"
         (record,) = store.load()
         assert record.data["tasks"]["T1"] == {"id": "T1", "history": [1]}
@@ -450,7 +452,13 @@ class StoreContract:
                 outcome: list[str] = []
                 barrier = threading.Barrier(2)
 
-                def write(s: Store, who: str) -> None:
+                def write(
+                    s: Store,
+                    who: str,
+                    r: int = r,
+                    barrier: threading.Barrier = barrier,
+                    outcome: list[str] = outcome,
+                ) -> None:
                     barrier.wait()
                     try:
                         s.apply(StoreChange("w", 1 + r, 2 + r, "t", {"id": "w"},
@@ -478,7 +486,8 @@ class StoreContract:
         machine = store_machine(factory)
         run_state_machine_as_test(
             machine,
-            settings=settings(max_examples=40, stateful_step_count=25, deadline=None,
+            # max_examples from the loaded hypothesis profile
+            settings=settings(stateful_step_count=25, deadline=None,
                               suppress_health_check=[HealthCheck.too_slow]),
         )
 
@@ -518,11 +527,11 @@ def store_machine(factory: StoreFactory) -> type[RuleBasedStateMachine]:
             if store is not None:
                 store.close()
 
-        def _entries(self, base: int, specs: list) -> list[dict[str, Any]]:
+        def _entries(self, base: int, specs: list[tuple[str, Any, bool]]) -> list[dict[str, Any]]:
             return [entry(base + i, m, t, r) for i, (m, t, r) in enumerate(specs)]
 
         @rule(wid=_WIDS, specs=_ENTRIES, objects=_OBJECTS, state=st.text(max_size=3))
-        def apply(self, wid: str, specs: list, objects: dict, state: str) -> None:
+        def apply(self, wid: str, specs: list[tuple[str, Any, bool]], objects: dict[str, dict[str, Any]], state: str) -> None:
             held = self.model.get(wid)
             base = 0 if held is None else len(held[1])
             entries = self._entries(base, specs)
@@ -541,7 +550,7 @@ def store_machine(factory: StoreFactory) -> type[RuleBasedStateMachine]:
                         held[2].setdefault(c, {})[k] = v
 
         @rule(wid=_WIDS, specs=_ENTRIES, off=st.integers(-3, 3).filter(bool))
-        def conflicting_apply(self, wid: str, specs: list, off: int) -> None:
+        def conflicting_apply(self, wid: str, specs: list[tuple[str, Any, bool]], off: int) -> None:
             held = self.model.get(wid)
             count = 0 if held is None else len(held[1])
             base = count + off
@@ -553,7 +562,7 @@ def store_machine(factory: StoreFactory) -> type[RuleBasedStateMachine]:
             assert (caught.value.held, caught.value.base) == (count, base)
 
         @rule(wid=_WIDS, specs=_ENTRIES, objects=_OBJECTS, via_save=st.booleans())
-        def replace(self, wid: str, specs: list, objects: dict, via_save: bool) -> None:
+        def replace(self, wid: str, specs: list[tuple[str, Any, bool]], objects: dict[str, dict[str, Any]], via_save: bool) -> None:
             entries = self._entries(0, specs)
             kept = {c: {k: v for k, v in items.items() if v is not None}
                     for c, items in objects.items()}

@@ -116,11 +116,11 @@ class MemoryStore(Store):
         ws.meta = encoded.meta
         ws.version = change.version
         ws.updated_at = change.updated_at
-        for c, k, text in encoded.objects:
-            if text is None:
+        for c, k, body in encoded.objects:
+            if body is None:
                 ws.objects.get(c, {}).pop(k, None)
             else:
-                ws.objects.setdefault(c, {})[k] = text
+                ws.objects.setdefault(c, {})[k] = body
 
     def save(self, record: WorkspaceRecord) -> None:
         self.apply(change_from_record(record))

@@ -13,7 +13,9 @@ import os
 import sqlite3
 import threading
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any
 
 import msgspec
 
@@ -137,7 +139,7 @@ def _entries(rows: list[tuple[int, bytes]], what: str) -> list[dict[str, Any]]:
     # One decode of the whole run is several times faster than one per row;
     # fall back to row by row only to name the row that fails.
     try:
-        out = decode(b"[" + b",".join(text for _, text in rows) + b"]")
+        out: list[dict[str, Any]] = decode(b"[" + b",".join(text for _, text in rows) + b"]")
         if all(isinstance(e, dict) for e in out):
             return out
     except (msgspec.DecodeError, UnicodeDecodeError):
@@ -257,10 +259,10 @@ class SqliteStore(Store):
 
     # -- transactions ------------------------------------------------------
 
-    def _write(self) -> "_Transaction":
+    def _write(self) -> _Transaction:
         return _Transaction(self, "BEGIN IMMEDIATE")
 
-    def _read(self) -> "_Transaction":
+    def _read(self) -> _Transaction:
         return _Transaction(self, "BEGIN")
 
     # -- writing -----------------------------------------------------------
@@ -289,7 +291,7 @@ class SqliteStore(Store):
                 encoded.append(None)
                 results.append(exc)
         with self._write():
-            for i, (change, enc) in enumerate(zip(changes, encoded)):
+            for i, (change, enc) in enumerate(zip(changes, encoded, strict=True)):
                 if enc is None:
                     continue
                 self._db.execute("SAVEPOINT change")
@@ -571,7 +573,12 @@ class _Transaction:
             self._store._lock.release()
             raise
 
-    def __exit__(self, kind, exc, tb) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         db = self._store._db
         try:
             if kind is None:

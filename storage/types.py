@@ -20,7 +20,8 @@ Nothing was written whenever `apply` raises one of these.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Protocol, runtime_checkable
+from collections.abc import Iterable
+from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 

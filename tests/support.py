@@ -304,7 +304,7 @@ def run_both(steps: Script, profiles: tuple[str, ...] = REVIEW_PROFILES) -> tupl
     """
     mine = _comparable(run_script(ours(profiles), steps))
     theirs = _comparable(run_script(reference(profiles), steps))
-    for m, t in zip(mine["responses"], theirs["responses"]):
+    for m, t in zip(mine["responses"], theirs["responses"], strict=True):
         if "code" in m and "code" in t and t["data"] is None:
             m["data"] = None
     return mine, theirs

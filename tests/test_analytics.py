@@ -720,7 +720,7 @@ def test_overrides_with_their_rationale_and_tags(
 
 def test_refusals_by_code(loaded: tuple[Tally, chap_analytics.Frames]) -> None:
     tally, f = loaded
-    assert Counter(zip(f.refusals["method"], f.refusals["code"])) == tally.refusals
+    assert Counter(zip(f.refusals["method"], f.refusals["code"], strict=True)) == tally.refusals
     assert set(f.refusals["actor"]) == {ERIN, CAROL, DRAFTER}
     assert GHOST not in set(f.events["actor"].dropna())
 

@@ -12,8 +12,9 @@ import hashlib
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import chap_analytics
 import httpx

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import rfc8785
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from coordinator.canonical import (
@@ -69,13 +69,11 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=400, deadline=None)
 @given(json_values)
 def test_matches_rfc8785_for_integer_json(value):
     assert canonical_bytes(value) == rfc8785.dumps(value)
 
 
-@settings(max_examples=200, deadline=None)
 @given(st.dictionaries(_keys, _safe_ints, min_size=2, max_size=8))
 def test_key_order_is_utf16(value):
     out = canonical_bytes(value)
@@ -157,7 +155,6 @@ def test_non_json_values_refused(value):
         canonical_bytes(value)
 
 
-@settings(max_examples=100, deadline=None)
 @given(st.integers(min_value=-MAX_SAFE_INTEGER, max_value=MAX_SAFE_INTEGER))
 def test_integral_float_same_bytes_as_int(n):
     f = float(n)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -16,7 +16,7 @@ MS = st.integers(min_value=0, max_value=253_402_300_799_998)  # to 9999-12-31 (m
 
 
 def expected_iso(ms: int) -> str:
-    dt = datetime.fromtimestamp(ms // 1000, tz=timezone.utc)
+    dt = datetime.fromtimestamp(ms // 1000, tz=UTC)
     return f"{dt:%Y-%m-%dT%H:%M:%S}.{ms % 1000:03d}Z"
 
 

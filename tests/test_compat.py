@@ -240,8 +240,8 @@ def test_readers_see_what_they_see_on_the_reference(name: str) -> None:
     their_ids = _cycle(ref, name, ws, seen_ref)
     assert seen_ours == seen_ref
     a, b = ours.workspaces[ws], ref.workspaces[ws]
-    pairs = dict(zip(their_ids.values(), mine_ids.values()))
-    pairs.update(zip(b.overrides, a.overrides))
+    pairs = dict(zip(their_ids.values(), mine_ids.values(), strict=True))
+    pairs.update(zip(b.overrides, a.overrides, strict=True))
     assert len(pairs) == 4
 
     def same(theirs: Any) -> Any:
@@ -295,7 +295,7 @@ def test_workspaces_behaves_as_a_read_only_dict() -> None:
         members[BOB]
     assert members.get(BOB) is None and len(members) == 2
     with pytest.raises(AttributeError):
-        views["wsp_a"].no_such_field
+        _ = views["wsp_a"].no_such_field
 
 
 def test_views_are_current_and_nothing_read_changes_the_coordinator() -> None:

@@ -14,9 +14,6 @@ import sqlite3
 
 import pytest
 import rfc8785
-
-from coordinator import AuditEntry
-from storage import MemoryStore, SqliteStore
 from support import (
     ALICE,
     BOB,
@@ -29,6 +26,9 @@ from support import (
     make,
     s0,
 )
+
+from coordinator import AuditEntry
+from storage import MemoryStore, SqliteStore
 
 ZERO = "sha256:" + "0" * 64
 GHOST = "human:ghost"

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from chap_coordinator import Coordinator as Reference
 from chap_coordinator.storage.sqlite import SqliteStore as ReferenceSqlite
+from support import env, make
 
 from coordinator import Coordinator
 from storage import SqliteStore
-from support import env, make
 
 ID = re.compile(r"^(?:tsk|wsp|art)_[0-9A-HJKMNP-TV-Z]{26}$")
 
@@ -182,7 +182,7 @@ CORE = [
 def _compare(steps: list[tuple]):
     a, b, ra, rb = drive(steps)
     mapping = id_map(a, b)
-    for step, x, y in zip(steps, ra, rb):
+    for step, x, y in zip(steps, ra, rb, strict=True):
         assert x["id"] == y["id"]
         # evidence heads and chain links depend on the ids: compared below
         # only for id-free workloads
@@ -209,7 +209,7 @@ def test_core_workload_same_recorded_entries():
         ours = read_all(a.coord, a.names[ws])
         theirs = read_all(b.coord, b.names[ws])
         assert len(ours) == len(theirs) == describe(b.coord, b.names[ws])["audit_count"]
-        for x, y in zip(ours, theirs):
+        for x, y in zip(ours, theirs, strict=True):
             assert set(x) == set(y)
             x = {k: v for k, v in x.items() if k != "prev_hash"}
             y = {k: v for k, v in y.items() if k != "prev_hash"}

@@ -18,10 +18,10 @@ import pytest
 
 from bench import hostile
 from coordinator import Coordinator, CounterIds, StepClock
-from coordinator.registry import CHAP_0_3
 from coordinator.hints import empty_body, invalid_request, unknown_method
 from coordinator.limits import MAX_ID_CHARS
 from coordinator.patch import MAX_CHARS, MAX_DEPTH
+from coordinator.registry import CHAP_0_3
 from storage import SqliteStore
 
 # Inputs per seed in `./run test`; the long run sends 100,000.

@@ -20,9 +20,10 @@ import subprocess
 import sys
 import threading
 import uuid
-from datetime import datetime, timezone
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -30,8 +31,8 @@ import rfc8785
 import uvicorn
 
 from coordinator import Coordinator
-from coordinator.profiles import REGISTRY
 from coordinator.cli import ALL_PROFILES, DEFAULT_PROFILES
+from coordinator.profiles import REGISTRY
 from coordinator.transports import MAX_BODY_BYTES, DispatcherClosed, SerialDispatcher, create_app
 from storage import SqliteStore
 
@@ -60,7 +61,7 @@ class ThreadServer:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(128)
-        self.url = "http://127.0.0.1:%d" % self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(
@@ -143,7 +144,7 @@ class Chap:
 
 
 def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def digest(value: Any) -> str:

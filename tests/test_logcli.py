@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import ALICE, BOB, BOT, ReviewClient
 
 from coordinator import Coordinator, CounterIds, StepClock
 from coordinator.cli import main
 from storage import SqliteStore
-from support import ALICE, BOB, BOT, ReviewClient
 
 WS = "wsp_t"
 

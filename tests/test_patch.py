@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from chap_coordinator import PatchError as RefPatchError
 from chap_coordinator import apply_json_patch as ref_apply
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from coordinator.patch import MAX_NODES, MAX_OPS, PatchError, apply_patch
@@ -270,7 +270,6 @@ def _at(doc: Any, pointer: str) -> Any:
         return None
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_input_never_mutated_and_result_unshared(data: st.DataObject) -> None:
     doc = data.draw(CONTAINERS)
@@ -297,7 +296,6 @@ def _scribble(value: Any) -> None:
         value.append("scribbled")
 
 
-@settings(max_examples=300)
 @given(st.data())
 def test_failing_patch_changes_nothing(data: st.DataObject) -> None:
     doc = data.draw(CONTAINERS)
@@ -309,7 +307,6 @@ def test_failing_patch_changes_nothing(data: st.DataObject) -> None:
     assert info.value.op_index is not None and doc == before
 
 
-@settings(max_examples=300)
 @given(CONTAINERS, st.data())
 def test_add_then_remove_round_trips(doc: Any, data: st.DataObject) -> None:
     value = data.draw(JSON)
@@ -323,7 +320,6 @@ def test_add_then_remove_round_trips(doc: Any, data: st.DataObject) -> None:
     assert apply_patch(added, [{"op": "remove", "path": pointer}]) == doc
 
 
-@settings(max_examples=300)
 @given(st.data())
 def test_agrees_with_the_reference(data: st.DataObject) -> None:
     doc = data.draw(CONTAINERS)

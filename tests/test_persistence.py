@@ -7,21 +7,21 @@ import copy
 import random
 
 import pytest
-
-from coordinator import BatchWriteError, RestoreError
-from storage import MemoryStore, SqliteStore, StoreChange, StoreConflictError
 from support import (
     ALICE,
     BOB,
     BOT,
     WS,
-    env,
     Client,
     FailingStore,
+    env,
     make,
     s0,
     stored,
 )
+
+from coordinator import BatchWriteError, RestoreError
+from storage import MemoryStore, SqliteStore, StoreChange, StoreConflictError
 
 
 def frm(uri):

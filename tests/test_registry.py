@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from support import ALICE, WS, Client, env, make, s0
 
 from coordinator.profiles import REGISTRY
 from coordinator.registry import CHAP_0_3, Profile, Registry, RegistryError, schema
-from support import ALICE, WS, Client, env, make, s0
 
 # The method catalogue of CHAP 0.3 (schemas/profiles/chap-methods.schema.json),
 # by owning profile.

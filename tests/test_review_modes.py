@@ -11,12 +11,12 @@ import hashlib
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
-
-from coordinator import canonical_bytes
 from support import ReviewClient as Client
 from support import ours, run_both
+
+from coordinator import canonical_bytes
 
 CORE_REVIEW = ("core/1.0", "review/1.0")
 WITH_MODES = ("core/1.0", "review/1.0", "modes/1.0")
@@ -861,7 +861,6 @@ def _random_step(data: st.DataObject, tasks: list[str]) -> tuple[str, dict[str, 
     return step("task.create", ALICE, kind="d", input={}, assignee=BOT, **({"review_required": True} if maybe else {}))
 
 
-@settings(max_examples=40, deadline=None)
 @given(st.data(), st.sampled_from([CORE_REVIEW, WITH_MODES]))
 def test_random_workloads_same_as_the_reference(data: st.DataObject, profiles: tuple[str, ...]) -> None:
     steps = list(SETUP)

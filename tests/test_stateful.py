@@ -19,10 +19,10 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
+from support import env, make
 
 from coordinator import Coordinator, CounterIds, StepClock
 from storage import MemoryStore, SqliteStore
-from support import env, make
 
 WORKSPACES = ("wa", "wb")
 PEOPLE = ("human:alice", "human:bob", "agent:bot", "agent:two", "human:ghost")
@@ -192,8 +192,8 @@ class LockstepMachine(RuleBasedStateMachine):
             restarted.close()
 
 
+# max_examples comes from the hypothesis profile (tests/conftest.py).
 LockstepMachine.TestCase.settings = settings(
-    max_examples=30,
     stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

@@ -9,6 +9,16 @@ from msgspec.structs import replace
 from coordinator.audit import ChainVerifier
 from coordinator.call import Call
 from coordinator.canonical import ZERO_HASH
+from coordinator.limits import check_new_id
+from coordinator.model import (
+    HistoryEntry,
+    Member,
+    Review,
+    Task,
+    WorkspaceMeta,
+    mode_le,
+    trial_forces_review,
+)
 from coordinator.registry import (
     ANY,
     BOOLEAN,
@@ -19,16 +29,6 @@ from coordinator.registry import (
     Profile,
     profile_name,
     schema,
-)
-from coordinator.limits import check_new_id
-from coordinator.model import (
-    HistoryEntry,
-    Member,
-    Review,
-    Task,
-    WorkspaceMeta,
-    mode_le,
-    trial_forces_review,
 )
 from coordinator.wire import (
     INVALID_PARAMS,
@@ -458,7 +458,9 @@ def task_create(call: Call) -> dict[str, Any]:
     call.put("tasks", task_id, task)
     if isinstance(key, str):
         if call.count(IDEMPOTENCY_KEYS) >= IDEMPOTENCY_CAP:
-            call.delete(IDEMPOTENCY_KEYS, call.oldest(IDEMPOTENCY_KEYS))  # the oldest goes
+            oldest = call.oldest(IDEMPOTENCY_KEYS)
+            if oldest is not None:
+                call.delete(IDEMPOTENCY_KEYS, oldest)  # the oldest goes
         call.put(IDEMPOTENCY_KEYS, key, task_id)
     return {"task_id": task_id, "state": "created"}
 

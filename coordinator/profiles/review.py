@@ -91,8 +91,8 @@ def _reviewers(value: Any) -> list[str]:
 
 
 def _rule(value: Any) -> str:
-    if value in ("any_one_approves", "all_approve"):
-        return value
+    if value == "any_one_approves" or value == "all_approve":
+        return str(value)
     if isinstance(value, str):
         quorum = _QUORUM.fullmatch(value)
         if quorum and int(quorum.group(1)) >= 1:

@@ -23,7 +23,8 @@ import asyncio
 import logging
 import queue
 import threading
-from typing import Any, Callable, ContextManager, Protocol, TypeVar
+from contextlib import AbstractContextManager
+from typing import Any, Callable, Protocol, TypeVar
 
 from coordinator.coordinator import BatchWriteError
 from coordinator.incidents import internal_error
@@ -39,7 +40,7 @@ class Dispatcher(Protocol):
 
     def dispatch(self, envelope: dict[str, Any] | str | bytes) -> dict[str, Any]: ...
 
-    def batch(self) -> ContextManager[None]: ...
+    def batch(self) -> AbstractContextManager[None]: ...
 
 
 class DispatcherClosed(RuntimeError):
@@ -170,7 +171,7 @@ class SerialDispatcher:
             except Exception as exc:
                 error = internal_error(log, "group commit failed; answering -32603 to the whole group", exc)
                 responses = [error_response(None, error) for _ in group]
-        for (_, loop, future), response in zip(group, responses):
+        for (_, loop, future), response in zip(group, responses, strict=True):
             _post(loop, future, (response, None))
 
     def _dispatch(self, body: bytes) -> dict[str, Any]:
