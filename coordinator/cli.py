@@ -18,6 +18,7 @@ import sqlite3
 import sys
 from collections.abc import Sequence
 from types import FrameType
+from typing import Any
 
 import uvicorn
 
@@ -223,7 +224,8 @@ class _Server(uvicorn.Server):
     never finish on their own, and a graceful stop waits for every response."""
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        self.config.app.state.events.close()
+        app: Any = self.config.app  # the Starlette app create_app built
+        app.state.events.close()
         super().handle_exit(sig, frame)
 
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 import queue
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import pytest

@@ -23,8 +23,9 @@ import asyncio
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, Callable, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from coordinator.coordinator import BatchWriteError
 from coordinator.incidents import internal_error

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import msgspec
 

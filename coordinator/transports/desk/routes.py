@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Protocol
+from typing import Any, Protocol
 
 import msgspec
 from starlette.requests import Request
@@ -29,7 +31,7 @@ class DeskTarget(Protocol):
 
     def dispatch(self, envelope: dict[str, Any] | str | bytes) -> dict[str, Any]: ...
 
-    def batch(self) -> ContextManager[None]: ...
+    def batch(self) -> AbstractContextManager[None]: ...
 
     def snapshot(self, workspace_id: str) -> dict[str, Any]: ...
 
