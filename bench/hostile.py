@@ -41,7 +41,6 @@ import msgspec
 
 from coordinator import Coordinator, CounterIds, StepClock
 from coordinator.profiles import REGISTRY
-from coordinator.registry import CHAP_0_3
 from storage import COLLECTIONS, IDEMPOTENCY_KEYS, SqliteStore
 
 __all__ = ["Failure", "Generator", "Checker", "Report", "run", "main"]
