@@ -6,8 +6,8 @@ from coordinator.clock import StepClock
 from coordinator.compat import CoordinatorOptions, UnsupportedOptionError, WorkspaceState
 from coordinator.coordinator import BatchWriteError, Coordinator
 from coordinator.ids import CounterIds
-from coordinator.snapshot import RestoreError
 from coordinator.signing import SignatureError, public_jwk, sign_envelope
+from coordinator.snapshot import RestoreError
 from coordinator.wire import RpcError
 
 __all__ = [

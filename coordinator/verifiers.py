@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from joserfc import jwt
 from joserfc.errors import JoseError

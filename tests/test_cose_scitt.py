@@ -11,15 +11,15 @@ import cbor2
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-from pycose.headers import Algorithm, ContentType, KID
+from pycose.headers import KID, Algorithm, ContentType
 from pycose.keys.curves import Ed25519
 from pycose.keys.okp import OKPKey
 from pycose.messages import Sign1Message
+from transparency import TransparencyService
 
 from coordinator.canonical import canonical_bytes
 from coordinator.cose import CHAP_CONTENT_TYPE, CoseError, decode_sign1, sign1, verify_sign1
 from coordinator.scitt import ReceiptVerifier, ScittSubmitter, ScittUnreachable, build_statement
-from transparency import TransparencyService
 
 RECORD = {"jsonrpc": "2.0", "id": "r1", "method": "task.create",
           "params": {"workspace": "wsp_t", "from": "human:alice", "kind": "k", "input": {"é": 1}}}

@@ -3,9 +3,8 @@ from keys generated here (no network)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import re
+from typing import Any
 
 import pytest
 from joserfc import jwt

@@ -16,7 +16,16 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from coordinator.cose import CWT_CLAIMS, CWT_IAT, CWT_ISS, CWT_SUB, KID, CoseError, sign1, verify_sign1
+from coordinator.cose import (
+    CWT_CLAIMS,
+    CWT_IAT,
+    CWT_ISS,
+    CWT_SUB,
+    KID,
+    CoseError,
+    sign1,
+    verify_sign1,
+)
 
 SERVICE_ID = "https://ts.test"
 
@@ -47,7 +56,7 @@ class TransparencyService:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def __enter__(self) -> "TransparencyService":
+    def __enter__(self) -> TransparencyService:
         self._thread.start()
         return self
 
