@@ -24,11 +24,11 @@ import re
 from typing import Any
 
 import chap_coordinator
+from support import env, make
 
 from coordinator import Coordinator
 from coordinator.audit import record_of
 from coordinator.canonical import ZERO_HASH, canonical_bytes, digest, link_hash
-from support import env, make
 
 GENERATED = re.compile(r"^(?:tsk|art|wsp)_[0-9A-HJKMNP-TV-Z]{26}$")
 INSIDE = re.compile(r"\b(?:tsk|art|wsp)_[0-9A-HJKMNP-TV-Z]{26}\b")
@@ -96,11 +96,12 @@ class IdPairs:
                 for k in mine:
                     self.pair(mine[k], theirs[k])
             elif len(mine) == len(theirs):  # keyed by generated ids: held order
-                for (km, vm), (kt, vt) in zip(mine.items(), theirs.items()):
+                for (km, vm), (kt, vt) in zip(mine.items(), theirs.items(), strict=True):
                     self.pair(km, kt)
                     self.pair(vm, vt)
         elif isinstance(mine, list) and isinstance(theirs, list):
-            for a, b in zip(mine, theirs):
+            # Unequal lengths are the comparison's to report; pair what both have.
+            for a, b in zip(mine, theirs, strict=False):
                 self.pair(a, b)
 
     def map(self, value: Any) -> Any:
@@ -212,7 +213,7 @@ class Run:
         assert _hint_sets(_rehash(self.ids.map(sx))) == _hint_sets(sy), (step, x, y)
         return x, y
 
-    def steps(self, steps: list[Step]) -> "Run":
+    def steps(self, steps: list[Step]) -> Run:
         for s in steps:
             self.step(s)
         return self
@@ -223,7 +224,7 @@ class Run:
         mine, theirs = log_of(self.a.coord, w), log_of(self.b.coord, w)
         assert len(mine) == len(theirs)
         prev = ZERO_HASH
-        for x, y in zip(mine, theirs):
+        for x, y in zip(mine, theirs, strict=True):
             self.ids.pair(x, y)
             mapped = self.ids.map(x)
             assert {k: v for k, v in mapped.items() if k != "prev_hash"} == {

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from profile_diff import Run, Side, ours, reference
 
 W = "wsp_d"

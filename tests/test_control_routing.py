@@ -16,11 +16,11 @@ import msgspec
 import pytest
 from chap_analytics import briefs
 from chap_coordinator.storage.sqlite import SqliteStore as ReferenceStore
+from profile_diff import ALL_PROFILES, log_of
+from support import FailingStore, ReviewClient, make
 
 from coordinator import BatchWriteError, Coordinator
-from profile_diff import ALL_PROFILES, log_of
 from storage import SqliteStore
-from support import FailingStore, ReviewClient, make
 
 W = "wsp_t"
 A, BOT, B2, BOB = "human:alice", "agent:bot", "agent:b2", "human:bob"

@@ -7,7 +7,6 @@ from __future__ import annotations
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, precondition, rule
-
 from test_stateful import PEOPLE, LockstepMachine
 
 PROFILES = ["core/1.0", "review/1.0", "control/1.0", "routing/1.0", "modes/1.0"]

@@ -57,7 +57,7 @@ MODE = {"type": "string", "enum": list(MODES)}
 
 def _scope(call: Call) -> str:
     scope = call.params.get("scope", "task")
-    if scope not in _SCOPES:
+    if not isinstance(scope, str) or scope not in _SCOPES:
         raise invalid_params("scope must be one of task, participant or workspace (default task)")
     return scope
 
@@ -273,7 +273,8 @@ def control_rollback(call: Call) -> dict[str, Any]:
     content = snap.content if isinstance(snap.content, dict) else {}
     included = content.get("include")
     what = _parts(call, "what_to_restore", included if isinstance(included, list) else [])
-    state = content.get("state") if isinstance(content.get("state"), dict) else {}
+    held_state = content.get("state")
+    state: dict[str, Any] = held_state if isinstance(held_state, dict) else {}
     restored = []
     if "mode_ceiling" in what and "mode_ceiling" in state:
         call.set_meta(replace(call.meta or ws.meta, mode_ceiling=state["mode_ceiling"]))

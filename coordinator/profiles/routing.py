@@ -11,7 +11,8 @@ answered -32515 and changes nothing.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import msgspec
 from msgspec.structs import replace
