@@ -25,6 +25,7 @@ import pytest
 from live_server import LiveServer
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -152,7 +153,22 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
 
 
 def wait(driver: WebDriver, condition: Any, what: str) -> Any:
-    return WebDriverWait(driver, WAIT).until(lambda d: condition(d), message=what)
+    """condition(driver) once truthy; an element replaced by a live update
+    while it was being read (stale) is looked up again."""
+    return WebDriverWait(
+        driver, WAIT, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)
+    ).until(lambda d: condition(d), message=what)
+
+
+def quiet(driver: WebDriver) -> None:
+    """Until the page has drawn everything it was told about (aria-busy)."""
+    wait(driver, lambda d: d.find_element(By.ID, "main").get_attribute("aria-busy") == "false",
+         "the page to settle")
+
+
+def click(driver: WebDriver, by: str, value: str) -> None:
+    quiet(driver)
+    wait(driver, lambda d: d.find_element(by, value).click() or True, f"clicking {value}")
 
 
 def sign_in(driver: WebDriver, desk: Desk, shots: Path | None = None, who: str = ALICE) -> None:
@@ -177,15 +193,17 @@ def test_a_reviewers_day_in_the_desk(desk: Desk, browser: WebDriver, shots: Path
     browser.switch_to.new_window("tab")
     second_tab = browser.current_window_handle
     sign_in(browser, desk)
-    assert inbox_rows(browser) == []
+    wait(browser, lambda d: "Nothing waits for your review" in d.find_element(By.ID, "view").text,
+         "an empty inbox in the second tab")
     browser.switch_to.window(first_tab)
-    assert inbox_rows(browser) == []
-    assert "Nothing waits for your review" in browser.find_element(By.ID, "view").text
+    wait(browser, lambda d: "Nothing waits for your review" in d.find_element(By.ID, "view").text,
+         "an empty inbox")
 
     # The agent asks for a review over HTTP; it appears without a reload.
     task = desk.review({"quarter": "Q3"}, DRAFT, "Figures from the ledger export")
     wait(browser, lambda d: inbox_rows(d) == [task], "the new review in the inbox")
-    row = browser.find_element(By.CSS_SELECTOR, f"tr[data-task='{task}']").text
+    row = wait(browser, lambda d: d.find_element(By.CSS_SELECTOR, f"tr[data-task='{task}']").text,
+               "the row's text")
     assert "report" in row and BOT in row and "Figures from the ledger export" in row
     browser.save_screenshot(str(shots / "2-inbox.png"))
     browser.switch_to.window(second_tab)
@@ -193,8 +211,10 @@ def test_a_reviewers_day_in_the_desk(desk: Desk, browser: WebDriver, shots: Path
     browser.switch_to.window(first_tab)
 
     # Edit the draft in place and override with the edit.
-    browser.find_element(By.LINK_TEXT, task).click()
-    draft = wait(browser, lambda d: d.find_element(By.ID, "draft"), "the review page")
+    click(browser, By.LINK_TEXT, task)
+    wait(browser, lambda d: d.find_element(By.ID, "draft"), "the review page")
+    quiet(browser)
+    draft = browser.find_element(By.ID, "draft")
     assert json.loads(draft.get_attribute("value")) == DRAFT
     assert json.loads(browser.find_element(By.ID, "input").text) == {"quarter": "Q3"}
     assert browser.find_element(By.ID, "override").get_attribute("disabled") is not None
@@ -226,9 +246,9 @@ def test_a_reviewers_day_in_the_desk(desk: Desk, browser: WebDriver, shots: Path
     second = desk.review({"quarter": "Q4"}, {"title": "Outlook"}, "Same template as Q3")
     wait(browser, lambda d: inbox_rows(d) == [second], "the second review")
     assert desk.call(BOT, "decide.approve", task_id=second)["error"]["code"] == -32011
-    browser.find_element(By.LINK_TEXT, second).click()
+    click(browser, By.LINK_TEXT, second)
     wait(browser, lambda d: d.find_element(By.ID, "approve").is_enabled(), "the approve button")
-    browser.find_element(By.ID, "approve").click()
+    click(browser, By.ID, "approve")
     wait(browser, lambda d: d.current_url.endswith("#/inbox") and inbox_rows(d) == [],
          "the approval")
     approvals = [e for e in desk.log() if e.get("envelope", {}).get("method") == "decide.approve"]
@@ -236,22 +256,32 @@ def test_a_reviewers_day_in_the_desk(desk: Desk, browser: WebDriver, shots: Path
     assert desk.coord.snapshot(WS)["tasks"][second]["state"] == "completed"
 
     # The workspace page: members, tasks by state, the timeline, the chain verified.
-    browser.find_element(By.ID, "nav-workspace").click()
-    verdict = wait(browser, lambda d: d.find_element(By.ID, "verdict"), "the chain verdict")
-    assert "verdict ok" in verdict.get_attribute("class")
+    click(browser, By.ID, "nav-workspace")
+    wait(browser, lambda d: d.find_element(By.ID, "verdict"), "the chain verdict")
+    quiet(browser)
+
+    def page(d: WebDriver) -> dict[str, Any]:
+        return {
+            "verdict": (d.find_element(By.ID, "verdict").get_attribute("class"),
+                        d.find_element(By.ID, "verdict").text),
+            "seqs": [r.get_attribute("data-seq") for r in d.find_elements(By.CSS_SELECTOR, "tr[data-seq]")],
+            "refused": [r.text for r in d.find_elements(By.CSS_SELECTOR, "tr.refused")],
+            "completed": d.find_element(By.CSS_SELECTOR, "[data-state='completed']").text,
+            "view": d.find_element(By.ID, "view").text,
+        }
+
+    shown = wait(browser, page, "the workspace page")
     head = desk.ok(ALICE, "workspace.describe")["evidence_head"]
     entries = desk.log()
-    assert verdict.text == (
-        f"Chain verified by the server: {len(entries)} of {len(entries)} entries, head {head}"
+    assert shown["verdict"] == (
+        "verdict ok",
+        f"Chain verified by the server: {len(entries)} of {len(entries)} entries, head {head}",
     )
-    seqs = [r.get_attribute("data-seq") for r in browser.find_elements(By.CSS_SELECTOR, "tr[data-seq]")]
-    assert seqs == [str(e["seq"]) for e in reversed(entries)]
-    refused = browser.find_elements(By.CSS_SELECTOR, "tr.refused")
-    assert len(refused) == 1 and "refused -32011" in refused[0].text and BOT in refused[0].text
-    done = browser.find_element(By.CSS_SELECTOR, "[data-state='completed']").text
-    assert task in done and second in done
-    members = browser.find_element(By.ID, "view").text
-    assert ALICE in members and BOT in members
+    assert shown["seqs"] == [str(e["seq"]) for e in reversed(entries)]
+    [refused] = shown["refused"]
+    assert "refused -32011" in refused and BOT in refused
+    assert task in shown["completed"] and second in shown["completed"]
+    assert ALICE in shown["view"] and BOT in shown["view"]
     browser.save_screenshot(str(shots / "4-workspace.png"))
 
     # A new entry shows up on the timeline live, and the verdict follows it.
@@ -266,8 +296,8 @@ def test_export_downloads_the_snapshot(desk: Desk, browser: WebDriver, tmp_path:
         "Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(tmp_path)}
     )
     browser.get(desk.url + "/#/workspace")
-    button = wait(browser, lambda d: d.find_element(By.ID, "export"), "the export button")
-    button.click()
+    wait(browser, lambda d: d.find_element(By.ID, "export"), "the export button")
+    click(browser, By.ID, "export")
     target = tmp_path / f"{WS}.snapshot.json"
     wait(browser, lambda d: target.exists() and target.stat().st_size > 0, "the downloaded snapshot")
     exported = json.loads(target.read_text())
@@ -284,9 +314,10 @@ def entry(desk: Desk, method: str) -> dict[str, Any]:
 def open_review(browser: WebDriver, desk: Desk, task: str) -> None:
     browser.get(f"{desk.url}/#/inbox")
     wait(browser, lambda d: task in inbox_rows(d), f"{task} in the inbox")
-    browser.find_element(By.LINK_TEXT, task).click()
+    click(browser, By.LINK_TEXT, task)
     wait(browser, lambda d: d.find_element(By.ID, "task-state").text == "review_requested",
          "the review page")
+    quiet(browser)
 
 
 def back_in_inbox(browser: WebDriver, task: str) -> None:
@@ -339,7 +370,8 @@ def test_reject_abstain_and_escalate(desk: Desk, browser: WebDriver, shots: Path
     sign_in(browser, desk, who=BOB)
     wait(browser, lambda d: successor["id"] in d.find_element(By.ID, "view").text,
          "the escalation in Bob's inbox")
-    assert "Escalated to you (1)" in browser.find_element(By.ID, "view").text
+    wait(browser, lambda d: "Escalated to you (1)" in d.find_element(By.ID, "view").text,
+         "the escalation count")
     browser.save_screenshot(str(shots / "5-escalated-inbox.png"))
 
 
@@ -360,8 +392,10 @@ def test_without_auth_the_desk_asks_whom_to_act_as(
         field.send_keys(ALICE, Keys.ENTER)
         wait(browser, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-live") == "on",
              "the live event stream")
+        quiet(browser)
         assert browser.find_element(By.ID, "workspace-select").get_attribute("value") == "wsp_open"
-        assert "Nothing waits for your review" in browser.find_element(By.ID, "view").text
+        wait(browser, lambda d: "Nothing waits for your review" in d.find_element(By.ID, "view").text,
+             "an empty inbox")
     finally:
         browser.close()
         browser.switch_to.window(browser.window_handles[0])

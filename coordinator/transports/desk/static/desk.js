@@ -8,6 +8,7 @@ const state = {
   auth: false,
   me: null,
   workspaces: [],
+  known: new Set(), // every workspace id the server listed
   workspace: null,
   snapshot: null,
   describe: null,
@@ -92,6 +93,7 @@ async function boot() {
 }
 
 function showSignIn(message = "") {
+  busy(false);
   $("sign-in").hidden = false;
   $("view").replaceChildren();
   $("nav").hidden = true;
@@ -152,6 +154,7 @@ function setLive(live) {
 
 async function loadWorkspaces() {
   const { workspaces } = await read("/desk/api/workspaces");
+  state.known = new Set(workspaces);
   const mine = [];
   for (const id of workspaces) {
     try {
@@ -225,7 +228,11 @@ function onEvent(name, data) {
   }
   if (name !== "audit") return;
   const env = data.entry.envelope || data.entry.request;
-  if (!state.workspaces.includes(data.workspace)) {
+  // The workspace list changes when a workspace appears or this person joins
+  // or leaves one; other workspaces' traffic is none of this desk's business.
+  const membership = data.entry.envelope && env.params && env.params.from === state.me &&
+    (env.method === "participant.join" || env.method === "participant.leave");
+  if (!state.known.has(data.workspace) || membership) {
     loadWorkspaces().then(() => scheduleRefresh());
     return;
   }
@@ -238,9 +245,19 @@ function onEvent(name, data) {
   scheduleRefresh();
 }
 
+// aria-busy on <main> while the page is about to change or changing, so
+// assistive technology (and tests) wait for the new content.
+function busy(flag) {
+  $("main").setAttribute("aria-busy", flag ? "true" : "false");
+}
+
 function scheduleRefresh() {
+  busy(true);
   clearTimeout(pending);
-  pending = setTimeout(() => render({ live: true }), 120);
+  pending = setTimeout(() => {
+    pending = null;
+    render({ live: true });
+  }, 120);
 }
 
 // -- views ----------------------------------------------------------------------
@@ -252,6 +269,15 @@ async function render(options = {}) {
   // Renders overlap when events arrive quickly; only the newest may draw.
   const mine = ++generation;
   const current = () => mine === generation;
+  busy(true);
+  try {
+    await drawPage(options, current);
+  } finally {
+    if (current() && pending === null) busy(false);
+  }
+}
+
+async function drawPage(options, current) {
   const [, page, raw] = (location.hash || "#/inbox").split("/");
   const arg = raw === undefined ? undefined : decodeURIComponent(raw);
   for (const link of document.querySelectorAll("#nav a")) {
