@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-__all__ = ["Clock", "StepClock", "iso_ms", "system_clock"]
+__all__ = ["Clock", "StepClock", "epoch_seconds", "iso_ms", "system_clock"]
 
 Clock = Callable[[], int]
 
@@ -55,3 +55,8 @@ def iso_ms(epoch_ms: int) -> str:
         text = f"{date}T{h:02d}:{m:02d}:{s:02d}"
         _last_second = (second, text)
     return f"{text}.{ms:03d}Z"
+
+
+def epoch_seconds(iso: str) -> int:
+    """Whole seconds since the epoch of a timestamp `iso_ms` wrote (or any RFC 3339 one)."""
+    return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp())

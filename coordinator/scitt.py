@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import datetime
 import hashlib
 import urllib.error
 import urllib.request
@@ -31,6 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
+from coordinator.clock import epoch_seconds
 from coordinator.cose import (
     ALG_EDDSA,
     CHAP_CONTENT_TYPE,
@@ -53,7 +53,6 @@ __all__ = [
     "ScittSubmitter",
     "ScittUnreachable",
     "build_statement",
-    "epoch_seconds",
 ]
 
 PLACEHOLDER_SIGNATURE = "<deployment-supplied>"
@@ -62,11 +61,6 @@ _PLACEHOLDER_KID = "scitt-issuer"
 
 class ScittUnreachable(Exception):
     """The transparency service could not be reached or failed (-32080)."""
-
-
-def epoch_seconds(iso: str) -> int:
-    """Seconds since the epoch of an RFC 3339 timestamp such as an entry's `arrived`."""
-    return int(datetime.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp())
 
 
 def _b64(data: bytes) -> str:

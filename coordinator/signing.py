@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
@@ -33,6 +34,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from coordinator.canonical import CanonicalError, canonical_bytes
+from coordinator.wire import (
+    SIG_KEY_NOT_FOUND,
+    SIG_KEY_REVOKED,
+    SIG_ROTATION_KEY_MISMATCH,
+    SIG_VERIFY_FAILED,
+)
 
 __all__ = [
     "SIG_VERIFY_FAILED",
@@ -50,11 +57,6 @@ __all__ = [
     "verify_envelope",
     "verify_recorded",
 ]
-
-SIG_VERIFY_FAILED = -32070
-SIG_KEY_NOT_FOUND = -32071
-SIG_KEY_REVOKED = -32072
-SIG_ROTATION_KEY_MISMATCH = -32073
 
 _SCHEME = "ed25519"
 
@@ -120,13 +122,21 @@ def public_key_from_jwk(jwk: Any) -> Ed25519PublicKey:
     if not isinstance(jwk, dict) or jwk.get("kty") != "OKP" or jwk.get("crv") != "Ed25519":
         raise SignatureError(SIG_KEY_NOT_FOUND, "The registered key is not an Ed25519 OKP JWK")
     x = jwk.get("x")
-    try:
-        raw = base64.urlsafe_b64decode(x + "=" * (-len(x) % 4)) if isinstance(x, str) else b""
-        return Ed25519PublicKey.from_public_bytes(raw)
-    except (ValueError, binascii.Error):
+    key = _public_key(x) if isinstance(x, str) else None
+    if key is None:
         raise SignatureError(
             SIG_KEY_NOT_FOUND, "The registered key's x is not a 32-byte base64url Ed25519 key"
-        ) from None
+        )
+    return key
+
+
+@functools.lru_cache(maxsize=1024)
+def _public_key(x: str) -> Ed25519PublicKey | None:
+    """The key of a JWK's `x` (cached: every signed call of a member needs it)."""
+    try:
+        return Ed25519PublicKey.from_public_bytes(base64.urlsafe_b64decode(x + "=" * (-len(x) % 4)))
+    except (ValueError, binascii.Error):
+        return None
 
 
 def parse_sig(sig: Any) -> tuple[str, bytes]:
@@ -150,11 +160,14 @@ def parse_sig(sig: Any) -> tuple[str, bytes]:
     return parts[1], signature
 
 
-def verify_envelope(envelope: dict[str, Any], public_key: Ed25519PublicKey) -> None:
-    """Check `envelope["sig"]` against `public_key`; SignatureError(-32070) if it fails."""
+def verify_envelope(
+    envelope: dict[str, Any], public_key: Ed25519PublicKey, message: bytes | None = None
+) -> None:
+    """Check `envelope["sig"]` against `public_key`; SignatureError(-32070) if it
+    fails. `message` is `signing_bytes(envelope)` when the caller has it already."""
     _, signature = parse_sig(envelope.get("sig"))
     try:
-        public_key.verify(signature, signing_bytes(envelope))
+        public_key.verify(signature, signing_bytes(envelope) if message is None else message)
     except (InvalidSignature, CanonicalError):
         raise SignatureError(SIG_VERIFY_FAILED, "Signature failed verification") from None
 

@@ -30,6 +30,13 @@ from joserfc.errors import JoseError
 from joserfc.jwk import KeySet, OKPKey
 from joserfc.jws import extract_compact
 
+from coordinator.wire import (
+    OIDC_CNF_MISMATCH,
+    OIDC_TOKEN_INVALID,
+    VC_HOLDER_BINDING_INVALID,
+    VC_VP_INVALID,
+)
+
 __all__ = [
     "OIDC_TOKEN_INVALID",
     "OIDC_CNF_MISMATCH",
@@ -41,10 +48,6 @@ __all__ = [
     "same_public_key",
 ]
 
-OIDC_TOKEN_INVALID = -32403
-OIDC_CNF_MISMATCH = -32404
-VC_VP_INVALID = -32410
-VC_HOLDER_BINDING_INVALID = -32411
 
 # RS256/ES256 are what OpenID providers sign with; Ed25519 (RFC 9864) and its
 # older name EdDSA for keys of the CHAP kind.
