@@ -23,7 +23,9 @@ from typing import Any
 import uvicorn
 
 from coordinator import logcli
+from coordinator.options import ENFORCED_BY, Options, unenforced
 from coordinator.profiles import REGISTRY
+from coordinator.registry import profile_name, profile_names
 
 __all__ = ["ALL_PROFILES", "DEFAULT_PROFILES", "main"]
 
@@ -34,8 +36,10 @@ __all__ = ["ALL_PROFILES", "DEFAULT_PROFILES", "main"]
 DEFAULT_PROFILES = ("core/1.0", "review/1.0")
 
 # `--profiles all`: every profile chapline implements (the registry's
-# advertisable ones), core first.
-ALL_PROFILES = REGISTRY.advertisable
+# advertisable ones), core first, but those only an option enforces:
+# --require-signatures adds security-signed to every new workspace itself,
+# and serve has no OIDC verifier for identity-oidc.
+ALL_PROFILES = tuple(p for p in REGISTRY.advertisable if profile_name(p) not in ENFORCED_BY)
 
 _PROFILE = re.compile(r"^[a-z][a-z0-9_-]*/\d+\.\d+$")
 
@@ -51,12 +55,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command != "serve":
         return logcli.run(args)
     try:
-        profiles = _profiles(args.profiles)
+        profiles = _profiles(args.profiles, args.require_signatures)
     except ValueError as exc:
         print(f"chapline: {exc}", file=sys.stderr)
         return 2
     try:
-        return _serve(args.db, args.host, args.port, profiles, args.auth)
+        return _serve(args.db, args.host, args.port, profiles, args.auth, args.require_signatures)
     except _Failure as exc:
         print(f"chapline: {exc}", file=sys.stderr)
         return 1
@@ -84,6 +88,12 @@ def _parser() -> argparse.ArgumentParser:
             "comma-separated profiles new workspaces get, or 'all' for every "
             "profile chapline implements (default: %(default)s)"
         ),
+    )
+    serve.add_argument(
+        "--require-signatures",
+        action="store_true",
+        help="every call but workspace.create and participant.join must be signed by its "
+        "sender's registered Ed25519 key (security-signed/1.0)",
     )
     serve.add_argument(
         "--auth",
@@ -146,7 +156,7 @@ def _token(args: argparse.Namespace) -> int:
     return 0
 
 
-def _profiles(text: str) -> tuple[str, ...]:
+def _profiles(text: str, require_signatures: bool) -> tuple[str, ...]:
     if text.strip() == "all":
         return ALL_PROFILES
     profiles = tuple(p.strip() for p in text.split(",") if p.strip())
@@ -155,13 +165,17 @@ def _profiles(text: str) -> tuple[str, ...]:
             raise ValueError(f"--profiles: {profile!r} is not of the form name/MAJOR.MINOR")
     if "core/1.0" not in profiles:
         raise ValueError("--profiles must include core/1.0: every CHAP workspace speaks Core")
-    problem = REGISTRY.unadvertisable(profiles)
+    problem = REGISTRY.unadvertisable(profiles) or unenforced(
+        Options(require_signatures=require_signatures), profile_names(list(profiles))
+    )
     if problem:
         raise ValueError(f"--profiles: {problem}")
     return profiles
 
 
-def _serve(db: str, host: str, port: int, profiles: tuple[str, ...], auth: bool) -> int:
+def _serve(
+    db: str, host: str, port: int, profiles: tuple[str, ...], auth: bool, require_signatures: bool
+) -> int:
     # Imported here so `chapline --help` works without loading the coordinator.
     from coordinator import Coordinator
     from coordinator.transports import create_app
@@ -172,7 +186,11 @@ def _serve(db: str, host: str, port: int, profiles: tuple[str, ...], auth: bool)
     tokens = None
     try:
         try:
-            coord = Coordinator(store=SqliteStore(db), default_profiles=profiles)
+            coord = Coordinator(
+                store=SqliteStore(db),
+                default_profiles=profiles,
+                require_signatures=require_signatures,
+            )
         except (sqlite3.Error, OSError, StoreError) as exc:
             raise _Failure(f"cannot open the database {db!r}: {exc}") from None
         if auth:
@@ -201,7 +219,8 @@ def _serve(db: str, host: str, port: int, profiles: tuple[str, ...], auth: bool)
             )
             print(
                 f"chapline: serving CHAP on {_url(sock)} ({', '.join(profiles)}), "
-                f"writing {_where(db)}{', tokens required' if auth else ''}; "
+                f"writing {_where(db)}{', tokens required' if auth else ''}"
+                f"{', signatures required' if require_signatures else ''}; "
                 f"review desk at {_url(sock, '/')}",
                 flush=True,
             )

@@ -43,10 +43,10 @@ class CoordinatorOptions:
     """0.3.3's options, with its names and defaults (`enable_chain` is off, as
     there). `Coordinator(options)` maps each field to chapline's arguments:
     `deterministic_ids` to `ids=CounterIds()`, `deterministic_clock` to
-    `clock=StepClock()`, the rest by name (the three routing policies
-    included). The other fields after `on_audit` belong to profiles and hooks
-    chapline does not implement yet; setting one raises
-    `UnsupportedOptionError`."""
+    `clock=StepClock()`, the rest by name (the routing policies and the
+    signature, identity and SCITT hooks included). `on_auto_escalate` and
+    `on_store_error` belong to what chapline does not implement; setting one
+    raises `UnsupportedOptionError`."""
 
     deterministic_ids: bool = False
     deterministic_clock: bool = False
@@ -86,13 +86,7 @@ class UnsupportedOptionError(ValueError):
 
 # Fields with no chapline counterpart yet, and why.
 _UNSUPPORTED: dict[str, str] = {
-    "require_signatures": "the security-signed profile is not implemented",
-    "enforce_step_up": "step-up authentication (security-oidc) is not implemented",
     "on_auto_escalate": "the escalate.auto method is not implemented",
-    "verify_oidc_token": "the security-oidc profile is not implemented",
-    "verify_vc": "verifiable-credential identity is not implemented",
-    "scitt_submitter": "the audit-scitt profile is not implemented",
-    "verify_scitt_receipt": "the audit-scitt profile is not implemented",
     "on_store_error": (
         "chapline writes before it answers, so a failed write is the call's own "
         "answer (-32900) rather than a report after the fact"
@@ -108,6 +102,12 @@ SHARED = (
     "routing_policy",
     "review_depth_policy",
     "escalation_policy",
+    "require_signatures",
+    "enforce_step_up",
+    "verify_oidc_token",
+    "verify_vc",
+    "scitt_submitter",
+    "verify_scitt_receipt",
 )
 _FIELDS = frozenset(f.name for f in dataclasses.fields(CoordinatorOptions))
 _DEFAULTS = CoordinatorOptions()

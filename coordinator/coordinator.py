@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import msgspec
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from coordinator.audit import AuditEntry, refusal_is_recorded, signed_digest
 from coordinator.batch import Part, Pending, put_values
@@ -34,10 +35,18 @@ from coordinator.ids import IdSource, random_ids
 from coordinator.incidents import internal_error, logged
 from coordinator.log import LogReader
 from coordinator.model import WorkspaceMeta, to_stored
-from coordinator.options import EscalationPolicy, Options, ReviewDepthPolicy, RoutingPolicy
+from coordinator.options import (
+    EscalationPolicy,
+    Options,
+    ReviewDepthPolicy,
+    RoutingPolicy,
+    unenforced,
+)
 from coordinator.profiles import REGISTRY
+from coordinator.profiles.identity import check_step_up
+from coordinator.profiles.signed import UNSIGNED_METHODS, check_signature
 from coordinator.registry import Handler, Method, profile_name, profile_names
-from coordinator.signed import index_signed, signed_index
+from coordinator.signed import index_signed, seen_before, signed_index, signed_message
 from coordinator.snapshot import RestoreError, restore_change, workspace_from_held
 from coordinator.wire import (
     INTERNAL_ERROR,
@@ -51,7 +60,14 @@ from coordinator.wire import (
     result_response,
 )
 from coordinator.workspace import Workspace
-from storage import MemoryStore, Store, StoreChange, StoreConflictError, assemble_snapshot
+from storage import (
+    SIGNED_CALLS,
+    MemoryStore,
+    Store,
+    StoreChange,
+    StoreConflictError,
+    assemble_snapshot,
+)
 
 __all__ = ["AuditListener", "BatchWriteError", "Coordinator", "Options"]
 
@@ -101,6 +117,14 @@ class Coordinator:
         routing_policy: RoutingPolicy | None = None,
         review_depth_policy: ReviewDepthPolicy | None = None,
         escalation_policy: EscalationPolicy | None = None,
+        require_signatures: bool | None = None,
+        enforce_step_up: bool | None = None,
+        verify_oidc_token: Callable[[Any], Any] | None = None,
+        verify_vc: Callable[[Any], Any] | None = None,
+        scitt_submitter: Callable[[dict[str, Any]], Any] | None = None,
+        verify_scitt_receipt: Callable[[Any], Any] | None = None,
+        scitt_issuer_key: Ed25519PrivateKey | None = None,
+        scitt_issuer_kid: str | None = None,
         **overrides: Any,
     ) -> None:
         if isinstance(store, CoordinatorOptions):  # 0.3.3's Coordinator(options)
@@ -119,6 +143,14 @@ class Coordinator:
             "routing_policy": routing_policy,
             "review_depth_policy": review_depth_policy,
             "escalation_policy": escalation_policy,
+            "require_signatures": require_signatures,
+            "enforce_step_up": enforce_step_up,
+            "verify_oidc_token": verify_oidc_token,
+            "verify_vc": verify_vc,
+            "scitt_submitter": scitt_submitter,
+            "verify_scitt_receipt": verify_scitt_receipt,
+            "scitt_issuer_key": scitt_issuer_key,
+            "scitt_issuer_kid": scitt_issuer_kid,
         }
         settings = coordinator_settings(options, overrides, explicit)
         chosen: Store | None = settings["store"]
@@ -145,7 +177,18 @@ class Coordinator:
             routing_policy=settings["routing_policy"],
             review_depth_policy=settings["review_depth_policy"],
             escalation_policy=settings["escalation_policy"],
+            require_signatures=settings["require_signatures"],
+            enforce_step_up=settings["enforce_step_up"],
+            verify_oidc_token=settings["verify_oidc_token"],
+            verify_vc=settings["verify_vc"],
+            scitt_submitter=settings["scitt_submitter"],
+            verify_scitt_receipt=settings["verify_scitt_receipt"],
+            scitt_issuer_key=settings.get("scitt_issuer_key"),
+            scitt_issuer_kid=settings.get("scitt_issuer_kid") or "scitt-issuer",
         )
+        problem = unenforced(self.options, profile_names(list(default_profiles)))
+        if problem:
+            raise ValueError(f"default_profiles: {problem}")
         self._listeners: list[AuditListener] = [on_audit] if on_audit else []
         self._workspaces: dict[str, Workspace] = {}
         self._batch: Pending | None = None
@@ -313,28 +356,45 @@ class Coordinator:
         except Rejected as rejected:  # steps 1-8
             return error_response(rejected.request_id, rejected.error)
         call = self._open(request, arrived, retry)
-        refused = self._refused_before(call)  # step 9
-        if refused is not None:
-            return error_response(call.request_id, refused)
+        message, digest = signed_message(call.envelope)
+        if digest is not None and call.ws is not None:
+            seen = seen_before(call.ws, call.log, digest)  # step 9
+            if isinstance(seen, RpcError):
+                return error_response(call.request_id, seen)
+            if seen is not None:
+                return result_response(call.request_id, seen.result)
+        method = request.method
+        if self.options.require_signatures and method.name not in UNSIGNED_METHODS:
+            try:  # step 10, never recorded
+                members = call.member if call.ws else None
+                check_signature(call.envelope, members, call.arrived, message)
+            except RpcError as err:
+                return error_response(call.request_id, err)
         try:
-            handler = _route(call, request.method)  # steps 10-12
+            if self.options.enforce_step_up:
+                check_step_up(call, method)  # step 11
+            handler = _route(call, method)  # steps 12-14
         except RpcError as err:
             gated = isinstance(err.data, dict) and "advertised" in err.data
-            return self._refuse(call, request.method, err, gated)
+            return self._refuse(call, method, err, gated)
         try:
-            result = handler(call)  # steps 13-14
+            result = handler(call)  # steps 15-16
         except RpcError as err:
-            return self._refuse(call, request.method, err, False)
+            return self._refuse(call, method, err, False)
         if not call.fresh_result:
             # The caller gets its own copy: results can share values with held objects.
             result = _decode(_encode(result))
         response = result_response(call.request_id, result)
-        if call.ws is None or request.method.read or not call.recorded:
+        if call.ws is None or method.read or not call.recorded:
             return response
-        # Step 15: 0.3.3 records a call only when params.workspace names the
+        # Step 17: 0.3.3 records a call only when params.workspace names the
         # workspace: a create with a generated id is kept, but leaves no entry.
         record = call.raw if call.params.get("workspace") == call.ws.id else None
-        return self._record(call, response, record, None)  # step 16
+        if record is not None and digest is not None:
+            # A verbatim resend is answered with this result (its own copy).
+            kept = {"seq": call.ws.count, "result": _decode(_encode(result))}
+            call.put(SIGNED_CALLS, digest, kept)
+        return self._record(call, response, record, None)  # step 18
 
     def _open(self, request: Request, arrived: str, retry: bool) -> Call:
         """The call's context, on the workspace `params.workspace` names (if held)."""
@@ -354,21 +414,6 @@ class Coordinator:
             REGISTRY,
             self._log_reader(ws),
             self._new_id,
-        )
-
-    def _refused_before(self, call: Call) -> RpcError | None:
-        """Step 9: a signed request already refused gets that refusal again."""
-        sig = call.envelope.get("sig")
-        if call.ws is None or not isinstance(sig, str):
-            return None
-        seen = signed_index(call.ws, call.log).get(signed_digest(call.envelope))
-        if seen is None:
-            return None
-        seq, code = seen
-        if code is None:  # accepted before: run it as any other call
-            return None
-        return RpcError(
-            code, f"This signed request was refused at seq {seq}", {"refused_at_seq": seq}
         )
 
     def _refuse(self, call: Call, method: Method, err: RpcError, gated: bool) -> dict[str, Any]:
@@ -542,7 +587,7 @@ class Coordinator:
 
 
 def _route(call: Call, method: Method) -> Handler:
-    """Steps 10-12: the handler for the call, or the refusal a gate gives first."""
+    """Steps 12-14: the handler for the call, or the refusal a gate gives first."""
     ws = call.ws
     if ws is not None and not method.always_available and method.profile != "core/1.0":
         advertised = ws.meta.profiles

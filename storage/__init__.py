@@ -11,6 +11,7 @@ from storage.sqlite import SqliteStore
 from storage.types import (
     COLLECTIONS,
     IDEMPOTENCY_KEYS,
+    SIGNED_CALLS,
     EntryFilter,
     HeldWorkspace,
     MalformedChangeError,
@@ -26,6 +27,7 @@ from storage.types import (
 __all__ = [
     "COLLECTIONS",
     "IDEMPOTENCY_KEYS",
+    "SIGNED_CALLS",
     "EntryFilter",
     "HeldWorkspace",
     "MalformedChangeError",

@@ -8,6 +8,7 @@ from typing import Any
 from storage.types import (
     COLLECTIONS,
     IDEMPOTENCY_KEYS,
+    SIGNED_CALLS,
     MalformedChangeError,
     StoreChange,
     WorkspaceRecord,
@@ -16,7 +17,7 @@ from storage.types import (
 __all__ = ["assemble_snapshot", "change_from_record", "object_key"]
 
 # Everything a workspace's meta row does not hold.
-_NOT_META = frozenset(COLLECTIONS) | {IDEMPOTENCY_KEYS, "audit"}
+_NOT_META = frozenset(COLLECTIONS) | {IDEMPOTENCY_KEYS, SIGNED_CALLS, "audit"}
 
 
 def object_key(collection: str, item: Any) -> str | None:
@@ -68,6 +69,15 @@ def change_from_record(record: WorkspaceRecord) -> StoreChange:
                 "Give it as {key: task_id}.",
             )
         objects[IDEMPOTENCY_KEYS] = dict(keys)
+    signed = data.get(SIGNED_CALLS)
+    if signed is not None:
+        if not isinstance(signed, dict):
+            raise MalformedChangeError(
+                record.id,
+                "signed_calls must be an object of signed digest -> {seq, result}",
+                "Give it as a snapshot() wrote it, or leave it out.",
+            )
+        objects[SIGNED_CALLS] = dict(signed)
     objects = {c: v for c, v in objects.items() if v}
     entries = list(data.get("audit") or [])
     return StoreChange(

@@ -28,6 +28,7 @@ import msgspec
 __all__ = [
     "COLLECTIONS",
     "IDEMPOTENCY_KEYS",
+    "SIGNED_CALLS",
     "EntryFilter",
     "HeldWorkspace",
     "MalformedChangeError",
@@ -51,6 +52,10 @@ COLLECTIONS: tuple[str, ...] = (
     "route_decisions",
 )
 IDEMPOTENCY_KEYS = "idempotency_keys"
+# chapline's own: signed digest -> {seq, result} of each accepted signed call,
+# so that a verbatim resend is answered, not run again. 0.3.3 keeps rows of
+# collections it does not know and ignores them.
+SIGNED_CALLS = "signed_calls"
 
 
 class StoreChange(msgspec.Struct, frozen=True):

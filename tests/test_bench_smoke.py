@@ -91,3 +91,16 @@ def test_same_envelopes_and_states_on_both(tmp_path):
         finally:
             o.close()
     assert states[0] == states[1]
+
+
+@pytest.mark.parametrize("impl", ["chapline", "chap-coordinator 0.3.3"])
+@pytest.mark.parametrize("signed", [False, True])
+def test_signed_bench_calls_are_accepted(impl, signed):
+    """bench/signed.py's calls are all accepted, signed or not, by both (it
+    raises on any error answer)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from bench import signed as S
+
+    keys = {S.ALICE: Ed25519PrivateKey.generate(), S.BOT: Ed25519PrivateKey.generate()}
+    assert S._run(impl, signed, 20, keys) > 0

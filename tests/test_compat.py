@@ -390,13 +390,7 @@ def test_options_have_the_reference_names_and_defaults() -> None:
 
 
 UNSUPPORTED = [
-    ("require_signatures", True),
-    ("enforce_step_up", True),
     ("on_auto_escalate", print),
-    ("verify_oidc_token", print),
-    ("verify_vc", print),
-    ("scitt_submitter", print),
-    ("verify_scitt_receipt", print),
     ("on_store_error", print),
 ]
 

@@ -740,6 +740,36 @@ def test_chosen_profiles_are_what_new_workspaces_advertise(tmp_path: Path) -> No
     assert code == 0, err
 
 
+def test_serve_require_signatures(tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from coordinator import public_jwk, sign_envelope
+
+    key = Ed25519PrivateKey.generate()
+    server = Serve(tmp_path / "chap.db", "--require-signatures")
+    try:
+        assert "signatures required" in server.line
+        with httpx.Client(base_url=server.base, timeout=60) as http:
+            def post(envelope: dict[str, Any]) -> dict[str, Any]:
+                return http.post("/chap", json=envelope).json()
+
+            joined = post({"jsonrpc": "2.0", "id": "j", "method": "participant.join", "params": {
+                "workspace": "wsp_sig", "from": ALICE, "type": "human", "jwks": {"keys": [public_jwk(key, "a1")]}}})
+            assert joined["result"]["joined"] is True
+            describe = {"jsonrpc": "2.0", "id": "d", "method": "workspace.describe",
+                        "params": {"workspace": "wsp_sig", "from": ALICE}}
+            assert post(describe)["error"]["code"] == -32070
+            profiles = post(sign_envelope(describe, key, "a1"))["result"]["profiles"]
+    finally:
+        code, err = server.stop()
+    assert code == 0, err
+    assert profiles == ["core/1.0", "review/1.0", "security-signed/1.0"]
+    bad = subprocess.run([sys.executable, "-m", "coordinator", "serve", "--db", str(tmp_path / "x.db"),
+                          "--port", "0", "--profiles", "core/1.0,security-signed/1.0"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "require_signatures" in bad.stderr
+
+
 def test_profiles_all_advertises_every_implemented_profile(tmp_path: Path) -> None:
     server = Serve(tmp_path / "chap.db", "--profiles", "all")
     try:
@@ -752,7 +782,9 @@ def test_profiles_all_advertises_every_implemented_profile(tmp_path: Path) -> No
         code, err = server.stop()
     assert code == 0, err
     assert profiles[0] == "core/1.0"
-    assert sorted(profiles) == sorted(REGISTRY.advertisable)
+    assert sorted(profiles) == sorted(ALL_PROFILES)
+    # all but the profiles only an option enforces (--require-signatures, an OIDC verifier)
+    assert set(REGISTRY.advertisable) - set(profiles) == {"security-signed/1.0", "identity-oidc/1.0"}
 
 
 def test_the_module_help_runs_without_a_server() -> None:

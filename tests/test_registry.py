@@ -55,6 +55,8 @@ def test_each_method_has_one_handler_or_is_unimplemented() -> None:
         **{m: "control/1.0" for m in CATALOGUE["control/1.0"].split()},
         **{m: "routing/1.0" for m in CATALOGUE["routing/1.0"].split()},
         "audit.verify_chain": "core/1.0",
+        "audit.verify_receipt": "audit-scitt/1.0",
+        "audit.submit_to_scitt": "audit-scitt/1.0",
     }
     handlers = [m.handler for m in REGISTRY.implemented()]
     assert len(set(handlers)) == len(handlers)  # no handler serves two names
@@ -72,7 +74,7 @@ def test_verify_chain_belongs_to_audit_scitt_and_is_implemented_in_core() -> Non
         True,
         True,
     )
-    assert "audit-scitt/1.0" not in REGISTRY.advertisable  # its other two have no handler
+    assert "audit-scitt/1.0" in REGISTRY.advertisable  # with its other two, from scitt.py
 
 
 def test_the_gates_facts_are_the_specifications() -> None:
@@ -81,6 +83,8 @@ def test_the_gates_facts_are_the_specifications() -> None:
         "workspace.describe",
         "audit.read",
         "audit.verify_chain",
+        "audit.verify_receipt",
+        "audit.submit_to_scitt",
     }
     assert {m.name for m in methods if m.pause_exempt} == {
         "workspace.create",
@@ -113,6 +117,8 @@ def test_the_gates_facts_are_the_specifications() -> None:
         "workspace.describe",
         "audit.read",
         "audit.verify_chain",
+        "audit.verify_receipt",
+        "audit.submit_to_scitt",
     }
 
 
@@ -136,7 +142,17 @@ def test_declarations_must_agree_with_chap() -> None:
 
 
 def test_a_profile_is_advertisable_once_all_its_methods_have_handlers() -> None:
-    assert REGISTRY.advertisable == ("core/1.0", "control/1.0", "modes/1.0", "review/1.0", "routing/1.0")
+    assert REGISTRY.advertisable == (
+        "core/1.0",
+        "audit-scitt/1.0",
+        "control/1.0",
+        "identity-oidc/1.0",
+        "identity-vc/1.0",
+        "modes/1.0",
+        "review/1.0",
+        "routing/1.0",
+        "security-signed/1.0",
+    )
     # core/1.0 declared without its eleven handlers is not advertisable either.
     half = Registry([_profile("core/1.0"), _profile("modes/1.0"), _profile("whisper/1.0", "whisper.ask")])
     assert half.advertisable == ("modes/1.0",)
@@ -160,10 +176,12 @@ def test_parameter_schemas_name_what_they_require() -> None:
         schema(["task_id"])
 
 
-def test_cli_profiles_all_is_every_advertisable_profile() -> None:
+def test_cli_profiles_all_is_every_advertisable_profile_no_option_must_enforce() -> None:
     from coordinator.cli import ALL_PROFILES
 
-    assert ALL_PROFILES == REGISTRY.advertisable
+    assert ALL_PROFILES == tuple(
+        p for p in REGISTRY.advertisable if p not in ("security-signed/1.0", "identity-oidc/1.0")
+    )
 
 
 def test_an_unimplemented_privileged_method_refused_by_the_gate_is_recorded() -> None:

@@ -6,6 +6,7 @@ from typing import Any
 
 from msgspec.structs import replace
 
+from coordinator.attest import attest_join, key_record
 from coordinator.audit import ChainVerifier
 from coordinator.call import Call
 from coordinator.canonical import ZERO_HASH
@@ -19,6 +20,7 @@ from coordinator.model import (
     mode_le,
     trial_forces_review,
 )
+from coordinator.options import ENFORCED_BY, unenforced
 from coordinator.registry import (
     ANY,
     BOOLEAN,
@@ -28,12 +30,15 @@ from coordinator.registry import (
     STRING,
     Profile,
     profile_name,
+    profile_names,
     schema,
 )
 from coordinator.wire import (
     INVALID_PARAMS,
     MODE_CEILING_EXCEEDED,
     NOT_AUTHORISED,
+    SIG_KEY_NOT_FOUND,
+    SIG_KEY_REVOKED,
     WORKSPACE_PAUSED,
     RpcError,
     invalid_params,
@@ -48,8 +53,6 @@ PROFILES = {"type": "array", "items": {"type": "string"}, "description": 'Such a
 MODE = {"type": "string", "enum": ["shadow", "trial", "production"]}
 IDEMPOTENCY_CAP = 10_000
 VERIFY_CHUNK = 10_000
-KEY_NOT_FOUND = -32071
-KEY_REVOKED = -32072
 
 
 def _profiles_param(call: Call, default: tuple[str, ...] | None) -> list[str]:
@@ -61,14 +64,29 @@ def _profiles_param(call: Call, default: tuple[str, ...] | None) -> list[str]:
     problem = call.registry.unadvertisable(profiles)
     if problem:
         raise invalid_params(f"profiles: {problem}")
+    problem = unenforced(call.options, profile_names(profiles))
+    if problem:
+        raise invalid_params(f"profiles: {problem}")
     return profiles
+
+
+def _enforced(call: Call, profiles: list[str]) -> list[str]:
+    """`profiles` with the enforced profiles this coordinator enforces appended."""
+    names = profile_names(profiles)
+    added = [
+        f"{name}/1.0"
+        for name, option in ENFORCED_BY.items()
+        if getattr(call.options, option) and name not in names
+    ]
+    return [*profiles, *added]
 
 
 def _new_workspace(call: Call, wid: str) -> WorkspaceMeta:
     """Stage a new workspace from the call's params (or the defaults)."""
-    profiles = _profiles_param(call, call.options.default_profiles)
+    profiles = _enforced(call, _profiles_param(call, call.options.default_profiles))
     p = call.params
-    chained = call.options.enable_chain
+    # audit-scitt needs a chain to make statements about: it turns chaining on.
+    chained = call.options.enable_chain or "audit-scitt" in profile_names(profiles)
     meta = WorkspaceMeta(
         id=wid,
         created=call.arrived,
@@ -199,7 +217,11 @@ def workspace_set_profiles(call: Call) -> dict[str, Any]:
     profiles = _profiles_param(call, None)
     if not any(profile_name(p) == "core" for p in profiles):
         profiles = [*profiles, "core/1.0"]
-    call.set_meta(replace(ws.meta, profiles=profiles))
+    meta = replace(ws.meta, profiles=profiles)
+    if "audit-scitt" in profile_names(profiles) and not meta.chain_enabled:
+        # Chaining starts here: this call's entry is the first chained one.
+        meta = replace(meta, chain_enabled=True, chain_head=ZERO_HASH)
+    call.set_meta(meta)
     return {"profiles": profiles}
 
 
@@ -215,6 +237,8 @@ def workspace_set_profiles(call: Call) -> dict[str, Any]:
         capabilities=ANY,
         scopes=ANY,
         jwks=OBJECT,
+        oidc_token=STRING,
+        vc_presentation=ANY,
     ),
     title="Join a workspace",
     description="Join as a participant (creating the workspace if it does not exist).",
@@ -238,24 +262,18 @@ def participant_join(call: Call) -> dict[str, Any]:
         check_new_id(wid, "workspace", "wsp_reports")
         _new_workspace_for_join(call, wid)
     existing = call.member(sender)
+    options = call.options
+    attested = attest_join(
+        call.envelope, existing, call.arrived, options.verify_oidc_token, options.verify_vc
+    )
     if existing is None:
         check_new_id(sender, "from", "human:alice")
         p = call.params
-        keys = []
+        keys = attested.keys
         jwks = p.get("jwks")
-        if isinstance(jwks, dict) and isinstance(jwks.get("keys"), list):
-            keys = [
-                {
-                    "jwk": k,
-                    "kid": k.get("kid"),
-                    "valid_from": call.arrived,
-                    "valid_until": None,
-                    "revoked_at": None,
-                    "revoked_reason": None,
-                }
-                for k in jwks["keys"]
-                if isinstance(k, dict)
-            ]
+        # Self-asserted keys only when no identity profile pinned one.
+        if not keys and isinstance(jwks, dict) and isinstance(jwks.get("keys"), list):
+            keys = [key_record(k, call.arrived) for k in jwks["keys"] if isinstance(k, dict)]
         call.put(
             "members",
             sender,
@@ -268,8 +286,15 @@ def participant_join(call: Call) -> dict[str, Any]:
                 capabilities=p.get("capabilities"),
                 scopes=p.get("scopes"),
                 keys=keys,
+                **attested.fields,
             ),
         )
+    elif attested.fields or attested.keys:
+        # A re-join is additive: what the evidence binds merges in.
+        known = {k.get("kid") for k in existing.keys}
+        keys = [*existing.keys, *(k for k in attested.keys if k["kid"] not in known)]
+        fields = {name: v for name, v in attested.fields.items() if v is not None}
+        call.put("members", sender, replace(existing, keys=keys, **fields))
     return {"joined": True, "as": sender}
 
 
@@ -320,12 +345,12 @@ def participant_rotate_key(call: Call) -> dict[str, Any]:
     sender = call.params.get("from")
     member = call.member(sender)
     if member is None:
-        raise RpcError(KEY_NOT_FOUND, f"Unknown participant: {sender}")
+        raise RpcError(SIG_KEY_NOT_FOUND, f"Unknown participant: {sender}")
     i = _key_index(member, old_kid)
     if i is None:
-        raise RpcError(KEY_NOT_FOUND, f"No key {old_kid} for {sender}")
+        raise RpcError(SIG_KEY_NOT_FOUND, f"No key {old_kid} for {sender}")
     if member.keys[i].get("revoked_at") is not None:
-        raise RpcError(KEY_REVOKED, f"Key {old_kid} is revoked")
+        raise RpcError(SIG_KEY_REVOKED, f"Key {old_kid} is revoked")
     # Checked after the key lookups, as 0.3.3 does: an unknown or revoked
     # old key is reported first.
     if not isinstance(new_jwk, dict) or not isinstance(new_jwk.get("kid"), str):
@@ -367,10 +392,10 @@ def participant_revoke_key(call: Call) -> dict[str, Any]:
             raise RpcError(NOT_AUTHORISED, "Revoking another member's key requires the admin role")
     target = call.member(target_uri)
     if target is None:
-        raise RpcError(KEY_NOT_FOUND, f"Unknown target: {target_uri}")
+        raise RpcError(SIG_KEY_NOT_FOUND, f"Unknown target: {target_uri}")
     i = _key_index(target, kid)
     if i is None:
-        raise RpcError(KEY_NOT_FOUND, f"No key {kid} for target")
+        raise RpcError(SIG_KEY_NOT_FOUND, f"No key {kid} for target")
     reason = call.params.get("reason") or "unspecified"
     keys = list(target.keys)
     keys[i] = {**keys[i], "revoked_at": call.arrived, "revoked_reason": reason}

@@ -1,0 +1,60 @@
+"""identity-oidc/1.0: a member's identity from an OpenID Connect ID token, and
+step-up authentication for privileged calls.
+
+The profile owns no method. `participant.join` takes an `oidc_token`, checked
+by the coordinator's `verify_oidc_token` hook and bound to the member
+(coordinator/attest.py; a ready verifier is `coordinator.verifiers.OidcVerifier`).
+
+With `enforce_step_up`, a privileged call (the seven `control.*`,
+`workspace.set_profiles`, `participant.rotate_key`, `participant.revoke_key`)
+from a member who is human or OIDC-bound needs a recent authentication
+(dispatch step 11, after the signature check, before the profile gate):
+its bound `auth_time` no older than the workspace's `step_up_window_sec`, and,
+when the workspace sets `min_acr`, its bound `acr` equal to it; else -32402,
+which is recorded like any member's refusal.
+"""
+
+from __future__ import annotations
+
+from coordinator.call import Call
+from coordinator.clock import epoch_seconds
+from coordinator.registry import Method, Profile
+from coordinator.wire import OIDC_STEP_UP_REQUIRED, RpcError
+
+__all__ = ["PROFILE", "check_step_up"]
+
+PROFILE = Profile("identity-oidc/1.0")
+
+
+def check_step_up(call: Call, method: Method) -> None:
+    """-32402 when a privileged call's sender has not authenticated recently enough."""
+    ws = call.ws
+    if ws is None or not method.privileged:
+        return
+    member = call.member(call.params.get("from"))
+    if member is None or (member.type != "human" and member.oidc_sub is None):
+        return
+    window = ws.meta.step_up_window_sec
+    auth_time = member.oidc_auth_time
+    if type(auth_time) is not int:
+        raise RpcError(
+            OIDC_STEP_UP_REQUIRED,
+            "Step-up authentication required: re-join with a fresh OIDC token",
+            {"window_sec": window},
+        )
+    age = epoch_seconds(call.arrived) - auth_time
+    if age > window:
+        raise RpcError(
+            OIDC_STEP_UP_REQUIRED,
+            f"Step-up authentication required: the last authentication is {age} s old "
+            f"(window {window} s); re-join with a fresh OIDC token",
+            {"window_sec": window, "age_sec": age},
+        )
+    required = ws.meta.min_acr
+    if required is not None and member.oidc_acr != required:
+        raise RpcError(
+            OIDC_STEP_UP_REQUIRED,
+            "Step-up required: acr below the workspace minimum; authenticate at "
+            f"acr {required!r} and re-join",
+            {"required_acr": required, "acr": member.oidc_acr},
+        )

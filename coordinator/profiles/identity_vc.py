@@ -1,0 +1,15 @@
+"""identity-vc/1.0: a member's identity from a Verifiable Presentation.
+
+The profile owns no method. `participant.join` takes a `vc_presentation`,
+checked by the coordinator's `verify_vc` hook and bound to the member
+(coordinator/attest.py; a ready verifier is `coordinator.verifiers.VcVerifier`).
+As in 0.3.3 it may be advertised with or without the hook.
+"""
+
+from __future__ import annotations
+
+from coordinator.registry import Profile
+
+__all__ = ["PROFILE"]
+
+PROFILE = Profile("identity-vc/1.0")

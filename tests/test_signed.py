@@ -1,0 +1,309 @@
+"""security-signed/1.0 against chap-coordinator 0.3.3 (a black box): each
+accepts what the other's signer produces, both refuse the same envelopes
+with the same codes and record none of them, and a signed workload gives
+identical entries and chain heads. Then what chapline does beyond 0.3.3:
+replays of accepted signed calls, and keys judged by arrival, not `ts`."""
+
+from __future__ import annotations
+
+import base64
+from collections import defaultdict, deque
+from typing import Any, Callable
+
+import chap_coordinator
+import pytest
+from chap_coordinator import Coordinator as Reference
+from chap_coordinator.storage.sqlite import SqliteStore as ReferenceSqlite
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from coordinator import Coordinator, CounterIds, StepClock, public_jwk, sign_envelope
+from storage import SqliteStore
+
+W = "wsp_sig"
+ALICE, BOT, CAROL, GHOST = "human:alice", "agent:bot", "human:carol", "human:ghost"
+KEYS = {uri: Ed25519PrivateKey.generate() for uri in (ALICE, BOT, CAROL)}
+K2 = Ed25519PrivateKey.generate()  # alice's key after rotation
+MALLORY = Ed25519PrivateKey.generate()
+KID = {ALICE: "alice-1", BOT: "bot-1", CAROL: "carol-1"}
+
+
+def ours(**kw: Any) -> Coordinator:
+    return Coordinator(clock=kw.pop("clock", StepClock()), ids=kw.pop("ids", CounterIds()),
+                       require_signatures=True, **kw)
+
+
+def reference(**kw: Any) -> Any:
+    return Reference(deterministic_ids=True, deterministic_clock=True, require_signatures=True, **kw)
+
+
+class Side:
+    """One implementation and the requests sent to it."""
+
+    def __init__(self, coord: Any) -> None:
+        self.coord = coord
+        self.n = 0
+        self.saved: dict[str, Any] = {}
+        self.reader = (KEYS[ALICE], KID[ALICE])  # the key alice's reads are signed with
+
+    def envelope(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        self.n += 1
+        params = {k: self.saved.get(v, v) if isinstance(v, str) else v for k, v in params.items()}
+        return {"jsonrpc": "2.0", "id": f"r{self.n}", "method": method, "params": params}
+
+    def send(self, envelope: dict[str, Any]) -> dict[str, Any]:
+        return self.coord.dispatch(envelope)
+
+    def read(self, method: str) -> dict[str, Any]:
+        envelope = self.envelope(method, {"workspace": W, "from": ALICE})
+        return self.send(sign_envelope(envelope, *self.reader))["result"]
+
+    def log(self) -> list[dict[str, Any]]:
+        return self.read("audit.read")["entries"]
+
+    def describe(self) -> dict[str, Any]:
+        return self.read("workspace.describe")
+
+
+def signed(side: Side, sender: str, method: str, params: dict[str, Any], key: Any = None, kid: str | None = None) -> dict[str, Any]:
+    envelope = side.envelope(method, {"workspace": W, "from": sender, **params})
+    return sign_envelope(envelope, key or KEYS[sender], kid or KID[sender])
+
+
+def setup(side: Side) -> None:
+    assert "result" in side.send(side.envelope("workspace.create", {"workspace": W}))
+    for uri, kind, role in ((ALICE, "human", "admin"), (BOT, "agent", "drafter"), (CAROL, "human", "reviewer")):
+        answer = side.send(side.envelope("participant.join", {
+            "workspace": W, "from": uri, "type": kind, "role": role,
+            "jwks": {"keys": [public_jwk(KEYS[uri], KID[uri])]}}))
+        assert answer["result"] == {"joined": True, "as": uri}
+
+
+def both() -> tuple[Side, Side]:
+    a, b = Side(ours()), Side(reference())
+    setup(a)
+    setup(b)
+    return a, b
+
+
+TASK = {"assignee": BOT, "kind": "draft", "input": {"text": "hello"}}
+
+
+def test_reference_accepts_our_helper_and_we_accept_its_signatures() -> None:
+    a, b = both()
+    answer = b.send(signed(b, ALICE, "task.create", TASK))
+    assert answer["result"]["state"] == "created"
+    envelope = a.envelope("task.create", {"workspace": W, "from": ALICE, **TASK})
+    envelope["sig"] = chap_coordinator.sign(chap_coordinator.canonicalize(envelope), KEYS[ALICE], KID[ALICE])
+    assert a.send(envelope)["result"]["state"] == "created"
+    assert a.log()[-1]["envelope"]["sig"] == envelope["sig"]
+
+
+def _tamper(envelope: dict[str, Any]) -> dict[str, Any]:
+    return {**envelope, "params": {**envelope["params"], "kind": "evil"}}
+
+
+def _sig(text: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    return lambda envelope: {**envelope, "sig": text}
+
+
+# (label, sender, method, params, key, kid, mangle, code)
+BEFORE_ROTATION = [
+    ("unsigned", ALICE, "task.create", TASK, None, None, lambda e: {k: v for k, v in e.items() if k != "sig"}, -32070),
+    ("sig not a string", ALICE, "task.create", TASK, None, None, _sig(5), -32070),  # type: ignore[arg-type]
+    ("tampered", ALICE, "task.create", TASK, None, None, _tamper, -32070),
+    ("wrong key", ALICE, "task.create", TASK, MALLORY, "alice-1", None, -32070),
+    ("another member's kid", ALICE, "task.create", TASK, KEYS[BOT], "bot-1", None, -32071),
+    ("unknown kid", ALICE, "task.create", TASK, MALLORY, "nope", None, -32071),
+    ("not a member", GHOST, "task.create", TASK, MALLORY, "g-1", None, -32071),
+    ("ts not a string", ALICE, "task.create", {**TASK, "ts": 5}, None, None, None, -32070),
+    ("malformed tag", ALICE, "task.create", TASK, None, None, _sig("ed25519:alice-1"), -32070),
+    ("other scheme", ALICE, "task.create", TASK, None, None, _sig("rsa:alice-1:AAAA"), -32070),
+    ("bad base64", ALICE, "task.create", TASK, None, None, _sig("ed25519:alice-1:!!!!"), -32070),
+    ("short signature", ALICE, "task.create", TASK, None, None, _sig("ed25519:alice-1:" + base64.b64encode(b"x" * 32).decode()), -32070),
+    ("unknown workspace", ALICE, "task.create", {**TASK, "workspace": "wsp_none"}, None, None, None, -32070),
+    ("workspace not a string", ALICE, "task.create", {**TASK, "workspace": 7}, None, None, None, -32070),
+    ("unsigned read", ALICE, "workspace.describe", {}, None, None, lambda e: {k: v for k, v in e.items() if k != "sig"}, -32070),
+    ("rotation signed by another key", ALICE, "participant.rotate_key",
+     {"old_kid": "alice-1", "new_jwk": public_jwk(K2, "alice-2")}, KEYS[ALICE], "carol-1", None, -32071),
+]
+
+
+def _send_case(side: Side, case: tuple) -> dict[str, Any]:
+    label, sender, method, params, key, kid, mangle, code = case
+    envelope = signed(side, sender, method, params, key, kid)
+    if mangle is not None:
+        envelope = mangle(envelope)
+    return side.send(envelope)
+
+
+def _assert_same_refusals(a: Side, b: Side, cases: list[tuple]) -> None:
+    count_a, count_b = len(a.log()), len(b.log())
+    for case in cases:
+        ra, rb = _send_case(a, case), _send_case(b, case)
+        assert "error" in rb and rb["error"]["code"] == case[-1], (case[0], rb)
+        assert "error" in ra and ra["error"]["code"] == case[-1], (case[0], ra)
+        assert ra["error"]["message"], case[0]
+    # nothing refused is recorded, by either
+    assert len(a.log()) == count_a and len(b.log()) == count_b
+
+
+def test_both_refuse_the_same_envelopes_with_the_same_codes() -> None:
+    a, b = both()
+    _assert_same_refusals(a, b, BEFORE_ROTATION)
+
+
+def test_rotation_and_revocation_give_the_same_codes() -> None:
+    a, b = both()
+    for side in (a, b):
+        rotate = signed(side, ALICE, "participant.rotate_key", {"old_kid": "alice-1", "new_jwk": public_jwk(K2, "alice-2")})
+        assert side.send(rotate)["result"]["new_kid"] == "alice-2"
+        side.reader = (K2, "alice-2")
+        revoke = signed(side, ALICE, "participant.revoke_key", {"target_uri": CAROL, "kid": "carol-1", "reason": "lost"}, K2, "alice-2")
+        assert side.send(revoke)["result"]["revoked"] is True
+    backdated = {**TASK, "ts": "2000-01-01T00:00:00.000Z"}
+    _assert_same_refusals(a, b, [
+        ("rotated out", ALICE, "task.create", TASK, KEYS[ALICE], "alice-1", None, -32071),
+        ("rotated out, backdated ts", ALICE, "task.create", backdated, KEYS[ALICE], "alice-1", None, -32071),
+        ("revoked", CAROL, "task.create", TASK, None, None, None, -32072),
+        ("revoked, backdated ts", CAROL, "task.create", backdated, None, None, None, -32072),
+        ("rotate a revoked key", CAROL, "participant.rotate_key",
+         {"old_kid": "carol-1", "new_jwk": public_jwk(MALLORY, "carol-2")}, None, None, None, -32072),
+        ("rotate signed by the current, not the old, key", ALICE, "participant.rotate_key",
+         {"old_kid": "alice-1", "new_jwk": public_jwk(MALLORY, "alice-3")}, K2, "alice-2", None, -32073),
+    ])
+    for side in (a, b):  # the new key works on both
+        assert side.send(signed(side, ALICE, "task.create", TASK, K2, "alice-2"))["result"]["state"] == "created"
+
+
+class ReplayIds:
+    """Ids in the order another run generated them, per prefix, so that both
+    implementations record byte-identical envelopes."""
+
+    def __init__(self, seen: dict[str, list[str]]) -> None:
+        self.queues = {prefix: deque(ids) for prefix, ids in seen.items()}
+
+    def __call__(self, prefix: str) -> str:
+        return self.queues[prefix].popleft()
+
+
+SIGNED_WORKLOAD = [
+    (ALICE, "task.create", {**TASK, "review_required": True}, "task"),
+    (BOT, "task.update", {"task_id": "$task", "state": "in_progress"}, None),
+    (BOT, "task.complete", {"task_id": "$task", "output": {"text": "done"}}, "review"),
+    (CAROL, "decide.approve", {"task_id": "$task"}, None),
+    (ALICE, "task.create", TASK, "t2"),
+    (ALICE, "decide.approve", {"task_id": "$t2"}, None),  # a recorded refusal (-32010)
+    (BOT, "participant.rotate_key", {"old_kid": "bot-1", "new_jwk": public_jwk(K2, "bot-2")}, None),
+    (ALICE, "task.update", {"task_id": "$t2", "state": "in_progress", "ts": "2023-11-14T22:13:40.000Z"}, None),
+]
+
+
+def _run_workload(side: Side) -> list[dict[str, Any]]:
+    answers = []
+    keys = {**KEYS}
+    kids = {**KID}
+    for sender, method, params, save in SIGNED_WORKLOAD:
+        params = {k: side.saved.get(v, v) if isinstance(v, str) else v for k, v in params.items()}
+        answer = side.send(signed(side, sender, method, params, keys[sender], kids[sender]))
+        answers.append(answer)
+        if method == "participant.rotate_key":
+            keys[sender], kids[sender] = K2, "bot-2"
+        if save and "result" in answer:
+            side.saved["$" + save] = answer["result"].get("task_id", answer["result"].get("review_id"))
+    return answers
+
+
+def test_signed_workload_gives_identical_entries_and_chain_heads() -> None:
+    b = Side(reference(enable_chain=True))
+    setup(b)
+    theirs = _run_workload(b)
+    seen: dict[str, list[str]] = defaultdict(list)
+    for value in b.saved.values():
+        seen[value.split("_", 1)[0]].append(value)
+    a = Side(ours(enable_chain=True, ids=ReplayIds(seen)))
+    setup(a)
+    mine = _run_workload(a)
+    assert mine == theirs
+    assert any("error" in r and r["error"]["code"] == -32010 for r in mine)
+    log_a, log_b = a.log(), b.log()
+    assert log_a == log_b and all("sig" in (e.get("envelope") or e["request"]) for e in log_a[4:])
+    assert a.describe()["evidence_head"] == b.describe()["evidence_head"]
+
+
+# -- beyond 0.3.3 ---------------------------------------------------------------
+
+
+def test_a_verbatim_resend_of_an_accepted_signed_call_is_answered_as_a_replay(tmp_path: Any) -> None:
+    path = str(tmp_path / "chap.db")
+    a = Side(ours(store=SqliteStore(path)))
+    setup(a)
+    create = signed(a, ALICE, "task.create", TASK)
+    first = a.send(create)
+    count = len(a.log())
+    again = a.send(create)
+    assert again == first and len(a.log()) == count
+    tasks = a.describe()["task_count"]
+    # a new id is a new call
+    assert a.send(signed(a, ALICE, "task.create", TASK))["result"]["task_id"] != first["result"]["task_id"]
+    a.coord.close()
+    # after a restart, and from another coordinator on the same file, still a replay
+    for coord in (ours(store=SqliteStore(path)), ours(store=SqliteStore(path))):
+        side = Side(coord)
+        side.n = 100
+        assert side.send(create) == first
+        assert side.describe()["task_count"] == tasks + 1
+        coord.close()
+    # 0.3.3 still loads the file (and, as it does, runs the resend again)
+    ref = Reference(require_signatures=True, store=ReferenceSqlite(path))  # its clock: now
+    assert ref.get_workspace(W) is not None
+    assert "result" in ref.dispatch(create)
+
+
+def test_keys_are_judged_by_arrival_not_by_the_senders_ts() -> None:
+    """0.3.3 picks the key valid at the sender's ts, so a sender whose clock
+    lags its own rotation is refused; chapline accepts the current key."""
+    a, b = both()
+    for side in (a, b):
+        rotate = signed(side, ALICE, "participant.rotate_key", {"old_kid": "alice-1", "new_jwk": public_jwk(K2, "alice-2")})
+        assert "result" in side.send(rotate)
+    lagging = {**TASK, "ts": "2023-11-14T22:13:00.000Z"}  # before the rotation
+    assert b.send(signed(b, ALICE, "task.create", lagging, K2, "alice-2"))["error"]["code"] == -32071
+    assert a.send(signed(a, ALICE, "task.create", lagging, K2, "alice-2"))["result"]["state"] == "created"
+
+
+def test_the_reference_options_turn_signatures_on() -> None:
+    from coordinator import CoordinatorOptions
+
+    for coord in (Coordinator(CoordinatorOptions(require_signatures=True)), Reference(require_signatures=True)):
+        side = Side(coord)
+        setup(side)
+        assert side.describe()["profiles"] == ["core/1.0", "review/1.0", "security-signed/1.0"]
+        unsigned = side.send(side.envelope("workspace.describe", {"workspace": W, "from": ALICE}))
+        assert unsigned["error"]["code"] == -32070
+
+
+def test_security_signed_is_advertised_only_when_enforced() -> None:
+    for coord in (Coordinator(), Reference()):
+        answer = coord.dispatch({"jsonrpc": "2.0", "id": "c", "method": "workspace.create",
+                                 "params": {"workspace": W, "profiles": ["core/1.0", "security-signed/1.0"]}})
+        assert answer["error"]["code"] == -32602
+    with pytest.raises(ValueError, match="require_signatures"):
+        Coordinator(default_profiles=["core/1.0", "security-signed/1.0"])
+
+
+def test_a_replay_is_recognised_by_a_coordinator_that_has_not_seen_the_call(tmp_path: Any) -> None:
+    """Two coordinators open on one file: the second learns of the first's
+    signed call only through the store, and still answers the resend as a replay."""
+    path = str(tmp_path / "chap.db")
+    clock = StepClock()  # one clock for both: keys are valid from the time first registered them
+    first = Side(ours(store=SqliteStore(path), clock=clock))
+    second = Side(ours(store=SqliteStore(path), clock=clock))
+    setup(first)
+    second.n = 50
+    assert second.describe()["audit_count"] == 4  # second sees the workspace, through the store
+    create = signed(first, ALICE, "task.create", TASK)
+    answer = first.send(create)
+    assert second.send(create) == answer  # second's memory was stale: the write conflicted, it reloaded
+    assert second.describe()["task_count"] == 1 and first.describe()["task_count"] == 1
+    first.coord.close()
+    second.coord.close()
