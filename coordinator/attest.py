@@ -24,7 +24,8 @@ possession, RFC 7800), else -32404 / -32411.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from coordinator.signing import SignatureError, public_key_from_jwk, verify_envelope
 from coordinator.verifiers import IdentityRejected
@@ -76,7 +77,7 @@ def _possession(envelope: dict[str, Any], jwk: Any, code: int, what: str) -> Non
 
 
 def _oidc(
-    hook: OidcHook, token: str, sender: str, member: Any, envelope: dict[str, Any], out: Attested, arrived: str
+    hook: OidcHook, token: str, sender: Any, member: Any, envelope: dict[str, Any], out: Attested, arrived: str
 ) -> None:
     try:
         claims = hook(token)

@@ -45,9 +45,11 @@ def seen_before(ws: Workspace, log: LogReader, digest: str) -> Replay | RpcError
     if isinstance(kept, dict) and "result" in kept:
         return Replay(kept.get("seq", -1), msgspec.json.decode(msgspec.json.encode(kept["result"])))
     seen = signed_index(ws, log).get(digest)
-    if seen is None or seen[1] is None:
+    if seen is None:
         return None
     seq, code = seen
+    if code is None:  # on the log as accepted, before its result was kept: run it
+        return None
     return RpcError(code, f"This signed request was refused at seq {seq}", {"refused_at_seq": seq})
 
 

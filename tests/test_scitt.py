@@ -14,12 +14,12 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from pycose.keys.curves import Ed25519
 from pycose.keys.okp import OKPKey
 from pycose.messages import Sign1Message
+from transparency import TransparencyService
 
 from coordinator import Coordinator, CounterIds, StepClock
 from coordinator.audit import record_of
 from coordinator.canonical import canonical_bytes
 from coordinator.scitt import ReceiptVerifier, ScittSubmitter
-from transparency import TransparencyService
 
 W = "wsp_scitt"
 PROFILES = ["core/1.0", "review/1.0", "audit-scitt/1.0"]

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import base64
 from collections import defaultdict, deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import chap_coordinator
 import pytest
