@@ -341,3 +341,19 @@ def test_chap_analytics_loads_such_a_file_without_a_warning(tmp_path: Path, capl
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
     assert chain.has_state
     assert len(log_of(make(SqliteStore(path)), W)) == count
+
+
+def test_a_hook_that_mutates_its_arguments_changes_nothing_held():
+    def meddling(task, hints):
+        task.history.clear()
+        task.routing_hints["criticality"] = "low"
+        hints["criticality"] = "low"
+        return {"depth": "full"}
+
+    c = client(review_depth_policy=meddling)
+    t = c.new_task(routing_hints={"criticality": "high"})
+    before = c.task(t)
+    assert c.ok("review.depth", A, task_id=t)["depth"] == "full"
+    assert c.task(t) == before
+    decision = next(iter(c.coord.snapshot(W)["route_decisions"].values()))
+    assert decision["hints_observed"] == {"criticality": "high"}

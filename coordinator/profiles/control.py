@@ -276,10 +276,10 @@ def control_rollback(call: Call) -> dict[str, Any]:
     held_state = content.get("state")
     state: dict[str, Any] = held_state if isinstance(held_state, dict) else {}
     restored = []
-    if "mode_ceiling" in what and "mode_ceiling" in state:
+    if "mode_ceiling" in what and isinstance(state.get("mode_ceiling"), str):
         call.set_meta(replace(call.meta or ws.meta, mode_ceiling=state["mode_ceiling"]))
         restored.append("mode_ceiling")
-    if "members" in what and "members" in state:
+    if "members" in what and isinstance(state.get("members"), list):
         # Members still present get their role and scopes back; departed
         # members stay gone and later joiners stay.
         for part in state["members"]:

@@ -39,13 +39,19 @@ COORDINATOR = "service:coordinator"
 _RANK = {"low": 0, "medium": 1, "high": 2, "critical": 3}
 _ESCALATION_RULE = "criticality=critical OR (criticality>=high AND confidence<0.6)"
 _is_json = msgspec.json.encode
+
+
+def _copy(value: Any, kind: Any) -> Any:
+    return msgspec.json.decode(msgspec.json.encode(value), type=kind)
+
 HINTS = {"type": "object", "description": "Routing hints: criticality, confidence, model_id, ..."}
 
 
 def _ask(hook: Callable[..., Any], name: str, task: Task, arg: Any) -> dict[str, Any]:
-    """Call a policy hook; its fault becomes -32515, never a traceback."""
+    """Call a policy hook with copies (whatever it does to them never reaches
+    held state); its fault becomes -32515, never a traceback."""
     try:
-        out = hook(task, arg)
+        out = hook(_copy(task, Task), _copy(arg, Any))
     except Exception as exc:
         raise RpcError(POLICY_UNREACHABLE, f"{name} policy error: {exc}") from None
     if not isinstance(out, dict):
@@ -167,7 +173,7 @@ def task_route(call: Call) -> dict[str, Any]:
     if policy is None:
         selected, rationale = _first_eligible(call, task, candidates)
     else:
-        out = _ask(policy, "routing", task, list(candidates))
+        out = _ask(policy, "routing", task, candidates)
         selected, rationale = out.get("selected"), _object(out, "rationale", "routing")
     member = call.member(selected)
     if member is None:
@@ -224,7 +230,7 @@ def review_depth(call: Call) -> dict[str, Any]:
         depth, probability, summary = _default_depth(hints)
         rationale = {"policy_id": "default", "hints_used": list(hints), "summary": summary}
     else:
-        out = _ask(policy, "depth", task, dict(hints))
+        out = _ask(policy, "depth", task, hints)
         given = _object(out, "rationale", "depth")
         depth, probability = out.get("depth", "full"), out.get("sampling_probability")
         rationale = {
@@ -271,7 +277,7 @@ def escalate_auto(call: Call) -> dict[str, Any]:
         if escalate and target is not None and not isinstance(target, str):
             raise invalid_params("default_escalation_target must be a participant URI or group: URI")
     else:
-        out = _ask(policy, "escalation", task, dict(hints))
+        out = _ask(policy, "escalation", task, hints)
         rule = _object(out, "triggered_rule", "escalation")
         escalate, target = bool(out.get("escalate")), out.get("to")
         if escalate and target is not None and not isinstance(target, str):
