@@ -22,7 +22,7 @@ __all__ = ["Divergence", "rebuild_workspace", "replay_workspace"]
 
 # The fields that date an object's creation, by which a generated id is
 # matched back to the stored object it named.
-_CREATION_FIELDS = ("created_at", "created", "ts", "opened_at", "asked_at", "proposed_at")
+_CREATION_FIELDS = ("created_at", "created", "ts", "opened_at", "asked_at", "proposed_at", "produced_at")
 # What the replay may not compare: bookkeeping, not what the log decides.
 _META_IGNORED = frozenset({"updated_at"})
 

@@ -20,6 +20,7 @@ from profile_diff import ALL_PROFILES, log_of
 from support import FailingStore, ReviewClient, make
 
 from coordinator import BatchWriteError, Coordinator
+from coordinator.verification import verify_workspace
 from storage import SqliteStore
 
 W = "wsp_t"
@@ -357,3 +358,27 @@ def test_a_hook_that_mutates_its_arguments_changes_nothing_held():
     assert c.task(t) == before
     decision = next(iter(c.coord.snapshot(W)["route_decisions"].values()))
     assert decision["hints_observed"] == {"criticality": "high"}
+
+
+def test_verify_replays_snapshots_and_route_decisions_to_their_stored_ids(tmp_path: Path):
+    """`chapline verify` replays the log; the artefacts these profiles make
+    (art_ ids, dated by `produced_at`) are matched back to the stored ones,
+    also when another workspace took ids in between."""
+    path = tmp_path / "verify.db"
+    coord = make(SqliteStore(path), default_profiles=PROFILES)
+    names = session(coord)
+    other = ReviewClient(coord, "wsp_other")
+    other.setup(members=(A, BOT))
+    c = ReviewClient(coord, W)
+    c.n = 500
+    for _ in range(2):  # interleave artefact ids of two workspaces
+        x = other.new_task()
+        other.ok("review.depth", A, task_id=x, artefact_routing_hints={"criticality": "low"})
+        c.ok("task.route", A, task_id=names["new"], candidates=[BOT])
+        c.ok("control.snapshot", A)
+    coord.close()
+    store = SqliteStore(path)
+    for ws in (W, "wsp_other"):
+        report = verify_workspace(store, ws)
+        assert report.ok, [f.describe() for f in report.findings]
+    store.close()
