@@ -308,3 +308,41 @@ def test_a_replay_is_recognised_by_a_coordinator_that_has_not_seen_the_call(tmp_
     assert second.describe()["task_count"] == 1 and first.describe()["task_count"] == 1
     first.coord.close()
     second.coord.close()
+
+
+def test_a_signed_refusal_is_answered_again_not_evaluated_by_both() -> None:
+    """B1 under require_signatures: carol (a member, not an addressed reviewer)
+    is refused and recorded; once the review is widened to her, the same
+    signed envelope still gets the first refusal, from both implementations."""
+    a, b = both()
+    answers = []
+    for side in (a, b):
+        task = side.send(signed(side, ALICE, "task.create", {**TASK, "review_required": True}))
+        tid = task["result"]["task_id"]
+        side.send(signed(side, BOT, "task.update", {"task_id": tid, "state": "in_progress"}))
+        side.send(signed(side, BOT, "review.request", {"task_id": tid, "to": [ALICE], "artefact": {"a": 1}}))
+        approve = signed(side, CAROL, "decide.approve", {"task_id": tid})
+        first = side.send(approve)
+        count = len(side.log())
+        side.send(signed(side, BOT, "review.request", {"task_id": tid, "to": [ALICE, CAROL], "artefact": {"a": 1}}))
+        again = side.send(approve)
+        repeated = {"code": again["error"]["code"], "data": again["error"]["data"]}
+        answers.append((first["error"]["code"], repeated, len(side.log()) - count))
+    assert answers[0] == answers[1]
+    code, again, added = answers[0]
+    assert code == -32011 and again["code"] == -32011 and "refused_at_seq" in again["data"]
+    assert added == 1  # the widening request only; the resend is not recorded
+
+
+def test_the_readme_example_runs() -> None:
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme[readme.index("## An agent signing its calls"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None
+    scope: dict[str, Any] = {}
+    exec(code.group(1), scope)  # noqa: S102 - the README's own example
+    again = scope["coord"].dispatch(sign_envelope(scope["call"], scope["key"], "drafter-2026-01"))
+    assert again["result"]["state"] == "created"  # answered as the replay it is
