@@ -14,6 +14,9 @@ import msgspec
 
 __all__ = [
     "MODES",
+    "Deliberation",
+    "Handoff",
+    "HandoffTask",
     "HistoryEntry",
     "Member",
     "Override",
@@ -21,6 +24,7 @@ __all__ = [
     "RouteDecision",
     "Snapshot",
     "Task",
+    "WhisperPrompt",
     "WorkspaceMeta",
     "from_stored",
     "from_text",
@@ -145,12 +149,81 @@ class RouteDecision(msgspec.Struct, frozen=True):
     extra: Any = None
 
 
+# The interaction profiles' objects. Fields the reference stores as the
+# caller sent them are `Any`, so files 0.3.3 wrote load whatever they hold.
+
+
+class WhisperPrompt(msgspec.Struct, frozen=True):
+    id: str
+    task_id: Any
+    asker: Any
+    askee: Any
+    question: Any
+    asked_at: str
+    deadline_ms: Any
+    default_if_lapsed: Any = None
+    options: Any = None
+    urgency: Any = "low"
+    state: str = "pending"
+    answered_at: Any = None
+    answered_by: Any = None
+    answer_option: Any = None
+    answer_text: Any = None
+    comment: Any = None
+    default_applied: Any = None
+
+
+class Deliberation(msgspec.Struct, frozen=True):
+    id: str
+    opener: Any
+    participants: list[Any]
+    rule: str
+    task_id: Any = None
+    question: Any = None
+    weights: Any = None
+    veto: Any = None
+    deadline: Any = None
+    state: str = "open"
+    comments: list[Any] = []
+    votes: list[dict[str, Any]] = []
+    outcome: Any = None
+    opened_at: str = ""
+
+
+class HandoffTask(msgspec.Struct, frozen=True):
+    task_id: str
+    title: Any = None
+    status_summary: Any = None
+    next_action: Any = None
+    blockers: Any = []
+
+
+class Handoff(msgspec.Struct, frozen=True):
+    id: str
+    proposer: Any
+    recipient: Any
+    proposed_at: str
+    tasks: list[HandoffTask] = []
+    summary: Any = None
+    context_links: Any = []
+    state: str = "proposed"
+    resolved_at: Any = None
+    accepted_by: Any = None
+    accepted_task_ids: list[Any] = []
+    accept_comment: Any = None
+    decline_reason: Any = None
+    decline_suggested_target: Any = None
+
+
 _TYPES: dict[str, type[msgspec.Struct]] = {
     "members": Member,
     "tasks": Task,
     "overrides": Override,
     "snapshots": Snapshot,
     "route_decisions": RouteDecision,
+    "whispers": WhisperPrompt,
+    "deliberations": Deliberation,
+    "handoffs": Handoff,
 }
 _DECODERS = {c: msgspec.json.Decoder(t) for c, t in _TYPES.items()}
 _decode_json = msgspec.json.Decoder().decode
@@ -159,8 +232,8 @@ _decode_json = msgspec.json.Decoder().decode
 def from_stored(collection: str, value: Any) -> Any:
     """A stored object body (decoded JSON) as the value this coordinator holds.
 
-    Collections no profile of ours types (whispers, handoffs, ...) stay plain
-    JSON, kept as read so they round-trip unchanged.
+    A collection no profile types stays plain JSON, kept as read so it
+    round-trips unchanged.
     """
     kind = _TYPES.get(collection)
     if kind is None:

@@ -1,0 +1,159 @@
+"""The differential harness of the interaction profiles (whisper, deliberation,
+handoff): chapline and chap-coordinator 0.3.3 (driven only by calling it) take
+the same calls and must give the same results, error codes, audit entries,
+chain heads and stored objects.
+
+Both sides draw generated ids from the same deterministic sequence (chapline's
+`ids` is fed by a second instance of the reference's public `IdFactory`), so as
+long as both consume ids at the same moments the ids agree and every entry,
+link and head can be compared byte for byte.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, is_dataclass
+from typing import Any, Callable
+
+import chap_coordinator
+
+from coordinator import Coordinator
+from support import env, make
+
+__all__ = [
+    "A",
+    "B",
+    "BOT",
+    "B2",
+    "C",
+    "GHOST",
+    "INTERACTION",
+    "W",
+    "Pair",
+    "reference_ids",
+]
+
+W = "wsp_i"
+A, BOT, B, B2, C, GHOST = (
+    "human:alice",
+    "agent:bot",
+    "human:bob",
+    "agent:b2",
+    "human:carol",
+    "human:ghost",
+)
+INTERACTION = ("core/1.0", "review/1.0", "whisper/1.0", "deliberation/1.0", "handoff/1.0")
+
+
+def reference_ids() -> Callable[[str], str]:
+    """chapline's `ids` option giving the ids the deterministic reference gives."""
+    factory = chap_coordinator.IdFactory(deterministic=True)
+    return lambda prefix: f"{prefix}_{factory.ulid()}"
+
+
+def _plain(value: Any) -> Any:
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    return value
+
+
+class Pair:
+    """One workspace on both sides; every call goes to both and is compared."""
+
+    def __init__(
+        self,
+        profiles: tuple[str, ...] = INTERACTION,
+        *,
+        ours: Coordinator | None = None,
+        theirs: Any = None,
+        workspace: str = W,
+    ) -> None:
+        self.ours = ours if ours is not None else make(
+            enable_chain=True, default_profiles=profiles, ids=reference_ids()
+        )
+        self.theirs = theirs if theirs is not None else chap_coordinator.Coordinator(
+            deterministic_ids=True,
+            deterministic_clock=True,
+            enable_chain=True,
+            default_profiles=list(profiles),
+        )
+        self.workspace = workspace
+        self.n = 0
+
+    # -- calls ------------------------------------------------------------
+
+    def both(self, method: str, frm: str | None = None, **params: Any) -> tuple[dict, dict]:
+        self.n += 1
+        body: dict[str, Any] = {"workspace": self.workspace}
+        if frm is not None:
+            body["from"] = frm
+        body.update(params)
+        envelope = env(method, body, id=f"q{self.n}")
+        return self.ours.dispatch(envelope), self.theirs.dispatch(envelope)
+
+    def same(self, method: str, frm: str | None = None, **params: Any) -> dict[str, Any]:
+        """Both answer alike (result, or code and data); returns ours."""
+        x, y = self.both(method, frm, **params)
+        assert ("error" in x) == ("error" in y), (method, params, x, y)
+        if "error" in y:
+            assert x["error"]["code"] == y["error"]["code"], (method, params, x, y)
+            assert x["error"].get("data") == y["error"].get("data"), (method, params, x, y)
+        else:
+            assert x["result"] == y["result"], (method, params, x, y)
+        return x
+
+    def ok(self, method: str, frm: str | None = None, **params: Any) -> Any:
+        x = self.same(method, frm, **params)
+        assert "error" not in x, (method, params, x)
+        return x["result"]
+
+    def err(self, code: int, method: str, frm: str | None = None, **params: Any) -> dict:
+        x = self.same(method, frm, **params)
+        assert "error" in x, (method, params, x)
+        assert x["error"]["code"] == code, (method, params, x)
+        return x["error"]
+
+    def setup(
+        self, members: tuple[str, ...] = (A, BOT, B, B2, C), **create: Any
+    ) -> None:
+        self.ok("workspace.create", **create)
+        for i, uri in enumerate(members):
+            extra = {"role": "admin"} if i == 0 else {}
+            self.ok("participant.join", uri, type=uri.split(":")[0], **extra)
+
+    def task(self, frm: str = A, assignee: str = BOT) -> str:
+        return self.ok("task.create", frm, assignee=assignee, kind="k", input={})["task_id"]
+
+    def lapses(self, now: str | None = None) -> list[dict[str, Any]]:
+        """Both coordinators' lapse sweeps; they must agree."""
+        x = self.ours.check_whisper_lapses(self.workspace, now)
+        y = self.theirs.check_whisper_lapses(self.workspace, now)
+        assert x == y
+        return x
+
+    # -- state --------------------------------------------------------------
+
+    def log(self, side: Any) -> list[dict[str, Any]]:
+        r = side.dispatch(env("audit.read", {"workspace": self.workspace}, id="log"))
+        return r["result"]["entries"]
+
+    def objects(self, collection: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        ours = self.ours.snapshot(self.workspace)[collection]
+        held = getattr(self.theirs.get_workspace(self.workspace), collection)
+        return ours, {k: _plain(v) for k, v in held.items()}
+
+    def assert_same_state(self, *collections: str) -> None:
+        """Byte-identical logs (links included), describe (head included),
+        and the same stored objects in `collections` and `tasks`."""
+        ours, theirs = self.log(self.ours), self.log(self.theirs)
+        assert len(ours) == len(theirs)
+        for x, y in zip(ours, theirs):
+            assert x == y
+        d = env("workspace.describe", {"workspace": self.workspace}, id="d")
+        assert self.ours.dispatch(d)["result"] == self.theirs.dispatch(d)["result"]
+        v = env("audit.verify_chain", {"workspace": self.workspace}, id="v")
+        verdict = self.ours.dispatch(v)
+        assert verdict == self.theirs.dispatch(v)
+        assert verdict["result"]["status"] == "verified"
+        for collection in ("tasks", *collections):
+            x, y = self.objects(collection)
+            assert x == y, collection

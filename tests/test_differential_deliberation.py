@@ -1,0 +1,159 @@
+"""deliberation/1.0 against chap-coordinator 0.3.3: the same results, codes,
+log, chain head and stored deliberations, call by call (see interaction_diff.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from interaction_diff import A, B, B2, BOT, C, GHOST, Pair
+
+
+def test_open_comment_vote_close():
+    p = Pair()
+    p.setup()
+    t = p.task()
+    generated = p.ok("deliberate.open", A, rule="any_one_approves", to=[A, B])  # dlb_ id
+    p.ok("deliberate.open", A, rule="quorum:2", participants=[A, B, BOT], deliberation_id="d1",
+         task_id=t, question="Q", weights={A: 2}, veto={B: True}, deadline="2024-01-01T00:00:00Z",
+         context={"x": 1})
+    p.ok("deliberate.open", A, rule="all_approve", to=A, participants=[B], deliberation_id="d2")
+    p.ok("deliberate.open", A, rule="all_approve", to=B, task_id="not-a-task", deliberation_id="d3")
+    p.ok("deliberate.open", A, rule="all_approve", to="human:outsider", deliberation_id="d4")
+    d = generated["deliberation_id"]
+    for text in ({"comment": "hi"}, {"text": "t"}, {"comment": "c", "text": "t"}, {},
+                 {"comment": ""}, {"comment": "", "text": "t"}, {"comment": None, "text": "t"},
+                 {"text": None}, {"comment": {"rich": 1}}):
+        p.ok("deliberate.comment", C, deliberation_id=d, **text)  # any member may comment
+    p.ok("deliberate.vote", A, deliberation_id=d, vote="yea", weight=5, comment="ok",
+         veto_invoked="yes", extra=1)
+    p.ok("deliberate.vote", B, deliberation_id=d, vote="abstain")
+    first = p.ok("deliberate.close", C, deliberation_id=d)  # any member may close
+    assert first == {"outcome": "approved", "rule": "any_one_approves",
+                     "tally": {"yea": 1, "nay": 0}, "vetoes": []}
+    assert p.ok("deliberate.close", BOT, deliberation_id=d) == first  # again: recorded again
+    p.assert_same_state("deliberations")
+
+
+def test_refusals_in_0_3_3_order():
+    p = Pair()
+    p.setup()
+    p.ok("deliberate.open", A, rule="any_one_approves", to=[A, B], deliberation_id="d")
+    p.err(-32011, "deliberate.open", GHOST, rule="all_approve", to=B)
+    p.err(-32011, "deliberate.open", None, rule="all_approve", to=B)
+    p.err(-32602, "deliberate.open", A, to=B)                      # missing rule
+    p.err(-32602, "deliberate.open", A, rule="all_approve")        # no participants
+    p.err(-32602, "deliberate.open", A, rule="all_approve", to=[])
+    for rule in ("bogus", "quorum:x", "quorum:1.5", " quorum:1", "weighted_vote:abc",
+                 "weighted_vote:", "weighted_vote_with_veto:x"):
+        p.err(-32033, "deliberate.open", A, rule=rule, to=B)       # recorded
+    p.err(-32011, "deliberate.comment", GHOST, deliberation_id="d", comment="x")
+    p.err(-32602, "deliberate.comment", C, deliberation_id="zz", comment="x")
+    p.err(-32602, "deliberate.comment", C, comment="x")
+    p.err(-32602, "deliberate.vote", A, deliberation_id="zz", vote="yea")
+    p.err(-32602, "deliberate.vote", A, vote="maybe")
+    p.err(-32602, "deliberate.vote", A, deliberation_id=5, vote="yea")
+    p.err(-32602, "deliberate.vote", C, deliberation_id="d", vote="maybe")  # before -32030
+    p.err(-32602, "deliberate.vote", C, deliberation_id="d")
+    p.err(-32030, "deliberate.vote", C, deliberation_id="d", vote="yea")    # recorded
+    p.ok("deliberate.vote", A, deliberation_id="d", vote="nay")
+    p.err(-32031, "deliberate.vote", A, deliberation_id="d", vote="yea")    # recorded
+    p.err(-32602, "deliberate.close", A, deliberation_id="zz")
+    p.err(-32602, "deliberate.close", A)
+    p.ok("deliberate.close", A, deliberation_id="d")
+    p.err(-32032, "deliberate.comment", C, deliberation_id="d", comment="late")
+    p.err(-32032, "deliberate.vote", B, deliberation_id="d", vote="yea")
+    p.err(-32032, "deliberate.vote", B, deliberation_id="d", vote="maybe")   # state first
+    p.err(-32032, "deliberate.vote", C, deliberation_id="d")
+    p.err(-32032, "deliberate.vote", A, deliberation_id="d", vote="yea")
+    p.assert_same_state("deliberations")
+
+
+def test_deliberation_methods_are_gated_by_profile():
+    p = Pair(("core/1.0", "review/1.0"))
+    p.setup()
+    for method, params in [
+        ("deliberate.open", {"rule": "all_approve", "to": B}),
+        ("deliberate.comment", {"deliberation_id": "d", "comment": "x"}),
+        ("deliberate.vote", {"deliberation_id": "d", "vote": "yea"}),
+        ("deliberate.close", {"deliberation_id": "d"}),
+    ]:
+        data = p.err(-32601, method, A, **params)["data"]
+        assert data["profile"] == "deliberation/1.0"
+        p.err(-32601, method, GHOST, **params)
+    p.assert_same_state("deliberations")
+
+
+VOTERS = (A, B, BOT, C)
+
+
+@pytest.mark.parametrize(
+    "rule, votes, extra",
+    [
+        ("any_one_approves", ["nay", "nay", "yea"], {}),
+        ("any_one_approves", ["nay", "abstain"], {}),
+        ("any_one_approves", [], {}),
+        ("all_approve", ["yea", "yea", "yea", "yea"], {}),
+        ("all_approve", ["yea", "yea", "yea"], {}),
+        ("all_approve", ["yea", "yea", "yea", "abstain"], {}),
+        ("all_approve", ["yea", "nay", "yea", "yea"], {}),
+        ("quorum:3", ["yea", "nay"], {}),
+        ("quorum:3", ["yea", "nay", "abstain"], {}),
+        ("quorum:3", ["yea", "yea", "nay"], {}),
+        ("quorum:2", ["yea", "nay"], {}),
+        ("quorum:0", [], {}),
+        ("quorum:-1", ["nay"], {}),
+        ("weighted_vote:3", ["yea", "yea", "nay"], {"weights": {A: 2}}),
+        ("weighted_vote:3", ["yea", "nay", "yea"], {"weights": {A: 2}}),
+        ("weighted_vote:3", ["yea", "yea"], {}),
+        ("weighted_vote:1e3", ["yea"], {"weights": {A: 1000}}),
+        ("weighted_vote:nan", ["yea"], {}),
+        ("weighted_vote:-1", [], {}),
+        ("weighted_vote:0", ["nay"], {"weights": {B: 0}}),
+        ("weighted_vote_with_veto:1", ["yea", "nay"], {"veto": {B: True}}),
+        ("weighted_vote_with_veto:1", ["yea", ("nay", True)], {"veto": {B: True}}),
+        ("weighted_vote_with_veto:1", [("yea", True), ("nay", True)], {"veto": {A: True, B: True}}),
+        ("weighted_vote_with_veto:1", ["yea", ("nay", True)], {"veto": {B: False}}),
+        ("weighted_vote_with_veto:1", ["yea", ("nay", True)], {}),
+        ("weighted_vote_with_veto:2", [("abstain", True), "yea", "yea"], {"veto": {A: True}}),
+        ("weighted_vote:2", [("nay", True), "yea", "yea"], {"veto": {A: True}}),
+    ],
+)
+def test_rule_outcomes(rule, votes, extra):
+    p = Pair()
+    p.setup()
+    p.ok("deliberate.open", A, rule=rule, to=list(VOTERS), deliberation_id="d", **extra)
+    for voter, vote in zip(VOTERS, votes):
+        vote, veto = vote if isinstance(vote, tuple) else (vote, None)
+        params = {"veto_invoked": veto} if veto is not None else {}
+        p.ok("deliberate.vote", voter, deliberation_id="d", vote=vote, **params)
+    p.ok("deliberate.close", B2, deliberation_id="d")
+    p.assert_same_state("deliberations")
+
+
+def test_weights_come_from_the_opener_not_the_vote():
+    p = Pair()
+    p.setup()
+    p.ok("deliberate.open", A, rule="weighted_vote:2", to=[A, B], deliberation_id="d",
+         weights={A: 1, B: 1})
+    p.ok("deliberate.vote", A, deliberation_id="d", vote="yea", weight=10)
+    outcome = p.ok("deliberate.close", A, deliberation_id="d")
+    assert outcome["outcome"] == "rejected"
+    p.assert_same_state("deliberations")
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"rule": "bogus"},                                    # no participants, bad rule
+        {"rule": "all_approve", "to": [], "participants": [B]},
+        {"rule": "all_approve", "to": None, "participants": B},
+        {"rule": "all_approve", "participants": []},
+        {"rule": "bogus", "to": B, "workspace": "wsp_none"},
+    ],
+)
+def test_open_checks_in_0_3_3_order(params):
+    p = Pair()
+    p.setup()
+    p.same("deliberate.open", A, **params)
+    p.ok("deliberate.open", A, rule="all_approve", to=B)  # the next generated id agrees
+    p.assert_same_state("deliberations")
