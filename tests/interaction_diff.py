@@ -123,6 +123,21 @@ class Pair:
     def task(self, frm: str = A, assignee: str = BOT) -> str:
         return self.ok("task.create", frm, assignee=assignee, kind="k", input={})["task_id"]
 
+    def pause(self, member: str | None = None) -> None:
+        """Pause `member`, or the whole workspace, on both sides without a
+        log entry (control/1.0 is not what these tests are about): chapline
+        through snapshot() and restore(), the reference through the live
+        workspace its public get_workspace() returns."""
+        data = self.ours.snapshot(self.workspace)
+        held = self.theirs.get_workspace(self.workspace)
+        if member is None:
+            data["state"] = "paused"
+            held.state = "paused"
+        else:
+            data["members"][member]["paused"] = True
+            held.members[member].paused = True
+        self.ours.restore(data)
+
     def lapses(self, now: str | None = None) -> list[dict[str, Any]]:
         """Both coordinators' lapse sweeps; they must agree."""
         x = self.ours.check_whisper_lapses(self.workspace, now)
@@ -153,7 +168,10 @@ class Pair:
         v = env("audit.verify_chain", {"workspace": self.workspace}, id="v")
         verdict = self.ours.dispatch(v)
         assert verdict == self.theirs.dispatch(v)
-        assert verdict["result"]["status"] == "verified"
+        if "error" in verdict:  # a paused workspace answers verify_chain -32063
+            assert verdict["error"]["code"] == -32063
+        else:
+            assert verdict["result"]["status"] == "verified"
         for collection in ("tasks", *collections):
             x, y = self.objects(collection)
             assert x == y, collection

@@ -157,3 +157,26 @@ def test_open_checks_in_0_3_3_order(params):
     p.same("deliberate.open", A, **params)
     p.ok("deliberate.open", A, rule="all_approve", to=B)  # the next generated id agrees
     p.assert_same_state("deliberations")
+
+
+def test_a_paused_workspace_refuses_every_deliberation_method():
+    p = Pair()
+    p.setup()
+    p.ok("deliberate.open", A, rule="all_approve", to=[A, B], deliberation_id="d")
+    p.pause()
+    p.err(-32063, "deliberate.open", A, rule="all_approve", to=B)
+    p.err(-32063, "deliberate.comment", C, deliberation_id="d", comment="x")
+    p.err(-32063, "deliberate.vote", A, deliberation_id="d", vote="yea")
+    p.err(-32063, "deliberate.close", A, deliberation_id="d")
+    p.err(-32011, "deliberate.close", GHOST, deliberation_id="d")
+    p.assert_same_state("deliberations")
+
+
+def test_a_paused_member_still_votes():
+    p = Pair()
+    p.setup()
+    p.ok("deliberate.open", A, rule="all_approve", to=[A, B], deliberation_id="d")
+    p.pause(B)
+    p.ok("deliberate.vote", B, deliberation_id="d", vote="yea")
+    p.ok("deliberate.comment", B, deliberation_id="d", comment="still here")
+    p.assert_same_state("deliberations")

@@ -153,3 +153,33 @@ def test_a_decline_notes_the_latest_reason_only():
     p.ok("handoff.propose", BOT, to=B2, handoff_id="h2",
          tasks=[{"task_id": t, "blockers": None, "title": 5}])
     p.assert_same_state("handoffs")
+
+
+def test_a_paused_acceptor_is_refused_and_a_paused_member_may_decline():
+    p = Pair()
+    p.setup()
+    t = p.task()
+    p.ok("handoff.propose", BOT, to=B2, handoff_id="h", tasks=[{"task_id": t}])
+    p.ok("handoff.propose", BOT, to="group:g", handoff_id="g", tasks=[{"task_id": t}])
+    p.pause(B2)
+    p.err(-32063, "handoff.accept", B2, handoff_id="h")                    # A18, recorded
+    p.err(-32063, "handoff.accept", B2, handoff_id="h", accepted_task_ids=[])
+    p.err(-32063, "handoff.accept", B2, handoff_id="h", accepted_task_ids=["zz"])
+    p.err(-32052, "handoff.accept", B, handoff_id="h")
+    p.err(-32063, "handoff.accept", B2, handoff_id="g")
+    p.ok("handoff.decline", B2, handoff_id="h", reason="paused")
+    p.err(-32051, "handoff.accept", B2, handoff_id="h")
+    p.assert_same_state("handoffs")
+
+
+def test_a_paused_workspace_refuses_every_handoff_method():
+    p = Pair()
+    p.setup()
+    t = p.task()
+    p.ok("handoff.propose", BOT, to=B2, handoff_id="h", tasks=[{"task_id": t}])
+    p.pause()
+    p.err(-32063, "handoff.propose", BOT, to=B2, tasks=[{"task_id": t}])
+    p.err(-32063, "handoff.accept", B2, handoff_id="h")
+    p.err(-32063, "handoff.decline", B2, handoff_id="h")
+    p.err(-32011, "handoff.decline", GHOST, handoff_id="h")                # floor first
+    p.assert_same_state("handoffs")

@@ -219,3 +219,28 @@ def test_urgency_is_kept_as_given(urgency):
     p.setup()
     ask(p, p.task(), whisper_id="w", urgency=urgency)
     p.assert_same_state("whispers")
+
+
+def test_a_paused_workspace_refuses_whispers_but_still_lapses_them():
+    p = Pair()
+    p.setup()
+    t = p.task()
+    ask(p, t, whisper_id="w", deadline_ms=1)
+    ask(p, t, whisper_id="v", deadline_ms=10**9)
+    p.pause()
+    p.err(-32063, "whisper.ask", BOT, to=A, task_id=t, question="q", deadline_ms=1,
+          default_if_lapsed="d")
+    p.err(-32063, "whisper.answer", A, whisper_id="v", answer="x")
+    p.err(-32011, "whisper.answer", GHOST, whisper_id="v", answer="x")
+    assert [n["params"]["whisper_id"] for n in p.lapses()] == ["w"]
+    p.assert_same_state("whispers")
+
+
+def test_a_paused_member_still_asks_and_answers():
+    p = Pair()
+    p.setup()
+    t = p.task()
+    p.pause(A)
+    ask(p, t, whisper_id="w")
+    p.ok("whisper.answer", A, whisper_id="w", answer="x")
+    p.assert_same_state("whispers")
