@@ -1,0 +1,294 @@
+"""whisper/1.0, deliberation/1.0 and handoff/1.0 beyond the differential
+suite: the deliberate differences from 0.3.3, write-ahead under a failing
+store and inside batches, restarts, snapshot/restore, the lapse sweep's own
+contract, and the cross-effects (a handoff moves tasks, a lapse applies the
+default)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator import Coordinator
+from interaction_diff import A, B, B2, BOT, C, GHOST, INTERACTION, W, Pair, reference_ids
+from storage import SqliteStore
+from support import FailingStore, ReviewClient, env, make
+
+
+def client(coord: Any = None) -> ReviewClient:
+    return ReviewClient(coord if coord is not None else ours(), W)
+
+
+def ours(store: Any = None, **options: Any) -> Coordinator:
+    return make(store, enable_chain=True, default_profiles=INTERACTION, **options)
+
+
+def setup(c: ReviewClient) -> str:
+    c.setup((A, BOT, B, B2, C))
+    return c.new_task()
+
+
+def ask(c: ReviewClient, task: str, whisper_id: str = "w", **params: Any) -> Any:
+    params.setdefault("to", A)
+    params.setdefault("deadline_ms", 60_000)
+    params.setdefault("default_if_lapsed", "d")
+    return c.ok("whisper.ask", BOT, task_id=task, question="q", whisper_id=whisper_id, **params)
+
+
+# -- deliberate differences ------------------------------------------------------
+
+# (method, params, what 0.3.3 answers): chapline answers -32602 and records
+# nothing where 0.3.3 crashes (-32603), stores a value its own later calls
+# cannot use, or overwrites an object the workspace already holds.
+DIFFERENCES = [
+    ("whisper.ask", {"to": 5}, "ok"),
+    ("whisper.ask", {"to": [A, 5]}, "ok"),
+    ("whisper.ask", {"deadline_ms": "1000"}, "ok"),     # 0.3.3 converts with int()
+    ("whisper.ask", {"deadline_ms": True}, "ok"),
+    ("whisper.ask", {"deadline_ms": [1]}, -32603),
+    ("whisper.ask", {"deadline_ms": None}, -32603),
+    ("whisper.ask", {"whisper_id": "w"}, "ok"),          # already held: 0.3.3 overwrites it
+    ("whisper.answer", {"whisper_id": ["w"], "answer": "x"}, -32603),
+    ("deliberate.open", {"rule": 5, "to": B}, -32603),
+    ("deliberate.open", {"rule": "all_approve", "to": 5}, -32603),
+    ("deliberate.open", {"rule": "weighted_vote:1", "to": B, "weights": "x"}, "ok"),
+    ("deliberate.open", {"rule": "weighted_vote:1", "to": B, "weights": {B: "2"}}, "ok"),
+    ("deliberate.open", {"rule": "weighted_vote_with_veto:1", "to": B, "veto": [B]}, "ok"),
+    ("deliberate.open", {"rule": "all_approve", "to": B, "deliberation_id": "d"}, "ok"),
+    ("deliberate.vote", {"deliberation_id": ["d"], "vote": "yea"}, -32603),
+    ("handoff.propose", {"to": 5, "tasks": [{"task_id": "$T"}]}, "ok"),
+    ("handoff.propose", {"to": [B2], "tasks": [{"task_id": "$T"}]}, "ok"),
+    ("handoff.propose", {"to": B2, "tasks": [{"task_id": "$T", "blockers": "x"}]}, "ok"),
+    ("handoff.propose", {"to": B2, "tasks": [{"task_id": "$T"}], "context_links": "x"}, "ok"),
+    ("handoff.propose", {"to": B2, "tasks": [{"task_id": "$T"}], "handoff_id": "h"}, "ok"),
+    ("handoff.accept", {"handoff_id": "h", "accepted_task_ids": "x"}, "ok"),  # 0.3.3: all
+]
+
+
+@pytest.mark.parametrize("method, params, theirs", DIFFERENCES)
+def test_deliberate_differences(method: str, params: dict[str, Any], theirs: Any) -> None:
+    p = Pair()
+    p.setup()
+    t = p.task()
+    p.ok("whisper.ask", BOT, to=A, task_id=t, question="q", deadline_ms=1000,
+         default_if_lapsed="d", whisper_id="w")
+    p.ok("deliberate.open", A, rule="all_approve", to=[A, B], deliberation_id="d")
+    p.ok("handoff.propose", BOT, to=B2, tasks=[{"task_id": t}], handoff_id="h")
+    if method == "whisper.ask":
+        params = {"to": A, "task_id": t, "question": "q", "deadline_ms": 1000,
+                  "default_if_lapsed": "d", **params}
+    params = {k: [{"task_id": t, **{x: y for x, y in e.items() if x != "task_id"}} for e in v]
+              if k == "tasks" else v for k, v in params.items()}
+    frm = {"whisper.answer": A, "handoff.accept": B2}.get(method, BOT if "handoff" in method else A)
+    count = p.ours.dispatch(env("workspace.describe", {"workspace": W}))["result"]["audit_count"]
+    x, y = p.both(method, frm, **params)
+    assert x["error"]["code"] == -32602, x
+    assert "Traceback" not in x["error"]["message"]
+    assert (y["error"]["code"] if "error" in y else "ok") == theirs, y
+    after = p.ours.dispatch(env("workspace.describe", {"workspace": W}))["result"]["audit_count"]
+    assert after == count  # ours recorded nothing
+
+
+def test_a_held_id_is_never_overwritten():
+    c = client()
+    t = setup(c)
+    ask(c, t, "w", options=[{"id": "a"}])
+    c.ok("whisper.answer", A, whisper_id="w", answer_option="a")
+    err = c.err(-32602, "whisper.ask", BOT, to=A, task_id=t, question="q2", deadline_ms=1,
+                default_if_lapsed="d", whisper_id="w")
+    assert "already in use" in err["message"]
+    assert c.coord.snapshot(W)["whispers"]["w"]["state"] == "answered"
+
+
+# -- cross-effects -----------------------------------------------------------------
+
+
+def test_an_accepted_handoff_moves_the_work_to_the_acceptor():
+    c = client()
+    t = setup(c)
+    c.ok("task.update", BOT, task_id=t, state="in_progress")
+    c.ok("handoff.propose", BOT, to=B2, tasks=[{"task_id": t}], handoff_id="h")
+    c.err(-32050, "handoff.propose", B2, to=BOT, tasks=[{"task_id": t}])  # not B2's yet
+    c.ok("handoff.accept", B2, handoff_id="h")
+    task = c.task(t)
+    assert (task["assignee"], task["state"]) == (B2, "in_progress")
+    assert task["history"][-1]["note"] == f"handoff accepted from {BOT}"
+    c.err(-32050, "handoff.propose", BOT, to=B, tasks=[{"task_id": t}])   # no longer BOT's
+    c.ok("handoff.propose", B2, to=BOT, tasks=[{"task_id": t}], handoff_id="back")
+    c.ok("handoff.accept", BOT, handoff_id="back")
+    assert c.task(t)["assignee"] == BOT
+
+
+def test_a_lapsed_whisper_applies_its_default_and_refuses_answers():
+    c = client()
+    t = setup(c)
+    ask(c, t, "w", deadline_ms=1, default_if_lapsed={"ship": False})
+    notices = c.coord.check_whisper_lapses(W)
+    assert [n["params"]["default_applied"] for n in notices] == [{"ship": False}]
+    held = c.coord.snapshot(W)["whispers"]["w"]
+    assert (held["state"], held["default_applied"]) == ("lapsed", {"ship": False})
+    c.err(-32021, "whisper.answer", A, whisper_id="w", answer="too late")
+    entry = c.log()[-2]
+    assert entry["envelope"]["method"] == "notify.message"
+    assert entry["envelope"]["params"]["task_id"] == t
+    assert c.ok("audit.verify_chain")["status"] == "verified"
+
+
+def test_the_sweep_reads_the_injected_clock():
+    c = client()
+    t = setup(c)
+    ask(c, t, "soon", deadline_ms=2000)
+    ask(c, t, "later", deadline_ms=10**9)
+    asked = c.coord.snapshot(W)["whispers"]["soon"]["asked_at"]
+    notices = c.coord.check_whisper_lapses(W)  # StepClock: +1 s per read
+    assert [n["params"]["whisper_id"] for n in notices] == ["soon"]
+    assert notices[0]["params"]["ts"] > asked
+
+
+@pytest.mark.parametrize("now", ["garbage", "2024-01-01T00:00:00", 5])
+def test_a_sweep_with_an_unreadable_now_raises_and_changes_nothing(now: Any):
+    c = client()
+    t = setup(c)
+    ask(c, t, "w", deadline_ms=1)
+    before = c.coord.snapshot(W)
+    with pytest.raises(ValueError, match="now"):
+        c.coord.check_whisper_lapses(W, now)
+    assert c.coord.snapshot(W) == before
+
+
+# -- write-ahead ---------------------------------------------------------------------
+
+
+def _script(c: ReviewClient, t: str) -> list[tuple[str, str, dict[str, Any]]]:
+    return [
+        ("whisper.ask", BOT, {"to": A, "task_id": t, "question": "q", "deadline_ms": 1,
+                              "default_if_lapsed": "d", "whisper_id": "w2"}),
+        ("whisper.answer", A, {"whisper_id": "w", "answer": "x"}),
+        ("deliberate.open", A, {"rule": "all_approve", "to": [A], "deliberation_id": "d2"}),
+        ("deliberate.comment", B, {"deliberation_id": "d", "comment": "c"}),
+        ("deliberate.vote", A, {"deliberation_id": "d", "vote": "yea"}),
+        ("deliberate.close", A, {"deliberation_id": "d"}),
+        ("handoff.propose", BOT, {"to": B2, "tasks": [{"task_id": t}], "handoff_id": "h2"}),
+        ("handoff.accept", B2, {"handoff_id": "h"}),
+        ("handoff.decline", B2, {"handoff_id": "h"}),
+        ("deliberate.vote", B, {"deliberation_id": "d", "vote": "yea"}),  # refusal -32030
+    ]
+
+
+def _prepared(store: Any) -> tuple[ReviewClient, str]:
+    c = client(ours(store))
+    t = setup(c)
+    ask(c, t, "w")
+    c.ok("deliberate.open", A, rule="any_one_approves", to=[A], deliberation_id="d")
+    c.ok("handoff.propose", BOT, to=B2, tasks=[{"task_id": t}], handoff_id="h")
+    return c, t
+
+
+@pytest.mark.parametrize("step", range(10))
+def test_a_failed_write_changes_nothing(step: int):
+    store = FailingStore()
+    c, t = _prepared(store)
+    method, frm, params = _script(c, t)[step]
+    before = c.coord.snapshot(W)
+    store.failing = True
+    c.err(-32900, method, frm, **params)
+    assert c.coord.snapshot(W) == before
+    store.failing = False
+    response = c.call(method, frm, **params)  # and the same call then goes through
+    assert response.get("error", {}).get("code") in (None, -32030)
+    assert c.coord.snapshot(W) != before
+
+
+def test_a_failed_sweep_raises_and_changes_nothing():
+    store = FailingStore()
+    c, t = _prepared(store)
+    ask(c, t, "soon", deadline_ms=1)
+    before = c.coord.snapshot(W)
+    store.failing = True
+    with pytest.raises(OSError, match="disk full"):
+        c.coord.check_whisper_lapses(W)
+    assert c.coord.snapshot(W) == before
+    store.failing = False
+    assert [n["params"]["whisper_id"] for n in c.coord.check_whisper_lapses(W)] == ["soon"]
+
+
+def test_a_failed_batch_undoes_every_call_of_the_workspace():
+    store = FailingStore()
+    c, t = _prepared(store)
+    before = c.coord.snapshot(W)
+    store.fail_next = 1
+    responses = []
+    with pytest.raises(Exception):
+        with c.coord.batch():
+            for method, frm, params in _script(c, t)[:8]:
+                responses.append(c.call(method, frm, **params))
+    assert all(r["error"]["code"] == -32900 for r in responses)
+    assert c.coord.snapshot(W) == before
+
+
+def test_a_second_coordinator_on_the_same_store_reloads_and_reruns(tmp_path: Path):
+    path = tmp_path / "two.db"
+    c, t = _prepared(SqliteStore(path))
+    other = client(ours(SqliteStore(path)))
+    other.ok("deliberate.vote", A, deliberation_id="d", vote="yea")   # written by the other
+    c.err(-32031, "deliberate.vote", A, deliberation_id="d", vote="nay")  # re-run on fresh state
+    assert c.ok("deliberate.close", B, deliberation_id="d")["outcome"] == "approved"
+
+
+# -- persistence -------------------------------------------------------------------
+
+
+def test_a_restart_carries_on_where_it_stopped(tmp_path: Path):
+    path = tmp_path / "restart.db"
+    first = ours(SqliteStore(path), ids=reference_ids())
+    c = client(first)
+    t = setup(c)
+    ask(c, t, "w", options=[{"id": 1}])
+    ask(c, t, "gone", deadline_ms=1)
+    c.ok("deliberate.open", A, rule="quorum:1", to=[A, B], deliberation_id="d", weights={A: 2})
+    c.ok("deliberate.vote", A, deliberation_id="d", vote="yea")
+    c.ok("handoff.propose", BOT, to=B2, tasks=[{"task_id": t}], handoff_id="h")
+    snapshot = first.snapshot(W)
+    first.close()
+    again = client(ours(SqliteStore(path)))
+    assert again.coord.snapshot(W) == snapshot
+    again.err(-32022, "whisper.answer", A, whisper_id="w", answer_option=True)
+    again.ok("whisper.answer", A, whisper_id="w", answer_option=1)
+    assert [n["params"]["whisper_id"] for n in again.coord.check_whisper_lapses(W)] == ["gone"]
+    again.err(-32031, "deliberate.vote", A, deliberation_id="d", vote="nay")
+    again.ok("deliberate.close", B, deliberation_id="d")
+    again.ok("handoff.accept", B2, handoff_id="h")
+    assert again.ok("audit.verify_chain")["status"] == "verified"
+
+
+def test_snapshot_and_restore_carry_the_interaction_objects():
+    c, t = _prepared(None)
+    c.ok("whisper.answer", A, whisper_id="w", answer="x")
+    c.ok("deliberate.vote", A, deliberation_id="d", vote="yea")
+    data = c.coord.snapshot(W)
+    assert set(data["whispers"]) == {"w"} and set(data["deliberations"]) == {"d"}
+    assert set(data["handoffs"]) == {"h"}
+    fresh = ours()
+    fresh.restore(data)
+    assert fresh.snapshot(W) == data
+    as_arrays = {**data, **{k: list(data[k].values()) for k in ("whispers", "deliberations", "handoffs")}}
+    other = ours()
+    other.restore(as_arrays)
+    assert other.snapshot(W) == data
+    moved = client(other)
+    moved.ok("deliberate.close", C, deliberation_id="d")
+    moved.ok("handoff.accept", B2, handoff_id="h")
+
+
+def test_the_new_profiles_are_advertisable_and_gated_by_name():
+    c = client(make())  # library default: core + review
+    c.setup((A, BOT))
+    t = c.new_task()
+    c.err(-32601, "whisper.ask", BOT, to=A, task_id=t, question="q", deadline_ms=1,
+          default_if_lapsed="d")
+    c.ok("workspace.set_profiles", A, profiles=["whisper/1.0", "deliberation/1.0", "handoff/1.0"])
+    ask(c, t)
+    c.ok("deliberate.open", A, rule="all_approve", to=A)
+    c.ok("handoff.propose", BOT, to=A, tasks=[{"task_id": t}])
