@@ -1,0 +1,115 @@
+"""Files with whispers, deliberations and handoffs move both ways between
+chapline and chap-coordinator 0.3.3 and carry on alike; chap-analytics 0.2.4
+reads chapline's file without a warning."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import warnings
+from pathlib import Path
+
+import chap_analytics
+from chap_analytics import briefs
+import chap_coordinator
+import pytest
+from chap_coordinator.storage.sqlite import SqliteStore as ReferenceStore
+
+from interaction_diff import A, B, B2, BOT, C, INTERACTION, W, Pair, reference_ids
+from storage import SqliteStore
+from support import make
+
+
+def _reference(store: ReferenceStore) -> chap_coordinator.Coordinator:
+    return chap_coordinator.Coordinator(
+        deterministic_ids=True,
+        deterministic_clock=True,
+        enable_chain=True,
+        default_profiles=list(INTERACTION),
+        store=store,
+    )
+
+
+def _ours(path: Path):
+    return make(SqliteStore(path), enable_chain=True, default_profiles=INTERACTION,
+                ids=reference_ids())
+
+
+def _first_half(p: Pair) -> str:
+    p.setup()
+    t = p.task()
+    t2 = p.task()
+    p.ok("whisper.ask", BOT, to=[A, B], task_id=t, question="q", deadline_ms=10**9,
+         default_if_lapsed={"id": "n"}, options=[{"id": "y"}, {"id": "n"}], whisper_id="w")
+    p.ok("whisper.ask", BOT, to=A, task_id=t, question="q", deadline_ms=1,
+         default_if_lapsed="d")  # generated art_ id
+    p.ok("deliberate.open", A, rule="weighted_vote_with_veto:2", to=[A, B, C],
+         weights={A: 2}, veto={B: True}, deliberation_id="d", task_id=t)
+    p.ok("deliberate.comment", C, deliberation_id="d", text="hm")
+    p.ok("deliberate.vote", A, deliberation_id="d", vote="yea", comment="go")
+    p.ok("handoff.propose", BOT, to=B2, tasks=[{"task_id": t, "title": "T", "blockers": ["x"]},
+                                              {"task_id": t2}], handoff_id="h", summary="S")
+    p.ok("handoff.propose", BOT, to="group:g", tasks=[{"task_id": t2}], handoff_id="g")
+    p.ok("handoff.decline", B, handoff_id="g", reason="busy")
+    p.err(-32030, "deliberate.vote", B2, deliberation_id="d", vote="nay")
+    return t
+
+
+def _second_half(p: Pair) -> None:
+    p.err(-32022, "whisper.answer", A, whisper_id="w", answer_option="maybe")
+    p.ok("whisper.answer", B, whisper_id="w", answer_option="n", comment="no")
+    assert len(p.lapses("2030-01-01T00:00:00Z")) == 1
+    p.ok("deliberate.vote", B, deliberation_id="d", vote="nay", veto_invoked=True)
+    p.ok("deliberate.close", C, deliberation_id="d")
+    first_task = p.ours.snapshot(W)["handoffs"]["h"]["tasks"][0]["task_id"]
+    p.ok("handoff.accept", B2, handoff_id="h", accepted_task_ids=[first_task])
+    p.ok("handoff.accept", C, handoff_id="g")
+    p.assert_same_state("whispers", "deliberations", "handoffs")
+
+
+def test_files_move_both_ways_and_carry_on_alike(tmp_path: Path) -> None:
+    ours_path, theirs_path = tmp_path / "ours.db", tmp_path / "theirs.db"
+    ours = _ours(ours_path)
+    theirs = _reference(ReferenceStore(str(theirs_path)))
+    p = Pair(ours=ours, theirs=theirs)
+    _first_half(p)
+    p.assert_same_state("whispers", "deliberations", "handoffs")
+    ours.close()
+    theirs.options.store.close()
+    # swap the files: each side opens what the other wrote
+    swapped_ours, swapped_theirs = tmp_path / "from-theirs.db", tmp_path / "from-ours.db"
+    shutil.copy(theirs_path, swapped_ours)
+    shutil.copy(ours_path, swapped_theirs)
+    q = Pair(ours=_ours(swapped_ours), theirs=_reference(ReferenceStore(str(swapped_theirs))))
+    q.n = p.n
+    q.assert_same_state("whispers", "deliberations", "handoffs")
+    _second_half(q)
+
+
+def test_chap_analytics_reads_the_file_without_warnings(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "ours.db"
+    p = Pair(ours=_ours(path))
+    _first_half(p)
+    _second_half(p)
+    p.ours.close()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        chain = chap_analytics.from_sqlite(str(path), workspace=W)
+        frames = chap_analytics.frames(chain)
+        assert briefs.everything(frames)
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert chain.has_state
+    tables = frames.as_dict()
+    whispers = tables["whispers"].set_index("whisper_id")
+    assert len(whispers) == 2 and whispers.loc["w", "state"] == "answered"
+    assert sorted(whispers["state"]) == ["answered", "lapsed"]
+    deliberations = tables["deliberations"]
+    assert list(deliberations["outcome"]) == ["rejected"]  # B's veto
+    assert list(deliberations["n_votes"]) == [2]
+    handoffs = tables["handoffs"].set_index("handoff_id")
+    assert handoffs.loc["h", "resolution"] == "accepted" and handoffs.loc["h", "n_accepted"] == 1
+    assert handoffs.loc["g", "resolution"] == "accepted"
+    assert set(tables["tasks"]["assignee"]) == {B2, C}
