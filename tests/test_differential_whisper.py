@@ -244,3 +244,21 @@ def test_a_paused_member_still_asks_and_answers():
     ask(p, t, whisper_id="w")
     p.ok("whisper.answer", A, whisper_id="w", answer="x")
     p.assert_same_state("whispers")
+
+
+def test_audit_read_by_task_finds_answers_through_their_whisper():
+    p = Pair()
+    p.setup()
+    t, other = p.task(), p.task()
+    ask(p, t, whisper_id="w", to=[A, B])
+    ask(p, other, whisper_id="v")
+    p.err(-32011, "whisper.answer", C, whisper_id="w", answer="x")          # refused, recorded
+    p.ok("whisper.answer", A, whisper_id="w", answer="x", task_id=other)   # params.task_id ignored
+    p.ok("whisper.answer", A, whisper_id="v", answer="y", task_id=t)
+    p.pause()
+    p.err(-32063, "whisper.answer", A, whisper_id="unknown", answer="z", task_id=t)
+    for flt in ({"task_id": t}, {"task_id": other}, {"task_id": t, "method": "whisper.answer"},
+                {"task_id": t, "outcome": "refused"}, {"task_id": t, "from": A},
+                {"task_id": "zzz"}):
+        p.same("audit.read", filter=flt)
+        p.same("audit.read", filter=flt, range={"from_seq": 8, "to_seq": 11})
