@@ -646,9 +646,46 @@ def audit_read(call: Call) -> dict[str, Any]:
         )
         if where == EntryFilter():
             where = None
-    entries = call.log.entries(start, stop, where) if start < stop else []
+    if start >= stop:
+        entries = []
+    elif where is not None and isinstance(where.task_id, str) and call.count("whispers"):
+        entries = _by_task_with_answers(call, start, stop, where)
+    else:
+        entries = call.log.entries(start, stop, where)
     call.result_is_fresh()  # the entries are decoded afresh from the store
     return {"entries": entries, "next_seq": max(stop, 0)}
+
+
+def _answer_task(call: Call, entry: dict[str, Any]) -> Any:
+    """The task a whisper.answer entry concerns: its whisper's, as 0.3.3
+    files it (the answer's own params.task_id does not count)."""
+    request = entry.get("envelope") or entry.get("request") or {}
+    whisper_id = (request.get("params") or {}).get("whisper_id")
+    whisper = call.get("whispers", whisper_id) if isinstance(whisper_id, str) else None
+    return whisper.task_id if whisper is not None else None
+
+
+def _is_answer(entry: dict[str, Any]) -> bool:
+    request = entry.get("envelope") or entry.get("request") or {}
+    return request.get("method") == "whisper.answer"
+
+
+def _by_task_with_answers(
+    call: Call, start: int, stop: int, where: EntryFilter
+) -> list[dict[str, Any]]:
+    """A read filtered by task where whisper answers are filed under their
+    whisper's task: the indexed read, less the answers it found by their own
+    params, plus the answers whose whisper belongs to the task."""
+    found = [e for e in call.log.entries(start, stop, where) if not _is_answer(e)]
+    if where.method in (None, "whisper.answer"):
+        answers = EntryFilter(method="whisper.answer", sender=where.sender, outcome=where.outcome)
+        found += [
+            e
+            for e in call.log.entries(start, stop, answers)
+            if _answer_task(call, e) == where.task_id
+        ]
+        found.sort(key=lambda e: e["seq"])
+    return found
 
 
 # audit.verify_chain belongs to audit-scitt/1.0 but answers whatever a
