@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from coordinator.audit import AuditEntry, refusal_is_recorded, signed_digest
 from coordinator.batch import Part, Pending, put_values
 from coordinator.call import Call
-from coordinator.canonical import ZERO_HASH, link_hash
+from coordinator.canonical import ZERO_HASH, canonical_bytes, link_hash
 from coordinator.clock import Clock, iso_ms, system_clock
 from coordinator.compat import (
     CoordinatorOptions,
@@ -42,7 +42,7 @@ from coordinator.options import (
     RoutingPolicy,
     unenforced,
 )
-from coordinator.profiles import REGISTRY
+from coordinator.profiles import REGISTRY, whisper
 from coordinator.profiles.identity import check_step_up
 from coordinator.profiles.signed import UNSIGNED_METHODS, check_signature
 from coordinator.registry import Handler, Method, profile_name, profile_names
@@ -344,6 +344,64 @@ class Coordinator:
             if not self._reload(change.id) or change.id not in self._workspaces:
                 raise RestoreError(f"workspace {change.id!r} was written but cannot be loaded")
         return [change.id for change in changes]
+
+    def check_whisper_lapses(self, workspace_id: str, now: str | None = None) -> list[dict[str, Any]]:
+        """Lapse the workspace's pending whispers whose deadline is at or
+        before `now` (ISO 8601 with a zone; the clock when None): each gets
+        its default applied and one `notify.message` entry on the log.
+        Returns those envelopes. Written to the store before memory changes;
+        a store failure is raised and changes nothing."""
+        if self._batch is not None:
+            raise RuntimeError("check_whisper_lapses() cannot run inside batch(): finish the batch first")
+        cutoff = whisper.parse_now(now) if now is not None else None
+        retried = False
+        while True:
+            ws = self._workspace(workspace_id)
+            if ws is None:
+                return []
+            if cutoff is None:
+                cutoff = whisper.instant(int(self._clock()))
+            due = [w for w in ws.values("whispers") if whisper.lapsed_by(w, cutoff)]
+            if not due:
+                return []
+            meta = ws.meta
+            entries: list[AuditEntry] = []
+            lapsed: dict[str, Any] = {}
+            for held in due:
+                # 0.3.3 reads the clock for the notice's ts, then for arrived.
+                ts = iso_ms(int(self._clock()))
+                arrived = iso_ms(int(self._clock()))
+                notice = whisper.lapse_notice(ws.id, held, ts)
+                prev = None
+                if meta.chain_enabled:
+                    prev = meta.chain_head or ZERO_HASH
+                    meta = msgspec.structs.replace(
+                        meta, chain_head=link_hash(canonical_bytes(notice), prev)
+                    )
+                entries.append(AuditEntry(ws.count + len(entries), arrived, envelope=notice, prev_hash=prev))
+                lapsed[held.id] = whisper.lapse(held)
+            change = StoreChange(
+                id=ws.id,
+                base=ws.count,
+                version=ws.count + len(entries),
+                updated_at=entries[-1].arrived,
+                meta=meta,
+                entries=entries,
+                objects={"whispers": lapsed},
+            )
+            try:
+                self.store.apply(change)
+            except StoreConflictError:
+                # another writer appended: sweep its state once more
+                if retried or not self._reload(workspace_id):
+                    raise
+                retried = True
+                continue
+            put_values(ws, {"whispers": lapsed})
+            ws.meta = meta
+            ws.count += len(entries)
+            self._notify([(ws.id, e) for e in entries])
+            return [_decode(_encode(e.envelope)) for e in entries]
 
     def close(self) -> None:
         self.store.close()

@@ -162,7 +162,7 @@ class Pair:
         ours, theirs = self.log(self.ours), self.log(self.theirs)
         assert len(ours) == len(theirs)
         for x, y in zip(ours, theirs):
-            assert x == y
+            assert x == y, (x, y)
         d = env("workspace.describe", {"workspace": self.workspace}, id="d")
         assert self.ours.dispatch(d)["result"] == self.theirs.dispatch(d)["result"]
         v = env("audit.verify_chain", {"workspace": self.workspace}, id="v")

@@ -13,7 +13,7 @@ looking at any state (see SPECIFICATION.md, "Interaction profiles").
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from msgspec.structs import replace
@@ -28,6 +28,7 @@ __all__ = [
     "ALREADY_LAPSED",
     "HANDLERS",
     "NOT_AN_OPTION",
+    "instant",
     "lapse",
     "lapse_notice",
     "lapsed_by",
@@ -183,6 +184,11 @@ def parse_now(now: str) -> datetime:
     if parsed.tzinfo is None:
         raise ValueError(f"now must carry a zone (Z or +hh:mm): {now!r}")
     return parsed
+
+
+def instant(epoch_ms: int) -> datetime:
+    """A clock reading (epoch milliseconds) as a time to compare deadlines with."""
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc)
 
 
 def lapsed_by(whisper: WhisperPrompt, cutoff: datetime) -> bool:
