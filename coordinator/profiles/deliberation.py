@@ -18,21 +18,20 @@ from msgspec.structs import replace
 
 from coordinator.call import Call
 from coordinator.model import Deliberation
-from coordinator.wire import RpcError, invalid_params, missing
+from coordinator.registry import ANY, OBJECT, STRING, Profile, schema
+from coordinator.wire import (
+    ALREADY_VOTED,
+    BAD_RULE,
+    DELIBERATION_NOT_OPEN,
+    NOT_A_PARTICIPANT,
+    RpcError,
+    invalid_params,
+    missing,
+)
 
-__all__ = [
-    "ALREADY_VOTED",
-    "BAD_RULE",
-    "HANDLERS",
-    "NOT_A_PARTICIPANT",
-    "NOT_OPEN",
-    "tally",
-]
+__all__ = ["PROFILE", "tally"]
 
-NOT_A_PARTICIPANT = -32030
-ALREADY_VOTED = -32031
-NOT_OPEN = -32032
-BAD_RULE = -32033
+PROFILE = Profile("deliberation/1.0")
 
 VOTES = ("yea", "nay", "abstain")
 RULES_HELP = (
@@ -94,6 +93,29 @@ def _optional_id(p: dict[str, Any], name: str) -> str | None:
     return value
 
 
+_ADDRESS = {"type": ["string", "array"], "items": STRING}
+_DELIBERATION = schema(["workspace", "from", "deliberation_id"], deliberation_id=STRING)
+
+
+@PROFILE.method(
+    "deliberate.open",
+    floor=True,
+    params=schema(
+        ["workspace", "from", "rule", "to"],
+        rule={**STRING, "description": RULES_HELP},
+        to=_ADDRESS,
+        participants=_ADDRESS,
+        deliberation_id=STRING,
+        task_id=STRING,
+        question=ANY,
+        weights={**OBJECT, "additionalProperties": {"type": "number"}},
+        veto={**OBJECT, "additionalProperties": {"type": "boolean"}},
+        deadline=STRING,
+        context=ANY,
+    ),
+    title="Open a deliberation",
+    description="Put a question to a vote among named participants under a decision rule.",
+)
 def deliberate_open(call: Call) -> dict[str, Any]:
     p = call.params
     rule = call.require("rule")
@@ -145,9 +167,16 @@ def _deliberation(call: Call) -> Deliberation:
 
 def _open(d: Deliberation) -> None:
     if d.state != "open":
-        raise RpcError(NOT_OPEN, f"Deliberation not open: it is {d.state}")
+        raise RpcError(DELIBERATION_NOT_OPEN, f"Deliberation not open: it is {d.state}")
 
 
+@PROFILE.method(
+    "deliberate.comment",
+    floor=True,
+    params={**_DELIBERATION, "properties": {**_DELIBERATION["properties"], "comment": ANY, "text": ANY}},
+    title="Comment on a deliberation",
+    description="Add a comment to an open deliberation.",
+)
 def deliberate_comment(call: Call) -> dict[str, Any]:
     d = _deliberation(call)
     _open(d)
@@ -157,6 +186,20 @@ def deliberate_comment(call: Call) -> dict[str, Any]:
     return {"accepted": True}
 
 
+@PROFILE.method(
+    "deliberate.vote",
+    floor=True,
+    params=schema(
+        ["workspace", "from", "deliberation_id", "vote"],
+        deliberation_id=STRING,
+        vote={"type": "string", "enum": list(VOTES)},
+        comment=ANY,
+        veto_invoked={"type": "boolean"},
+        weight={"description": "Recorded only: weights come from the opener."},
+    ),
+    title="Vote",
+    description="Vote yea, nay or abstain in an open deliberation you take part in.",
+)
 def deliberate_vote(call: Call) -> dict[str, Any]:
     d = _deliberation(call)
     _open(d)
@@ -228,16 +271,16 @@ def tally(d: Deliberation) -> dict[str, Any]:
     return outcome
 
 
+@PROFILE.method(
+    "deliberate.close",
+    floor=True,
+    params=_DELIBERATION,
+    title="Close a deliberation",
+    description="Close a deliberation and tally its votes under its rule.",
+)
 def deliberate_close(call: Call) -> dict[str, Any]:
     d = _deliberation(call)
     outcome = tally(d)
     call.put("deliberations", d.id, replace(d, state="closed", outcome=outcome))
     return tally(d)  # the answer shares nothing with the stored outcome
 
-
-HANDLERS = {
-    "deliberate.open": deliberate_open,
-    "deliberate.comment": deliberate_comment,
-    "deliberate.vote": deliberate_vote,
-    "deliberate.close": deliberate_close,
-}

@@ -17,13 +17,19 @@ from msgspec.structs import replace
 
 from coordinator.call import Call
 from coordinator.model import Handoff, HandoffTask
-from coordinator.wire import WORKSPACE_PAUSED, RpcError, invalid_params
+from coordinator.registry import ANY, ARRAY, OBJECT, STRING, Profile, schema
+from coordinator.wire import (
+    HANDOFF_NOT_PROPOSED,
+    NOT_RECIPIENT,
+    NOT_TASK_OWNER,
+    WORKSPACE_PAUSED,
+    RpcError,
+    invalid_params,
+)
 
-__all__ = ["HANDLERS", "NOT_OWNER", "NOT_PROPOSED", "NOT_RECIPIENT"]
+__all__ = ["PROFILE"]
 
-NOT_OWNER = -32050
-NOT_PROPOSED = -32051
-NOT_RECIPIENT = -32052
+PROFILE = Profile("handoff/1.0")
 
 _GROUP = "group:"
 
@@ -48,6 +54,35 @@ def _entries(value: Any) -> list[dict[str, Any]]:
     return value
 
 
+_TASK_ENTRY = {
+    **OBJECT,
+    "required": ["task_id"],
+    "properties": {
+        "task_id": STRING,
+        "title": STRING,
+        "status_summary": STRING,
+        "next_action": STRING,
+        "blockers": {**ARRAY, "items": STRING},
+    },
+}
+_HANDOFF = schema(["workspace", "from", "handoff_id"], handoff_id=STRING)
+
+
+@PROFILE.method(
+    "handoff.propose",
+    floor=True,
+    params=schema(
+        ["workspace", "from", "to", "tasks"],
+        to={**STRING, "description": "A member's URI, or group:... for any member."},
+        tasks={**ARRAY, "items": _TASK_ENTRY, "minItems": 1},
+        handoff_id=STRING,
+        summary=ANY,
+        context_links={**ARRAY, "items": STRING},
+        rationale=ANY,
+    ),
+    title="Propose a handoff",
+    description="Offer your tasks to another member, or to any member of a group.",
+)
 def handoff_propose(call: Call) -> dict[str, Any]:
     p = call.params
     recipient = call.require("to")
@@ -69,7 +104,7 @@ def handoff_propose(call: Call) -> dict[str, Any]:
             raise invalid_params(f"Unknown task in handoff: {entry['task_id']}")
         if task.assignee != proposer:
             raise RpcError(
-                NOT_OWNER,
+                NOT_TASK_OWNER,
                 f"Task {task.id} is not currently assigned to {proposer} "
                 f"(its assignee is {task.assignee}); only the assignee can hand it off",
             )
@@ -114,10 +149,22 @@ def _proposed(call: Call) -> Handoff:
     if handoff is None:
         raise invalid_params(f"Unknown handoff: {key!r}")
     if handoff.state != "proposed":
-        raise RpcError(NOT_PROPOSED, f"Handoff already {handoff.state}")
+        raise RpcError(HANDOFF_NOT_PROPOSED, f"Handoff already {handoff.state}")
     return handoff
 
 
+@PROFILE.method(
+    "handoff.accept",
+    floor=True,
+    params=schema(
+        ["workspace", "from", "handoff_id"],
+        handoff_id=STRING,
+        accepted_task_ids={**ARRAY, "items": STRING, "minItems": 1},
+        comment=ANY,
+    ),
+    title="Accept a handoff",
+    description="Take over the tasks of a handoff offered to you (all, or those you name).",
+)
 def handoff_accept(call: Call) -> dict[str, Any]:
     handoff = _proposed(call)
     acceptor = call.actor()
@@ -160,6 +207,16 @@ def handoff_accept(call: Call) -> dict[str, Any]:
     return {"accepted": True, "task_ids": list(chosen), "assignee": acceptor.uri}
 
 
+@PROFILE.method(
+    "handoff.decline",
+    floor=True,
+    params={
+        **_HANDOFF,
+        "properties": {**_HANDOFF["properties"], "reason": ANY, "suggested_target": STRING},
+    },
+    title="Decline a handoff",
+    description="Decline a handoff offered to you, with a reason and a suggested target.",
+)
 def handoff_decline(call: Call) -> dict[str, Any]:
     handoff = _proposed(call)
     p = call.params
@@ -180,9 +237,3 @@ def handoff_decline(call: Call) -> dict[str, Any]:
     )
     return {"recorded": True, "state": state}
 
-
-HANDLERS = {
-    "handoff.propose": handoff_propose,
-    "handoff.accept": handoff_accept,
-    "handoff.decline": handoff_decline,
-}

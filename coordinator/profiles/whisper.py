@@ -21,23 +21,19 @@ from msgspec.structs import replace
 from coordinator.call import Call
 from coordinator.canonical import CanonicalError, canonical_bytes
 from coordinator.model import WhisperPrompt
-from coordinator.wire import NOT_AUTHORISED, RpcError, invalid_params
+from coordinator.registry import ANY, ARRAY, INTEGER, STRING, Profile, schema
+from coordinator.wire import (
+    NOT_AN_OPTION,
+    NOT_AUTHORISED,
+    WHISPER_ANSWERED,
+    WHISPER_LAPSED,
+    RpcError,
+    invalid_params,
+)
 
-__all__ = [
-    "ALREADY_ANSWERED",
-    "ALREADY_LAPSED",
-    "HANDLERS",
-    "NOT_AN_OPTION",
-    "instant",
-    "lapse",
-    "lapse_notice",
-    "lapsed_by",
-    "parse_now",
-]
+__all__ = ["PROFILE", "instant", "lapse", "lapse_notice", "lapsed_by", "parse_now"]
 
-ALREADY_ANSWERED = -32020
-ALREADY_LAPSED = -32021
-NOT_AN_OPTION = -32022
+PROFILE = Profile("whisper/1.0")
 
 LAPSE_SENDER = "service:coordinator"
 # Addresses that stand for "any member" rather than one askee.
@@ -55,6 +51,30 @@ def _askees(value: Any) -> list[str]:
     )
 
 
+_ADDRESS = {"type": ["string", "array"], "items": STRING}
+
+
+@PROFILE.method(
+    "whisper.ask",
+    floor=True,
+    params=schema(
+        ["workspace", "from", "to", "task_id", "question", "deadline_ms", "default_if_lapsed"],
+        to=_ADDRESS,
+        task_id=STRING,
+        question=ANY,
+        deadline_ms={**INTEGER, "description": "Milliseconds from now until the whisper lapses."},
+        default_if_lapsed={"description": "What applies if nobody answers in time."},
+        options={**ARRAY, "items": {"type": "object", "properties": {"id": ANY, "label": STRING}}},
+        urgency={**STRING, "description": "low (the default), medium or high."},
+        whisper_id=STRING,
+        context_summary=ANY,
+    ),
+    title="Ask privately",
+    description=(
+        "Ask members a private question about a task, with a deadline and the default "
+        "that applies if nobody answers in time."
+    ),
+)
 def whisper_ask(call: Call) -> dict[str, Any]:
     p = call.params
     for name in ("to", "task_id", "question", "deadline_ms", "default_if_lapsed"):
@@ -117,6 +137,20 @@ def _jcs_text(value: Any) -> str:
         return repr(value)
 
 
+@PROFILE.method(
+    "whisper.answer",
+    floor=True,
+    params=schema(
+        ["workspace", "from", "whisper_id"],
+        whisper_id=STRING,
+        answer_option={"description": "The id of the chosen option, when the whisper has options."},
+        answer=ANY,
+        answer_text=ANY,
+        comment=ANY,
+    ),
+    title="Answer a whisper",
+    description="Answer a whisper addressed to you, before it lapses.",
+)
 def whisper_answer(call: Call) -> dict[str, Any]:
     p = call.params
     call.require("whisper_id")
@@ -135,10 +169,10 @@ def whisper_answer(call: Call) -> dict[str, Any]:
             f"{', '.join(map(str, askee)) or 'nobody'}",
         )
     if whisper.state == "answered":
-        raise RpcError(ALREADY_ANSWERED, f"Whisper already answered by {whisper.answered_by}")
+        raise RpcError(WHISPER_ANSWERED, f"Whisper already answered by {whisper.answered_by}")
     if whisper.state == "lapsed":
         raise RpcError(
-            ALREADY_LAPSED,
+            WHISPER_LAPSED,
             "Whisper already lapsed: its deadline passed and its default was applied",
         )
     option = p.get("answer_option")
@@ -165,9 +199,6 @@ def whisper_answer(call: Call) -> dict[str, Any]:
         ),
     )
     return {"answered": True, "whisper_id": whisper.id, "task_id": whisper.task_id}
-
-
-HANDLERS = {"whisper.ask": whisper_ask, "whisper.answer": whisper_answer}
 
 
 # -- lapses ---------------------------------------------------------------------
