@@ -11,13 +11,14 @@ link and head can be compared byte for byte.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, is_dataclass
-from typing import Any, Callable
+from typing import Any
 
 import chap_coordinator
+from support import env, make
 
 from coordinator import Coordinator
-from support import env, make
 
 __all__ = [
     "A",
@@ -161,7 +162,7 @@ class Pair:
         and the same stored objects in `collections` and `tasks`."""
         ours, theirs = self.log(self.ours), self.log(self.theirs)
         assert len(ours) == len(theirs)
-        for x, y in zip(ours, theirs):
+        for x, y in zip(ours, theirs, strict=True):
             assert x == y, (x, y)
         d = env("workspace.describe", {"workspace": self.workspace}, id="d")
         assert self.ours.dispatch(d)["result"] == self.theirs.dispatch(d)["result"]

@@ -4,7 +4,7 @@ interaction_diff.py)."""
 
 from __future__ import annotations
 
-from interaction_diff import A, B, B2, BOT, GHOST, Pair
+from interaction_diff import B2, BOT, GHOST, A, B, Pair
 
 
 def test_propose_and_accept_reassign_the_tasks():

@@ -4,8 +4,7 @@ chain head and stored whispers, call by call (see interaction_diff.py)."""
 from __future__ import annotations
 
 import pytest
-
-from interaction_diff import A, B, BOT, C, GHOST, W, Pair
+from interaction_diff import BOT, GHOST, A, B, C, Pair, W
 
 
 def ask(p: Pair, task: str, frm: str = BOT, **params):

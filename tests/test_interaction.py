@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from coordinator import Coordinator
-from interaction_diff import A, B, B2, BOT, C, GHOST, INTERACTION, W, Pair, reference_ids
-from storage import SqliteStore
+from interaction_diff import B2, BOT, INTERACTION, A, B, C, Pair, W, reference_ids
 from support import FailingStore, ReviewClient, env, make
+
+from coordinator import BatchWriteError, Coordinator
+from storage import SqliteStore
 
 
 def client(coord: Any = None) -> ReviewClient:
@@ -220,7 +220,7 @@ def test_a_failed_batch_undoes_every_call_of_the_workspace():
     before = c.coord.snapshot(W)
     store.fail_next = 1
     responses = []
-    with pytest.raises(Exception):
+    with pytest.raises(BatchWriteError):
         with c.coord.batch():
             for method, frm, params in _script(c, t)[:8]:
                 responses.append(c.call(method, frm, **params))

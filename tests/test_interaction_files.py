@@ -10,14 +10,14 @@ import warnings
 from pathlib import Path
 
 import chap_analytics
-from chap_analytics import briefs
 import chap_coordinator
 import pytest
+from chap_analytics import briefs
 from chap_coordinator.storage.sqlite import SqliteStore as ReferenceStore
-
-from interaction_diff import A, B, B2, BOT, C, INTERACTION, W, Pair, reference_ids
-from storage import SqliteStore
+from interaction_diff import B2, BOT, INTERACTION, A, B, C, Pair, W, reference_ids
 from support import make
+
+from storage import SqliteStore
 
 
 def _reference(store: ReferenceStore) -> chap_coordinator.Coordinator:

@@ -9,7 +9,6 @@ from __future__ import annotations
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, precondition, rule
-
 from test_stateful import PEOPLE, LockstepMachine
 
 people = st.sampled_from(PEOPLE)

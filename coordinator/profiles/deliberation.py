@@ -159,7 +159,7 @@ def _deliberation(call: Call) -> Deliberation:
     key = call.params.get("deliberation_id")
     if key is not None and not isinstance(key, str):
         raise invalid_params("deliberation_id must be a string")
-    found = call.get("deliberations", key) if key is not None else None
+    found: Deliberation | None = call.get("deliberations", key) if key is not None else None
     if found is None:
         raise invalid_params(f"Unknown deliberation: {key!r}")
     return found

@@ -145,7 +145,7 @@ def _proposed(call: Call) -> Handoff:
     """The named handoff, still awaiting an answer."""
     key = call.require("handoff_id")
     call.workspace()
-    handoff = call.get("handoffs", key) if isinstance(key, str) else None
+    handoff: Handoff | None = call.get("handoffs", key) if isinstance(key, str) else None
     if handoff is None:
         raise invalid_params(f"Unknown handoff: {key!r}")
     if handoff.state != "proposed":

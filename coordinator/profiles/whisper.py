@@ -13,7 +13,7 @@ looking at any state (see SPECIFICATION.md, "Interaction profiles").
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from msgspec.structs import replace
@@ -219,7 +219,7 @@ def parse_now(now: str) -> datetime:
 
 def instant(epoch_ms: int) -> datetime:
     """A clock reading (epoch milliseconds) as a time to compare deadlines with."""
-    return datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc)
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
 
 
 def lapsed_by(whisper: WhisperPrompt, cutoff: datetime) -> bool:
