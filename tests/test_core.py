@@ -129,7 +129,7 @@ def test_create_without_params_key(coord):
         # deliberate: 0.3.3 accepts these and stores them as given
         ({"workspace": "w2", "profiles": "core/1.0"}, "profiles must be an array"),
         ({"workspace": "w2", "profiles": ["core/1.0", 5]}, "profiles must be an array"),
-        ({"workspace": "w2", "profiles": ["core/1.0", "identity-vc/1.0"]}, "not implemented"),
+        ({"workspace": "w2", "profiles": ["core/1.0", "gossip/1.0"]}, "not implemented"),
         ({"workspace": "w2", "mode": 5}, "mode must be a string"),
         ({"workspace": "w2", "mode_ceiling": ["x"]}, "mode_ceiling must be a string"),
         ({"workspace": "w2", "step_up_window_sec": "60"}, "step_up_window_sec"),
@@ -250,7 +250,7 @@ def test_set_profiles_by_non_admin_member_is_recorded(c, T):
         ({**frm(ALICE), "profiles": None}, -32602),
         # deliberate: 0.3.3 accepts a non-list (and stores it)
         ({**frm(ALICE), "profiles": "review/1.0"}, -32602),
-        ({**frm(ALICE), "profiles": ["identity-vc/1.0"]}, -32602),
+        ({**frm(ALICE), "profiles": ["gossip/1.0"]}, -32602),
         ({"workspace": "nope", **frm(ALICE), "profiles": ["core/1.0"]}, -32602),
     ],
 )

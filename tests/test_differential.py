@@ -297,7 +297,7 @@ def test_id_free_heads_after_every_step():
     [
         # chapline refuses what it cannot honour; 0.3.3 stores it as given
         ("workspace.create", {"workspace": "w2", "profiles": "core/1.0"}, -32602, "ok"),
-        ("workspace.create", {"workspace": "w2", "profiles": ["core/1.0", "identity-vc/1.0"]}, -32602, "ok"),
+        ("workspace.create", {"workspace": "w2", "profiles": ["core/1.0", "gossip/1.0"]}, -32602, "ok"),
         ("workspace.create", {"workspace": "w2", "mode": 5}, -32602, "ok"),
         ("workspace.set_profiles", {"workspace": W, **_f(A), "profiles": "x"}, -32602, "ok"),
         ("participant.join", {"workspace": W, "from": 5, "type": "human"}, -32602, "ok"),

@@ -733,8 +733,8 @@ def test_generated_ids_never_reuse_a_held_one(tmp_path):
 
 
 def test_unimplemented_default_profiles_are_refused():
-    with pytest.raises(ValueError, match="identity-vc/1.0"):
-        make(default_profiles=("core/1.0", "identity-vc/1.0"))
+    with pytest.raises(ValueError, match="gossip/1.0"):
+        make(default_profiles=("core/1.0", "gossip/1.0"))
 
 
 def test_restore_takes_back_what_snapshot_gave_for_an_empty_chained_workspace():
