@@ -86,7 +86,10 @@ class UnsupportedOptionError(ValueError):
 
 # Fields with no chapline counterpart yet, and why.
 _UNSUPPORTED: dict[str, str] = {
-    "on_auto_escalate": "the escalate.auto method is not implemented",
+    "on_auto_escalate": (
+        "escalate.auto is implemented, but not this notification; an audit listener "
+        "(on_audit) sees every accepted escalate.auto with its result in the store"
+    ),
     "on_store_error": (
         "chapline writes before it answers, so a failed write is the call's own "
         "answer (-32900) rather than a report after the fact"

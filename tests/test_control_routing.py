@@ -382,3 +382,31 @@ def test_verify_replays_snapshots_and_route_decisions_to_their_stored_ids(tmp_pa
         report = verify_workspace(store, ws)
         assert report.ok, [f.describe() for f in report.findings]
     store.close()
+
+
+def test_two_coordinators_on_one_file_reload_and_rerun_control_calls(tmp_path: Path):
+    """A coordinator whose copy is stale (the other wrote since) reloads the
+    workspace and runs its control call again on the fresh state."""
+    path = tmp_path / "shared.db"
+    first = make(SqliteStore(path), default_profiles=PROFILES)
+    a = ReviewClient(first, W)
+    a.setup(members=(A, BOT, B2, BOB))
+    t = a.new_task()
+    second = Coordinator(SqliteStore(path))
+    b = ReviewClient(second, W)
+    b.n = 1000
+    snap = a.ok("control.snapshot", A)["snapshot_artefact_id"]  # second has not seen it
+    a.ok("control.set_mode_ceiling", A, new_ceiling="shadow")
+    assert b.ok("control.rollback", A, to_snapshot_artefact_id=snap)["restored"] == ["mode_ceiling", "members"]
+    a.n = 2000
+    assert a.ok("control.pause", A, task_id=t)["state"] == "paused"  # first reloads in turn
+    assert b.ok("control.resume", A, task_id=t)["state"] == "created"
+    assert b.ok("task.route", A, task_id=t, candidates=[B2])["selected"] == B2
+    fresh = ReviewClient(Coordinator(SqliteStore(path)), W)
+    assert fresh.describe() == b.describe()  # the second wrote last
+    assert fresh.describe()["mode_ceiling"] == "production"
+    assert fresh.task(t)["assignee"] == B2
+    assert fresh.ok("audit.verify_chain")["status"] == "verified"
+    methods = [e["envelope"]["method"] for e in fresh.log()[-5:]]
+    assert methods == ["control.set_mode_ceiling", "control.rollback", "control.pause",
+                       "control.resume", "task.route"]
