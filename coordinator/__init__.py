@@ -4,7 +4,8 @@ from coordinator.audit import AuditEntry
 from coordinator.canonical import CanonicalError, canonical_bytes, digest
 from coordinator.clock import StepClock
 from coordinator.compat import CoordinatorOptions, UnsupportedOptionError, WorkspaceState
-from coordinator.coordinator import BatchWriteError, Coordinator
+from coordinator.coordinator import Coordinator
+from coordinator.errors import BatchWriteError, ChaplineError
 from coordinator.ids import CounterIds
 from coordinator.signing import SignatureError, public_jwk, sign_envelope
 from coordinator.snapshot import RestoreError
@@ -14,6 +15,7 @@ __all__ = [
     "AuditEntry",
     "BatchWriteError",
     "CanonicalError",
+    "ChaplineError",
     "Coordinator",
     "CoordinatorOptions",
     "CounterIds",

@@ -15,6 +15,10 @@ from coordinator.wire import (
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     PARSE_ERROR,
+    SIG_KEY_NOT_FOUND,
+    SIG_KEY_REVOKED,
+    SIG_ROTATION_KEY_MISMATCH,
+    SIG_VERIFY_FAILED,
     STORED_OBJECT_UNREADABLE,
 )
 
@@ -37,10 +41,10 @@ _NEVER_RECORDED_CODES = frozenset(
         INVALID_PARAMS,
         INTERNAL_ERROR,
         STORED_OBJECT_UNREADABLE,
-        -32070,
-        -32071,
-        -32072,
-        -32073,
+        SIG_VERIFY_FAILED,
+        SIG_KEY_NOT_FOUND,
+        SIG_KEY_REVOKED,
+        SIG_ROTATION_KEY_MISMATCH,
     }
 )
 

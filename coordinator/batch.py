@@ -1,20 +1,30 @@
-"""A batch in progress: per workspace, the unwritten change and how to undo it.
+"""Batches: calls grouped into one store write per workspace.
 
-The Coordinator drives batches (`Coordinator.batch`); this module holds what
-a batch accumulates, so that building its store change and undoing it in
-memory live beside the data they use.
+`run_batch` is `Coordinator.batch`; `Pending` and `Part` hold what a batch
+accumulates, so building its store change and undoing it in memory live
+beside the data they use.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from coordinator.audit import AuditEntry
 from coordinator.call import Call
+from coordinator.errors import BatchWriteError
+from coordinator.wire import INTERNAL_ERROR, STORE_CONFLICT, RpcError
 from coordinator.workspace import Workspace
+from coordinator.writes import apply_changes
 from storage import StoreChange
 
-__all__ = ["Pending", "Part", "put_values"]
+if TYPE_CHECKING:
+    from coordinator.coordinator import Coordinator
+
+__all__ = ["Part", "Pending", "put_values", "run_batch"]
+
+log = logging.getLogger("chapline")
 
 
 def put_values(ws: Workspace, values: dict[str, dict[str, Any]]) -> None:
@@ -118,3 +128,77 @@ class Pending:
         self.written: list[tuple[str, AuditEntry]] = []
         # (workspace id, envelope, arrived) of the call being dispatched
         self.current: tuple[str, dict[str, Any], str] | None = None
+
+
+def run_batch(coord: Coordinator) -> Iterator[None]:
+    """The body of `Coordinator.batch` (a generator for contextmanager).
+
+    Calls see each other's effects at once and are answered provisionally.
+    If the block raises, every call is undone and its response dict rewritten
+    to an error. On exit each workspace's change is written. A workspace whose
+    write conflicts with another writer is reloaded and its calls are run
+    again, one by one, their response dicts updated in place. A workspace
+    whose write fails is undone, its calls' response dicts are rewritten in
+    place to the error, and BatchWriteError is raised once the other
+    workspaces are written.
+    """
+    if coord._batch is not None:
+        yield  # nested: the outer batch writes
+        return
+    coord._batch = pending = Pending()
+    try:
+        yield
+    except BaseException as exc:
+        coord._batch = None
+        abandoned = RpcError(
+            INTERNAL_ERROR,
+            "Internal error",
+            {"detail": f"not applied: the batch was abandoned ({type(exc).__name__})"},
+        )
+        for wid, part in pending.parts.items():
+            _undo(coord, wid, part)
+            _answer_all(part, abandoned)
+        raise
+    coord._batch = None
+    changes = [part.change(wid) for wid, part in pending.parts.items()]
+    failed: dict[str, RpcError] = {}
+    conflicted: list[str] = []
+    for wid, error in apply_changes(coord.store, changes, coord._ids).items():
+        part = pending.parts[wid]
+        _undo(coord, wid, part)
+        if error.code == STORE_CONFLICT:
+            conflicted.append(wid)
+        else:
+            failed[wid] = error
+            _answer_all(part, error)
+    for wid, part in pending.parts.items():
+        if wid not in failed and wid not in conflicted and wid in coord._workspaces:
+            part.settle_into(coord._workspaces[wid])
+    coord._listeners.notify(
+        [(wid, e) for wid, e in pending.written if wid not in failed and wid not in conflicted]
+    )
+    for wid in conflicted:
+        try:
+            coord._reload(wid)
+        except Exception:  # the re-runs conflict again and reload themselves
+            log.exception("reloading workspace %s after a conflict failed", wid)
+        for envelope, arrived, response in pending.parts[wid].calls:
+            again = coord._dispatch_safe(envelope, arrived, retry=True)
+            response.clear()
+            response.update(again)
+    if failed:
+        raise BatchWriteError(next(iter(failed.values())))
+
+
+def _undo(coord: Coordinator, wid: str, part: Part) -> None:
+    if part.created:
+        coord._workspaces.pop(wid, None)
+    else:
+        part.undo_into(coord._workspaces[wid])
+
+
+def _answer_all(part: Part, error: RpcError) -> None:
+    """Rewrite every response the part's calls were given to `error`."""
+    for _, _, response in part.calls:
+        response.pop("result", None)
+        response["error"] = error.to_wire()

@@ -14,6 +14,8 @@ from typing import Any
 
 import msgspec
 
+from coordinator.errors import ChaplineError
+
 __all__ = [
     "MAX_SAFE_INTEGER",
     "ZERO_HASH",
@@ -36,8 +38,10 @@ _sorted_encode = msgspec.json.Encoder(order="sorted").encode
 _ordered_encode = msgspec.json.Encoder().encode
 
 
-class CanonicalError(ValueError):
+class CanonicalError(ChaplineError, ValueError):
     """A value has no CHAP canonical form; the message says why and what to send."""
+
+    remedy = "Send integers only (within 2^53-1), strings without lone surrogates."
 
 
 class Shape:

@@ -20,6 +20,7 @@ import msgspec
 
 from coordinator.audit import AuditEntry
 from coordinator.clock import StepClock
+from coordinator.errors import ChaplineError
 from coordinator.ids import CounterIds
 from coordinator.model import Member, Override, Task
 from storage import COLLECTIONS, IDEMPOTENCY_KEYS
@@ -71,7 +72,7 @@ class CoordinatorOptions:
     on_store_error: Callable[[Exception, dict[str, Any]], None] | None = None
 
 
-class UnsupportedOptionError(ValueError):
+class UnsupportedOptionError(ChaplineError, ValueError):
     """A `CoordinatorOptions` field chapline does not support was set.
 
     `field` names it; the message says why and what to do instead."""

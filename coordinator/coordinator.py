@@ -20,7 +20,7 @@ import msgspec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from coordinator.audit import AuditEntry, refusal_is_recorded, signed_digest
-from coordinator.batch import Part, Pending, put_values
+from coordinator.batch import Part, Pending, put_values, run_batch
 from coordinator.call import Call
 from coordinator.canonical import ZERO_HASH, canonical_bytes, link_hash
 from coordinator.clock import Clock, iso_ms, system_clock
@@ -31,10 +31,12 @@ from coordinator.compat import (
     coordinator_settings,
 )
 from coordinator.envelope import Rejected, Request, read_envelope
+from coordinator.errors import BatchWriteError
 from coordinator.ids import IdSource, random_ids
-from coordinator.incidents import internal_error, logged
+from coordinator.incidents import internal_error
+from coordinator.listeners import AuditListener, Listeners
 from coordinator.log import LogReader
-from coordinator.model import WorkspaceMeta, to_stored
+from coordinator.model import WorkspaceMeta
 from coordinator.options import (
     EscalationPolicy,
     Options,
@@ -47,49 +49,27 @@ from coordinator.profiles.identity import check_step_up
 from coordinator.profiles.signed import UNSIGNED_METHODS, check_signature
 from coordinator.registry import Handler, Method, profile_name, profile_names
 from coordinator.signed import index_signed, seen_before, signed_index, signed_message
-from coordinator.snapshot import RestoreError, restore_change, workspace_from_held
+from coordinator.snapshot import RestoreError, restore_changes, snapshot_of, workspace_from_held
 from coordinator.wire import (
-    INTERNAL_ERROR,
     METHOD_NOT_FOUND,
     NOT_AUTHORISED,
     STORE_CONFLICT,
-    STORE_WRITE_FAILED,
     WORKSPACE_PAUSED,
     RpcError,
     error_response,
     result_response,
 )
 from coordinator.workspace import Workspace
-from storage import (
-    SIGNED_CALLS,
-    MemoryStore,
-    Store,
-    StoreChange,
-    StoreConflictError,
-    assemble_snapshot,
-)
+from coordinator.writes import apply_change
+from storage import SIGNED_CALLS, MemoryStore, Store, StoreChange, StoreConflictError
 
 __all__ = ["AuditListener", "BatchWriteError", "Coordinator", "Options"]
 
 log = logging.getLogger("chapline")
 
-AuditListener = Callable[[str, AuditEntry], None]
-
 _decode = msgspec.json.decode
-_decode_entry = msgspec.json.Decoder(AuditEntry).decode
 _encode_sorted = msgspec.json.Encoder(order="sorted").encode
 _encode = msgspec.json.Encoder().encode  # keeps key order, as results are shown
-
-
-class BatchWriteError(Exception):
-    """A batch's store write failed for a workspace; its calls were undone.
-
-    `error` is the JSON-RPC error each of those calls is now answered with.
-    """
-
-    def __init__(self, error: RpcError) -> None:
-        super().__init__(error.message)
-        self.error = error
 
 
 class Coordinator:
@@ -189,7 +169,9 @@ class Coordinator:
         problem = unenforced(self.options, profile_names(list(default_profiles)))
         if problem:
             raise ValueError(f"default_profiles: {problem}")
-        self._listeners: list[AuditListener] = [on_audit] if on_audit else []
+        self._listeners = Listeners()
+        if on_audit is not None:
+            self._listeners.add(on_audit)
         self._workspaces: dict[str, Workspace] = {}
         self._batch: Pending | None = None
         # Objects stay as stored text until used: a fresh collection is young
@@ -236,7 +218,7 @@ class Coordinator:
 
     def add_audit_listener(self, listener: AuditListener) -> None:
         """Call `listener(workspace_id, entry)` after each entry is durable."""
-        self._listeners.append(listener)
+        self._listeners.add(listener)
 
     def workspace_ids(self) -> list[str]:
         return list(self._workspaces)
@@ -258,87 +240,23 @@ class Coordinator:
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
-        """Group the calls made inside into one store write per workspace.
-
-        Calls see each other's effects at once and are answered provisionally.
-        If the block raises, every call is undone and its response dict
-        rewritten to an error. On exit each workspace's change is written. A workspace whose write
-        conflicts with another writer is reloaded and its calls are run again,
-        one by one, their response dicts updated in place. A workspace whose
-        write fails is undone, its calls' response dicts are rewritten in
-        place to the error, and BatchWriteError is raised once the other
-        workspaces are written.
-        """
-        if self._batch is not None:
-            yield  # nested: the outer batch writes
-            return
-        self._batch = pending = Pending()
-        try:
-            yield
-        except BaseException as exc:
-            self._batch = None
-            abandoned = RpcError(
-                INTERNAL_ERROR,
-                "Internal error",
-                {"detail": f"not applied: the batch was abandoned ({type(exc).__name__})"},
-            )
-            for wid, part in pending.parts.items():
-                self._undo(wid, part)
-                for _, _, response in part.calls:
-                    response.pop("result", None)
-                    response["error"] = abandoned.to_wire()
-            raise
-        self._batch = None
-        failed: dict[str, RpcError] = {}
-        conflicted: list[str] = []
-        for wid, error in self._write_parts(pending.parts).items():
-            part = pending.parts[wid]
-            self._undo(wid, part)
-            if error.code == STORE_CONFLICT:
-                conflicted.append(wid)
-            else:
-                failed[wid] = error
-                for _, _, response in part.calls:
-                    response.pop("result", None)
-                    response["error"] = error.to_wire()
-        for wid, part in pending.parts.items():
-            if wid not in failed and wid not in conflicted and wid in self._workspaces:
-                part.settle_into(self._workspaces[wid])
-        self._notify(
-            [(wid, e) for wid, e in pending.written if wid not in failed and wid not in conflicted]
-        )
-        for wid in conflicted:
-            try:
-                self._reload(wid)
-            except Exception:  # the re-runs conflict again and reload themselves
-                log.exception("reloading workspace %s after a conflict failed", wid)
-            for envelope, arrived, response in pending.parts[wid].calls:
-                again = self._dispatch_safe(envelope, arrived, retry=True)
-                response.clear()
-                response.update(again)
-        if failed:
-            raise BatchWriteError(next(iter(failed.values())))
+        """Group the calls made inside into one store write per workspace
+        (see `batch.run_batch` and SPECIFICATION.md, "Batches")."""
+        yield from run_batch(self)
 
     def snapshot(self, workspace_id: str) -> dict[str, Any]:
         """The workspace as a JSON-safe dict: meta, collections keyed by id, audit."""
         ws = self._workspaces.get(workspace_id)
         if ws is None:
             raise KeyError(f"no workspace {workspace_id!r}")
-        objects = [
-            (c, k, to_stored(v)) for c, items in ws.objects.items() for k, v in items.items()
-        ]
-        entries = self._log_reader(ws).entries(0, ws.count)
-        return assemble_snapshot(msgspec.to_builtins(ws.meta), entries, objects)
+        return snapshot_of(ws, self._log_reader(ws))
 
     def restore(self, data: dict[str, Any] | list[dict[str, Any]]) -> list[str]:
         """Write snapshots (one dict, a list, or `{"workspaces": [...]}`) to the
         store, replacing what it held for them, and load them. Returns the ids."""
         if self._batch is not None:
             raise RestoreError("restore() cannot run inside batch(): finish the batch first")
-        if isinstance(data, dict) and isinstance(data.get("workspaces"), list):
-            data = data["workspaces"]
-        items = data if isinstance(data, list) else [data]
-        changes = [restore_change(item) for item in items]
+        changes = restore_changes(data)
         for change in changes:
             self.store.apply(change)
             if not self._reload(change.id) or change.id not in self._workspaces:
@@ -400,7 +318,7 @@ class Coordinator:
             put_values(ws, {"whispers": lapsed})
             ws.meta = meta
             ws.count += len(entries)
-            self._notify([(ws.id, e) for e in entries])
+            self._listeners.notify([(ws.id, e) for e in entries])
             return [_decode(_encode(e.envelope)) for e in entries]
 
     def close(self) -> None:
@@ -533,7 +451,7 @@ class Coordinator:
             create=call.created,
         )
         if self._batch is None:
-            error = self._apply(change)
+            error = apply_change(self.store, change, self._ids)
             if error is not None:
                 if error.code == STORE_CONFLICT and call.retry and self._reload(ws.id):
                     return self._dispatch(call.envelope, call.arrived, retry=False)
@@ -549,7 +467,7 @@ class Coordinator:
         for entry in entries:
             index_signed(ws, call.envelope, entry)
         if self._batch is None:
-            self._notify([(ws.id, e) for e in entries])
+            self._listeners.notify([(ws.id, e) for e in entries])
         return response
 
     # -- memory -------------------------------------------------------------
@@ -589,54 +507,6 @@ class Coordinator:
         self._workspaces.pop(workspace_id, None)
         return True
 
-    def _notify(self, entries: list[tuple[str, AuditEntry]]) -> None:
-        if not self._listeners:
-            return
-        for workspace_id, entry in entries:
-            text = _encode_sorted(entry)
-            for listener in self._listeners:
-                try:
-                    # Its own copy: the envelope's values are shared with held
-                    # objects, and one listener must not change what another sees.
-                    listener(workspace_id, _decode_entry(text))
-                except Exception:
-                    log.exception("audit listener %r raised; the call is unaffected", listener)
-
-    # -- batches ------------------------------------------------------------
-
-    def _write_parts(self, parts: dict[str, Part]) -> dict[str, RpcError]:
-        """Write each workspace's part; the errors of those not written.
-
-        A store with `apply_many` takes them all with one commit (each still
-        all or nothing on its own)."""
-        changes = [part.change(wid) for wid, part in parts.items()]
-        if len(changes) == 1:
-            errors = {change.id: self._apply(change) for change in changes}
-            return {wid: error for wid, error in errors.items() if error is not None}
-        try:
-            results = self.store.apply_many(changes)
-        except Exception as exc:  # the commit itself failed: nothing was written
-            results = [exc] * len(changes)
-        return {
-            change.id: _store_error(change.id, exc, self._ids)
-            for change, exc in zip(changes, results, strict=True)
-            if exc is not None
-        }
-
-    def _apply(self, change: StoreChange) -> RpcError | None:
-        """Write one change; the error to answer with if the store refused it."""
-        try:
-            self.store.apply(change)
-        except Exception as exc:
-            return _store_error(change.id, exc, self._ids)
-        return None
-
-    def _undo(self, wid: str, part: Part) -> None:
-        if part.created:
-            self._workspaces.pop(wid, None)
-        else:
-            part.undo_into(self._workspaces[wid])
-
     def _log_reader(self, ws: Workspace | None) -> LogReader:
         unwritten: list[AuditEntry] = []
         if ws is not None and self._batch is not None and ws.id in self._batch.parts:
@@ -671,32 +541,3 @@ def _route(call: Call, method: Method) -> Handler:
     if ws is not None and ws.meta.state == "paused" and not method.pause_exempt:
         raise RpcError(WORKSPACE_PAUSED, f"Workspace {ws.id} is paused")
     return method.handler
-
-
-def _store_error(workspace_id: str, exc: Exception, ids: IdSource) -> RpcError:
-    """The answer to a call whose write the store refused."""
-    if isinstance(exc, StoreConflictError):
-        return _conflict_error(exc)
-    # The store's own words can name files, hosts or credentials: they go to
-    # the log, the caller gets the log id.
-    log_id = logged(log, f"store write failed for workspace {workspace_id}", exc, ids)
-    return _write_error(workspace_id, log_id)
-
-
-def _conflict_error(exc: StoreConflictError) -> RpcError:
-    return RpcError(
-        STORE_CONFLICT,
-        f"Another writer changed workspace {exc.workspace} and the call could not be "
-        "applied on the fresh state; nothing was recorded. Retry the call.",
-        {"workspace": exc.workspace, "held": exc.held, "base": exc.base},
-    )
-
-
-def _write_error(workspace_id: str, log_id: str) -> RpcError:
-    return RpcError(
-        STORE_WRITE_FAILED,
-        f"The store did not accept the write for workspace {workspace_id}, so the call "
-        f"was not applied; retry the call. The server logged the cause as {log_id} "
-        "(quote it to the operator if the retry fails too).",
-        {"workspace": workspace_id, "log_id": log_id},
-    )

@@ -31,6 +31,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
+from coordinator.errors import ChaplineError
+
 __all__ = [
     "ALG",
     "ALG_EDDSA",
@@ -61,7 +63,7 @@ CHAP_CONTENT_TYPE = "application/chap+json;version=0.3"
 _SIGN1_TAG = 18
 
 
-class CoseError(ValueError):
+class CoseError(ChaplineError, ValueError):
     """Bytes that are not a COSE_Sign1 this module accepts, or whose signature fails."""
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 
 from coordinator.canonical import canonical_bytes, inspect
+from coordinator.errors import ChaplineError
 from coordinator.hints import empty_body, invalid_request, unknown_method
 from coordinator.registry import Method, Registry
 from coordinator.wire import (
@@ -23,8 +24,9 @@ MAX_DEPTH = 64
 _decode = msgspec.json.decode
 
 
-class Rejected(Exception):
-    """The envelope is refused before any workspace is looked at (never recorded)."""
+class Rejected(ChaplineError):
+    """The envelope is refused before any workspace is looked at (never
+    recorded); `error` is the RpcError to answer with. Internal to dispatch."""
 
     def __init__(self, request_id: Any, error: RpcError) -> None:
         super().__init__(error.message)

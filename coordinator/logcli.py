@@ -23,13 +23,14 @@ from typing import Any
 
 import msgspec
 
+from coordinator.errors import ChaplineError
 from coordinator.verification import verify_store
 from storage import SqliteStore, Store, assemble_snapshot
 
 __all__ = ["COMMANDS", "add_commands"]
 
 
-class CommandError(Exception):
+class CommandError(ChaplineError):
     """What stopped a command, said in one line (exit status 1)."""
 
 

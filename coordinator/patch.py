@@ -35,6 +35,8 @@ import math
 import re
 from typing import Any
 
+from coordinator.errors import ChaplineError
+
 __all__ = [
     "MAX_CHARS",
     "MAX_DEPTH",
@@ -60,7 +62,7 @@ _BAD_TILDE = re.compile(r"~(?![01])")
 _OPS = ("add", "remove", "replace", "move", "copy", "test")
 
 
-class PatchError(Exception):
+class PatchError(ChaplineError):
     """A patch that cannot be applied; nothing was changed.
 
     ``data`` says where: ``op_index`` (0-based position in the patch, absent

@@ -37,6 +37,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from coordinator.errors import ChaplineError
+
 if TYPE_CHECKING:
     from coordinator.call import Call
 
@@ -119,7 +121,7 @@ PROFILES_0_3 = frozenset(
 )
 
 
-class RegistryError(Exception):
+class RegistryError(ChaplineError):
     """The method declarations disagree with CHAP 0.3 or with each other.
 
     Raised when the registry is built (at import), never during a call;

@@ -45,6 +45,7 @@ from coordinator.cose import (
     sign1,
     verify_sign1,
 )
+from coordinator.errors import ChaplineError
 from coordinator.signing import SignatureError, public_key_from_jwk
 
 __all__ = [
@@ -59,7 +60,7 @@ PLACEHOLDER_SIGNATURE = "<deployment-supplied>"
 _PLACEHOLDER_KID = "scitt-issuer"
 
 
-class ScittUnreachable(Exception):
+class ScittUnreachable(ChaplineError):
     """The transparency service could not be reached or failed (-32080)."""
 
 

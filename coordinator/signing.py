@@ -34,7 +34,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from coordinator.canonical import CanonicalError, canonical_bytes
-from coordinator.wire import (
+from coordinator.errors import ChaplineError
+from coordinator.wire import (  # re-exported: raised by the checks here
     SIG_KEY_NOT_FOUND,
     SIG_KEY_REVOKED,
     SIG_ROTATION_KEY_MISMATCH,
@@ -61,7 +62,7 @@ __all__ = [
 _SCHEME = "ed25519"
 
 
-class SignatureError(ValueError):
+class SignatureError(ChaplineError, ValueError):
     """A signature that cannot be accepted; `code` is its CHAP error code."""
 
     def __init__(self, code: int, message: str) -> None:

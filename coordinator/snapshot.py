@@ -9,7 +9,9 @@ import msgspec
 
 from coordinator.audit import ChainVerifier, entry_is_well_formed
 from coordinator.canonical import ZERO_HASH
-from coordinator.model import WorkspaceMeta, from_stored
+from coordinator.errors import ChaplineError
+from coordinator.log import LogReader
+from coordinator.model import WorkspaceMeta, from_stored, to_stored
 from coordinator.workspace import Workspace
 from storage import (
     IDEMPOTENCY_KEYS,
@@ -17,16 +19,41 @@ from storage import (
     MalformedChangeError,
     StoreChange,
     WorkspaceRecord,
+    assemble_snapshot,
     change_from_record,
 )
 
-__all__ = ["RestoreError", "restore_change", "workspace_from_held"]
+__all__ = [
+    "RestoreError",
+    "restore_change",
+    "restore_changes",
+    "snapshot_of",
+    "workspace_from_held",
+]
 
 log = logging.getLogger("chapline")
 
 
-class RestoreError(ValueError):
+class RestoreError(ChaplineError, ValueError):
     """`restore()` was given data it cannot take; nothing was written."""
+
+    remedy = "Fix the snapshot the message names and restore again."
+
+
+def snapshot_of(ws: Workspace, log: LogReader) -> dict[str, Any]:
+    """The workspace as a JSON-safe dict: meta, collections keyed by id, audit."""
+    objects = [(c, k, to_stored(v)) for c, items in ws.objects.items() for k, v in items.items()]
+    entries = log.entries(0, ws.count)
+    return assemble_snapshot(msgspec.to_builtins(ws.meta), entries, objects)
+
+
+def restore_changes(data: Any) -> list[StoreChange]:
+    """The replace changes for snapshots (one dict, a list, or
+    `{"workspaces": [...]}`), all checked before any is written."""
+    if isinstance(data, dict) and isinstance(data.get("workspaces"), list):
+        data = data["workspaces"]
+    items = data if isinstance(data, list) else [data]
+    return [restore_change(item) for item in items]
 
 
 def workspace_from_held(held: HeldWorkspace) -> Workspace | None:

@@ -30,7 +30,8 @@ from joserfc.errors import JoseError
 from joserfc.jwk import KeySet, OKPKey
 from joserfc.jws import extract_compact
 
-from coordinator.wire import (
+from coordinator.errors import ChaplineError
+from coordinator.wire import (  # re-exported: raised by the checks here
     OIDC_CNF_MISMATCH,
     OIDC_TOKEN_INVALID,
     VC_HOLDER_BINDING_INVALID,
@@ -54,7 +55,7 @@ __all__ = [
 DEFAULT_ALGORITHMS = ("RS256", "ES256", "Ed25519", "EdDSA")
 
 
-class IdentityRejected(Exception):
+class IdentityRejected(ChaplineError):
     """A token or presentation that cannot be accepted; `code` is the CHAP code."""
 
     def __init__(self, code: int, message: str) -> None:

@@ -6,6 +6,8 @@ from typing import Any
 
 import msgspec
 
+from coordinator.errors import ChaplineError
+
 __all__ = [
     "PARSE_ERROR",
     "INVALID_REQUEST",
@@ -119,8 +121,11 @@ AUTHENTICATION_REQUIRED = -32902
 STORED_OBJECT_UNREADABLE = -32903
 
 
-class RpcError(Exception):
-    """A refusal to answer with a JSON-RPC error object."""
+class RpcError(ChaplineError):
+    """A refusal to answer with a JSON-RPC error object: `code`, `message`
+    (what was wrong and what to send instead) and `data`."""
+
+    remedy = "Change the request as the message says and send it again."
 
     __slots__ = ("code", "message", "data")
 

@@ -122,6 +122,8 @@ class EntryFilter(msgspec.Struct, frozen=True):
 class StoreError(Exception):
     """Base class of every error a store raises on purpose; nothing was written."""
 
+    remedy: str = "Read the message: it names the workspace, the fault and what to do."
+
 
 class StoreConflictError(StoreError):
     """The store's log for `workspace` does not end where the writer expected.
@@ -129,6 +131,8 @@ class StoreConflictError(StoreError):
     `held` is the number of entries the store holds, `base` what the change
     assumed. Nothing was written.
     """
+
+    remedy = "Reload the workspace from the store and apply the change again."
 
     def __init__(self, workspace: str, held: int, base: int, message: str | None = None) -> None:
         self.workspace = workspace
@@ -150,6 +154,8 @@ class WorkspaceExistsError(StoreConflictError):
     """A change with `create` named a workspace the store already holds
     (with `held` entries). Nothing was written."""
 
+    remedy = "Reload the workspace from the store, or create one with another id."
+
     def __init__(self, workspace: str, held: int, base: int = 0, message: str | None = None) -> None:
         super().__init__(
             workspace,
@@ -167,6 +173,8 @@ class MalformedChangeError(StoreError):
     or entry, non-string key, a value JSON cannot encode). `problem` says
     which; nothing was written."""
 
+    remedy = "Build the change as storage.types.StoreChange describes."
+
     def __init__(self, workspace: Any, problem: str, remedy: str) -> None:
         self.workspace = workspace
         self.problem = problem
@@ -180,6 +188,8 @@ class MalformedChangeError(StoreError):
 class StoreUnavailableError(StoreError):
     """The store cannot serve the call: it is closed, or a row it holds
     cannot be read. `path` names the store's file (or "" in memory)."""
+
+    remedy = "Open the store again, or repair or delete the row the message names."
 
     def __init__(self, path: str, message: str) -> None:
         self.path = path

@@ -28,6 +28,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
 from coordinator.coordinator import BatchWriteError
+from coordinator.errors import ChaplineError
 from coordinator.incidents import internal_error
 from coordinator.wire import error_response
 
@@ -44,7 +45,7 @@ class Dispatcher(Protocol):
     def batch(self) -> AbstractContextManager[None]: ...
 
 
-class DispatcherClosed(RuntimeError):
+class DispatcherClosed(ChaplineError, RuntimeError):
     """The dispatcher was closed; the call was not run."""
 
 

@@ -1,0 +1,63 @@
+"""The errors chapline raises on purpose, under one base.
+
+Each carries its facts as attributes, and its message (and the class's
+`remedy`) says what to do about it::
+
+    ChaplineError                  base: `remedy` says what to do
+     ├── RpcError                  a refusal answered as a JSON-RPC error:
+     │    │                        code, message, data            (wire.py)
+     │    └── StoredObjectError    -32903, a stored object cannot be read:
+     │                             data {workspace, collection, key} (workspace.py)
+     ├── BatchWriteError           a batch's write failed for a workspace; its calls
+     │                             were undone: error (the RpcError they got)
+     ├── RestoreError              restore() cannot take the snapshot; nothing was
+     │                             written                         (snapshot.py)
+     ├── CanonicalError            a value has no CHAP canonical form (canonical.py)
+     ├── PatchError                a JSON Patch cannot be applied: message, data
+     │    └── PatchLimitError      ... because its result would be too large (patch.py)
+     ├── RegistryError             method declarations disagree with CHAP 0.3 or
+     │                             with each other, at import: method (registry.py)
+     ├── UnsupportedOptionError    a 0.3.3 option chapline does not take (compat.py)
+     ├── CommandError              a log command cannot run        (logcli.py)
+     ├── DispatcherClosed          the serving worker stopped taking calls
+     │                             (transports/worker.py)
+     ├── SignatureError            a signature cannot be accepted: code (signing.py)
+     ├── IdentityRejected          a token or presentation cannot be accepted:
+     │                             code                            (verifiers.py)
+     ├── CoseError                 bytes that are not an acceptable COSE_Sign1 (cose.py)
+     └── ScittUnreachable          the transparency service failed (-32080) (scitt.py)
+
+`Coordinator.dispatch` never raises: every RpcError becomes the response's
+`error`, and anything else is answered -32603 and logged under an incident id.
+The stores' errors form their own tree under `storage.StoreError`.
+JSON-RPC codes are defined once, in wire.py.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from coordinator.wire import RpcError
+
+__all__ = ["BatchWriteError", "ChaplineError"]
+
+
+class ChaplineError(Exception):
+    """Base of every error chapline raises on purpose."""
+
+    remedy: str = "Read the message: it names what was wrong and what to send or change."
+
+
+class BatchWriteError(ChaplineError):
+    """A batch's store write failed for a workspace; its calls were undone.
+
+    `error` is the JSON-RPC error (-32900) each of those calls is now answered
+    with; the other workspaces of the batch were written.
+    """
+
+    remedy = "Check the store (disk space, permissions, connection) and run the calls again."
+
+    def __init__(self, error: RpcError) -> None:
+        super().__init__(error.message)
+        self.error = error
