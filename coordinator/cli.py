@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import json
 import os
 import re
 import signal
@@ -18,7 +19,7 @@ import sqlite3
 import sys
 from collections.abc import Sequence
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
@@ -26,6 +27,9 @@ from coordinator import logcli
 from coordinator.options import ENFORCED_BY, Options, unenforced
 from coordinator.profiles import REGISTRY
 from coordinator.registry import profile_name, profile_names
+
+if TYPE_CHECKING:  # imported when used: `chapline --help` stays light
+    from coordinator.verifiers import OidcVerifier
 
 __all__ = ["ALL_PROFILES", "DEFAULT_PROFILES", "main"]
 
@@ -56,11 +60,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return logcli.run(args)
     try:
         profiles = _profiles(args.profiles, args.require_signatures)
+        oidc = _oidc(args)
     except ValueError as exc:
         print(f"chapline: {exc}", file=sys.stderr)
         return 2
     try:
-        return _serve(args.db, args.host, args.port, profiles, args.auth, args.require_signatures)
+        return _serve(
+            args.db, args.host, args.port, profiles, args.auth, args.require_signatures, oidc
+        )
     except _Failure as exc:
         print(f"chapline: {exc}", file=sys.stderr)
         return 1
@@ -100,6 +107,16 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="require a bearer token (`chapline token create`) on every call; "
         "a call may act only as its token's participant",
+    )
+    oidc = serve.add_argument_group(
+        "OIDC access tokens (with --auth; all three together)",
+        "also accept the identity provider's access tokens (JWTs); the participant "
+        "is their chap_participant_uri claim",
+    )
+    oidc.add_argument("--oidc-issuer", metavar="URL", help="the provider's issuer (iss)")
+    oidc.add_argument("--oidc-audience", metavar="AUD", help="this server's audience (aud)")
+    oidc.add_argument(
+        "--oidc-jwks", metavar="FILE", help="the provider's JWKS as a JSON file (its jwks_uri)"
     )
     token = commands.add_parser(
         "token",
@@ -173,13 +190,41 @@ def _profiles(text: str, require_signatures: bool) -> tuple[str, ...]:
     return profiles
 
 
+def _oidc(args: argparse.Namespace) -> OidcVerifier | None:
+    """The verifier the --oidc-* options describe, or None without them."""
+    given = [args.oidc_issuer, args.oidc_audience, args.oidc_jwks]
+    if not any(given):
+        return None
+    if not all(given):
+        raise ValueError("--oidc-issuer, --oidc-audience and --oidc-jwks go together")
+    if not args.auth:
+        raise ValueError("--oidc-* options need --auth")
+    from coordinator.verifiers import OidcVerifier
+
+    try:
+        with open(args.oidc_jwks, encoding="utf-8") as f:
+            jwks = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--oidc-jwks: cannot read {args.oidc_jwks!r} as JSON: {exc}") from None
+    try:
+        return OidcVerifier(jwks, issuer=args.oidc_issuer, audience=args.oidc_audience)
+    except Exception as exc:  # joserfc's errors for a malformed key set
+        raise ValueError(f"--oidc-jwks: {args.oidc_jwks!r} is not a usable JWKS: {exc}") from None
+
+
 def _serve(
-    db: str, host: str, port: int, profiles: tuple[str, ...], auth: bool, require_signatures: bool
+    db: str,
+    host: str,
+    port: int,
+    profiles: tuple[str, ...],
+    auth: bool,
+    require_signatures: bool,
+    oidc: OidcVerifier | None,
 ) -> int:
     # Imported here so `chapline --help` works without loading the coordinator.
     from coordinator import Coordinator
     from coordinator.transports import create_app
-    from coordinator.transports.auth import TokenStore
+    from coordinator.transports.auth import Authenticator, TokenStore
     from storage import SqliteStore, StoreError
 
     sock = _listen(host, port)
@@ -206,7 +251,9 @@ def _serve(
                 file=sys.stderr,
                 flush=True,
             )
-        app = create_app(coord, tokens=tokens)
+        app = create_app(
+            coord, auth=None if tokens is None else Authenticator(tokens, oidc=oidc)
+        )
         try:
             server = _Server(
                 uvicorn.Config(

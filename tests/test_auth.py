@@ -9,9 +9,11 @@ is recorded.
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,8 @@ import chap_analytics
 import httpx
 import pytest
 from chap_coordinator.storage.sqlite import SqliteStore as ReferenceStore
+from joserfc import jwt
+from joserfc.jwk import RSAKey
 from live_server import LiveServer
 
 from coordinator import Coordinator
@@ -28,9 +32,11 @@ from coordinator.transports import create_app
 from coordinator.transports.auth import (
     AUTHENTICATION_REQUIRED,
     TABLE,
+    Authenticator,
     TokenStore,
     bearer,
 )
+from coordinator.verifiers import OidcVerifier
 from storage import SqliteStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,10 +67,10 @@ def new_token(db: Path, principal: str) -> tuple[str, str]:
 
 
 class Server:
-    def __init__(self, db: Path) -> None:
+    def __init__(self, db: Path, oidc: OidcVerifier | None = None) -> None:
         self.coord = Coordinator(store=SqliteStore(db), default_profiles=DEFAULT_PROFILES)
         self.tokens = TokenStore(str(db))
-        self.live = LiveServer(create_app(self.coord, tokens=self.tokens))
+        self.live = LiveServer(create_app(self.coord, auth=Authenticator(self.tokens, oidc=oidc)))
         self.http = httpx.Client(base_url=self.live.url, timeout=60)
         self.seq = 0
 
@@ -282,3 +288,113 @@ def test_serve_auth_needs_a_file() -> None:
     done = chapline("serve", "--db", ":memory:", "--port", "0", "--auth")
     assert done.returncode == 1
     assert "--db PATH" in done.stderr
+
+
+# -- OIDC access tokens ----------------------------------------------------------
+
+ISSUER = "https://id.example.org"
+AUDIENCE = "chapline"
+CAROL = "human:carol"
+
+
+@pytest.fixture(scope="module")
+def idp() -> RSAKey:
+    return RSAKey.generate_key(2048, parameters={"kid": "idp-1"})
+
+
+def access_token(idp: RSAKey, **claims: Any) -> str:
+    now = int(time.time())
+    body = {"iss": ISSUER, "aud": AUDIENCE, "sub": "carol-7", "iat": now, "exp": now + 600,
+            "chap_participant_uri": CAROL, **claims}
+    body = {k: v for k, v in body.items() if v is not None}
+    return jwt.encode({"alg": "RS256", "kid": "idp-1"}, body, idp, algorithms=["RS256"])
+
+
+def jwks(idp: RSAKey) -> dict[str, Any]:
+    return {"keys": [idp.as_dict(private=False)]}
+
+
+@pytest.fixture
+def oidc_server(db: Path, idp: RSAKey) -> Iterator[Server]:
+    s = Server(db, oidc=OidcVerifier(jwks(idp), issuer=ISSUER, audience=AUDIENCE))
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def test_an_oidc_access_token_acts_as_its_claimed_participant(
+    oidc_server: Server, db: Path, idp: RSAKey
+) -> None:
+    token = access_token(idp)
+    assert oidc_server.ok(token, "participant.join", **{"from": CAROL}, type="human") == {
+        "joined": True, "as": CAROL}
+    before = stored_entries(db)
+    reply = oidc_server.post(token, "participant.join", **{"from": ALICE}, type="human")
+    assert reply.status_code == 403
+    assert reply.json()["error"]["data"] == {"from": ALICE, "principal": CAROL}
+    # Tokens the provider did not sign for this server, or that carry no
+    # participant, are refused before the coordinator.
+    other = RSAKey.generate_key(2048, parameters={"kid": "idp-1"})
+    refused = {
+        "expired": access_token(idp, exp=int(time.time()) - 3600),
+        "another audience": access_token(idp, aud="someone-else"),
+        "another issuer": access_token(idp, iss="https://evil.example"),
+        "another key": access_token(other),
+        "no participant": access_token(idp, chap_participant_uri=None),
+        "not a participant URI": access_token(idp, chap_participant_uri="carol"),
+        "not a JWT": "opaque-token-from-elsewhere",
+    }
+    for why, bad in refused.items():
+        reply = oidc_server.post(bad, "task.create", **{"from": CAROL}, assignee=CAROL, kind="k")
+        assert reply.status_code == 401, why
+        error = reply.json()["error"]
+        assert error["code"] == -32403, (why, error)
+        if why in ("no participant", "not a participant URI"):
+            assert "chap_participant_uri" in error["message"], why
+    assert stored_entries(db) == before
+    # chapline's own tokens keep working beside the provider's.
+    own, _ = new_token(db, ALICE)
+    oidc_server.ok(own, "participant.join", **{"from": ALICE}, type="human")
+
+
+def test_oidc_options_go_together_and_need_auth(db: Path, tmp_path: Path, idp: RSAKey) -> None:
+    keys = tmp_path / "jwks.json"
+    keys.write_text(json.dumps(jwks(idp)))
+    full = ["--oidc-issuer", ISSUER, "--oidc-audience", AUDIENCE, "--oidc-jwks", str(keys)]
+    for args, message in (
+        (["--auth", "--oidc-issuer", ISSUER], "go together"),
+        (full, "need --auth"),
+        (["--auth", *full[:-1], str(tmp_path / "missing.json")], "cannot read"),
+    ):
+        done = chapline("serve", "--db", str(db), "--port", "0", *args)
+        assert done.returncode == 2, done.stderr
+        assert message in done.stderr
+    keys.write_text(json.dumps({"keys": "nope"}))
+    done = chapline("serve", "--db", str(db), "--port", "0", "--auth", *full)
+    assert done.returncode == 2 and "not a usable JWKS" in done.stderr
+
+
+def test_serve_accepts_oidc_access_tokens(db: Path, tmp_path: Path, idp: RSAKey) -> None:
+    keys = tmp_path / "jwks.json"
+    keys.write_text(json.dumps(jwks(idp)))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "coordinator", "serve", "--db", str(db), "--port", "0", "--auth",
+         "--oidc-issuer", ISSUER, "--oidc-audience", AUDIENCE, "--oidc-jwks", str(keys)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        base = line.split("review desk at ")[1].strip().removesuffix("/")
+        envelope = {"jsonrpc": "2.0", "id": 1, "method": "participant.join",
+                    "params": {"workspace": WS, "from": CAROL, "type": "human"}}
+        headers = {"Authorization": f"Bearer {access_token(idp)}"}
+        with httpx.Client(base_url=base, timeout=60) as http:
+            assert http.post("/chap", json=envelope, headers=headers).json()["result"]["as"] == CAROL
+            assert http.get("/desk/api/session", headers=headers).json() == {
+                "auth": True, "principal": CAROL}
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err

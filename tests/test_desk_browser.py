@@ -34,7 +34,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from coordinator import Coordinator
 from coordinator.cli import DEFAULT_PROFILES
 from coordinator.transports import create_app
-from coordinator.transports.auth import TokenStore
+from coordinator.transports.auth import Authenticator, TokenStore
 from storage import SqliteStore
 
 WS = "wsp_desk"
@@ -85,7 +85,7 @@ class Desk:
     def __init__(self, db: Path) -> None:
         self.coord = Coordinator(store=SqliteStore(db), default_profiles=DEFAULT_PROFILES)
         self.tokens = TokenStore(str(db))
-        self.live = LiveServer(create_app(self.coord, tokens=self.tokens))
+        self.live = LiveServer(create_app(self.coord, auth=Authenticator(self.tokens)))
         self.url = self.live.url
         self.token = {who: self.tokens.create(who)[0] for who in (ALICE, BOB, BOT)}
         self.ids = 0

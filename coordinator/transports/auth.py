@@ -6,6 +6,12 @@ database keeps only its SHA-256 digest, the participant URI it stands for
 presented token up on every request, so a revocation made by another process
 takes effect at the next call.
 
+A deployment with an identity provider may also accept the provider's
+access tokens (JWTs): an `Authenticator` given an OIDC verifier
+(`coordinator.verifiers.OidcVerifier`: signature against the provider's JWKS,
+`iss`, `aud`, `exp`, `sub`) takes the principal from the token's
+`chap_participant_uri` claim.
+
 When a server requires authentication, a call is admitted only when it
 carries a valid token and its `params.from`, if present, is the token's
 principal. Admission happens before the call reaches the coordinator, so a
@@ -20,10 +26,12 @@ import re
 import secrets
 import sqlite3
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from coordinator.clock import Clock, iso_ms, system_clock
+from coordinator.verifiers import OIDC_TOKEN_INVALID, IdentityRejected
 from coordinator.wire import (
     AUTHENTICATION_REQUIRED,
     NOT_AUTHORISED,
@@ -33,11 +41,12 @@ from coordinator.wire import (
 
 __all__ = [
     "AUTHENTICATION_REQUIRED",
+    "OIDC_CLAIM",
     "TABLE",
+    "Authenticator",
     "TokenInfo",
     "TokenStore",
     "admit",
-    "authenticate",
     "bearer",
 ]
 
@@ -152,23 +161,63 @@ def bearer(header: str | None) -> str | None:
     return token
 
 
-def authenticate(tokens: TokenStore, header: str | None) -> str:
-    """The principal behind an Authorization header, or an RpcError saying why not."""
-    token = bearer(header)
-    if token is None:
-        raise RpcError(
-            AUTHENTICATION_REQUIRED,
-            "Authentication required: send 'Authorization: Bearer <token>' "
-            "(create one with `chapline token create --as URI`)",
-        )
-    principal = tokens.principal(token)
-    if principal is None:
-        raise RpcError(
-            AUTHENTICATION_REQUIRED,
-            "The bearer token is unknown or revoked; ask for a new one "
-            "(`chapline token create --as URI`)",
-        )
-    return principal
+# The claim that names the participant an OIDC access token stands for.
+OIDC_CLAIM = "chap_participant_uri"
+
+
+class Authenticator:
+    """The principal behind an `Authorization` header.
+
+    A token starting `chl_` is looked up in `tokens`; any other is, when an
+    `oidc` verifier is given, verified as the provider's access token: the
+    verifier (an `OidcVerifier`) returns its claims or raises
+    `IdentityRejected`.
+    """
+
+    def __init__(
+        self,
+        tokens: TokenStore,
+        *,
+        oidc: Callable[[str], dict[str, Any]] | None = None,
+    ) -> None:
+        self.tokens = tokens
+        self.oidc = oidc
+
+    def principal(self, header: str | None) -> str:
+        """The principal, or an RpcError saying why there is none."""
+        token = bearer(header)
+        if token is None:
+            raise RpcError(
+                AUTHENTICATION_REQUIRED,
+                "Authentication required: send 'Authorization: Bearer <token>' "
+                "(create one with `chapline token create --as URI`)",
+            )
+        if token.startswith(_PREFIX) or self.oidc is None:
+            principal = self.tokens.principal(token)
+            if principal is None:
+                raise RpcError(
+                    AUTHENTICATION_REQUIRED,
+                    "The bearer token is unknown or revoked; ask for a new one "
+                    "(`chapline token create --as URI`)",
+                )
+            return principal
+        return self._oidc_principal(self.oidc, token)
+
+    @staticmethod
+    def _oidc_principal(oidc: Callable[[str], dict[str, Any]], token: str) -> str:
+        try:
+            claims = oidc(token)
+        except IdentityRejected as exc:
+            raise RpcError(exc.code, f"{exc.message}; sign in again") from None
+        principal = claims.get(OIDC_CLAIM)
+        if not isinstance(principal, str) or not _PARTICIPANT.match(principal):
+            raise RpcError(
+                OIDC_TOKEN_INVALID,
+                f"The OIDC token has no {OIDC_CLAIM} claim naming a participant URI "
+                "(human:NAME, agent:NAME, ...); ask the identity provider to add it",
+                {"sub": claims.get("sub")},
+            )
+        return principal
 
 
 def admit(principal: str, body: bytes) -> tuple[Any, RpcError] | None:

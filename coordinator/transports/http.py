@@ -26,7 +26,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from coordinator.incidents import internal_error
-from coordinator.transports.auth import TokenStore, admit, authenticate
+from coordinator.transports.auth import Authenticator, admit
 from coordinator.transports.desk import DeskTarget, EventHub, desk_routes
 from coordinator.transports.worker import DispatcherClosed, SerialDispatcher
 from coordinator.wire import (
@@ -61,11 +61,11 @@ def create_app(
     target: DeskTarget,
     *,
     max_body_bytes: int = MAX_BODY_BYTES,
-    tokens: TokenStore | None = None,
+    auth: Authenticator | None = None,
 ) -> Starlette:
     """An ASGI app serving `target` (a Coordinator) over HTTP.
 
-    With `tokens`, authentication is required: a call without a valid bearer
+    With `auth`, authentication is required: a call without a valid bearer
     token is answered 401, one whose `from` is not the token's principal 403,
     and neither reaches the coordinator. Without it, anyone who can reach the
     port may act as any participant.
@@ -84,9 +84,9 @@ def create_app(
         if request.method == "OPTIONS":
             return Response(status_code=204, headers=_CORS)
         principal = None
-        if tokens is not None:
+        if auth is not None:
             try:
-                principal = authenticate(tokens, request.headers.get("authorization"))
+                principal = auth.principal(request.headers.get("authorization"))
             except RpcError as err:
                 return _unauthenticated(err)
         body = await _read_body(request, max_body_bytes)
@@ -116,7 +116,7 @@ def create_app(
 
     routes: list[BaseRoute] = [Route(path, chap, methods=["POST", "OPTIONS"]) for path in PATHS]
     hub = EventHub()
-    routes += desk_routes(target, dispatcher, tokens, hub)
+    routes += desk_routes(target, dispatcher, auth, hub)
     app = Starlette(
         routes=routes,
         lifespan=lifespan,

@@ -14,7 +14,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from coordinator.audit import AuditEntry
-from coordinator.transports.auth import TokenStore, authenticate
+from coordinator.transports.auth import Authenticator
 from coordinator.transports.desk.events import EventHub
 from coordinator.transports.worker import SerialDispatcher
 from coordinator.wire import INVALID_PARAMS, RpcError, error_response
@@ -43,16 +43,16 @@ class DeskTarget(Protocol):
 def desk_routes(
     target: DeskTarget,
     dispatcher: SerialDispatcher,
-    tokens: TokenStore | None,
+    auth: Authenticator | None,
     hub: EventHub,
 ) -> list[BaseRoute]:
     """Routes for the desk; registers `hub` as an audit listener of `target`."""
     target.add_audit_listener(hub.publish)
 
     def principal(request: Request) -> str | None:
-        if tokens is None:
+        if auth is None:
             return None
-        return authenticate(tokens, request.headers.get("authorization"))
+        return auth.principal(request.headers.get("authorization"))
 
     async def page(request: Request) -> Response:
         return FileResponse(STATIC / "index.html", headers=_NO_STORE)
@@ -62,7 +62,7 @@ def desk_routes(
             who = principal(request)
         except RpcError as err:
             return _refused(err)
-        return _json({"auth": tokens is not None, "principal": who})
+        return _json({"auth": auth is not None, "principal": who})
 
     async def workspaces(request: Request) -> Response:
         try:
