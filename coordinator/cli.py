@@ -251,9 +251,10 @@ def _serve(
                 file=sys.stderr,
                 flush=True,
             )
-        app = create_app(
-            coord, auth=None if tokens is None else Authenticator(tokens, oidc=oidc)
-        )
+        authenticator = None
+        if tokens is not None:
+            authenticator = Authenticator(tokens, oidc=oidc, signatures=require_signatures)
+        app = create_app(coord, auth=authenticator)
         try:
             server = _Server(
                 uvicorn.Config(

@@ -22,11 +22,12 @@ import chap_analytics
 import httpx
 import pytest
 from chap_coordinator.storage.sqlite import SqliteStore as ReferenceStore
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from joserfc import jwt
 from joserfc.jwk import RSAKey
 from live_server import LiveServer
 
-from coordinator import Coordinator
+from coordinator import Coordinator, public_jwk, sign_envelope
 from coordinator.cli import DEFAULT_PROFILES, _loopback_address
 from coordinator.transports import create_app
 from coordinator.transports.auth import (
@@ -398,3 +399,46 @@ def test_serve_accepts_oidc_access_tokens(db: Path, tmp_path: Path, idp: RSAKey)
         proc.terminate()
         _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
+
+
+# -- signed envelopes ---------------------------------------------------------------
+
+
+def test_a_signed_call_is_admitted_on_its_signature(db: Path) -> None:
+    """With --require-signatures, a call that carries no token but a `sig` goes
+    to the coordinator, which checks it against the key `from` registered."""
+    key = Ed25519PrivateKey.generate()
+    coord = Coordinator(store=SqliteStore(db), default_profiles=DEFAULT_PROFILES,
+                        require_signatures=True)
+    tokens = TokenStore(str(db))
+    live = LiveServer(create_app(coord, auth=Authenticator(tokens, signatures=True)))
+    token, _ = new_token(db, ALICE)
+    try:
+        with httpx.Client(base_url=live.url, timeout=60) as http:
+            def post(envelope: dict[str, Any], token: str | None = None) -> httpx.Response:
+                headers = {"Authorization": f"Bearer {token}"} if token else {}
+                return http.post("/chap", json=envelope, headers=headers)
+
+            def call(method: str, **params: Any) -> dict[str, Any]:
+                return {"jsonrpc": "2.0", "id": method, "method": method,
+                        "params": {"workspace": WS, "from": ALICE, **params}}
+
+            join = call("participant.join", type="human",
+                        jwks={"keys": [public_jwk(key, "alice-1")]})
+            # A join carries no signature the coordinator checks: it needs a token.
+            assert post(sign_envelope(join, key, "alice-1")).status_code == 401
+            assert post(join, token).json()["result"]["as"] == ALICE
+            before = stored_entries(db)
+            create = call("task.create", assignee=ALICE, kind="k", input={})
+            assert post(create).status_code == 401  # neither token nor signature
+            forged = sign_envelope(create, Ed25519PrivateKey.generate(), "alice-1")
+            reply = post(forged)
+            assert reply.status_code == 400 and reply.json()["error"]["code"] == -32070
+            assert stored_entries(db) == before
+            reply = post(sign_envelope(create, key, "alice-1"))
+            assert reply.status_code == 200, reply.text
+            assert stored_entries(db)[-1]["envelope"]["sig"].startswith("ed25519:alice-1:")
+    finally:
+        live.stop()
+        tokens.close()
+        coord.close()

@@ -14,7 +14,9 @@ access tokens (JWTs): an `Authenticator` given an OIDC verifier
 
 When a server requires authentication, a call is admitted only when it
 carries a valid token and its `params.from`, if present, is the token's
-principal. Admission happens before the call reaches the coordinator, so a
+principal; or, when the coordinator itself requires signatures
+(security-signed), when it carries no token but a `sig`: the coordinator then
+checks the signature against the key `from` registered. Admission happens before the call reaches the coordinator, so a
 refused call is never recorded. The rules are in SPECIFICATION.md,
 "Authentication".
 """
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from coordinator.clock import Clock, iso_ms, system_clock
+from coordinator.profiles.signed import UNSIGNED_METHODS
 from coordinator.verifiers import OIDC_TOKEN_INVALID, IdentityRejected
 from coordinator.wire import (
     AUTHENTICATION_REQUIRED,
@@ -179,9 +182,26 @@ class Authenticator:
         tokens: TokenStore,
         *,
         oidc: Callable[[str], dict[str, Any]] | None = None,
+        signatures: bool = False,
     ) -> None:
         self.tokens = tokens
         self.oidc = oidc
+        # True only when the coordinator verifies every signed method's `sig`
+        # (Coordinator(require_signatures=True)): then a signature may stand
+        # in for a token.
+        self.signatures = signatures
+
+    def refusal(self, header: str | None, body: bytes) -> tuple[int, Any, RpcError] | None:
+        """(HTTP status, request id, error) for a call that may not go on to
+        the coordinator, or None when it may."""
+        if bearer(header) is None and self.signatures and _signed(body):
+            return None
+        try:
+            principal = self.principal(header)
+        except RpcError as err:
+            return 401, None, err
+        refused = admit(principal, body)
+        return None if refused is None else (403, *refused)
 
     def principal(self, header: str | None) -> str:
         """The principal, or an RpcError saying why there is none."""
@@ -218,6 +238,21 @@ class Authenticator:
                 {"sub": claims.get("sub")},
             )
         return principal
+
+
+def _signed(body: bytes) -> bool:
+    """A call the coordinator will verify a signature on: a string `sig`
+    and a method that is not exempt (joins and creates carry none)."""
+    try:
+        envelope = decode_json(body)
+    except RpcError:
+        return False
+    return (
+        isinstance(envelope, dict)
+        and isinstance(envelope.get("sig"), str)
+        and isinstance(envelope.get("method"), str)
+        and envelope["method"] not in UNSIGNED_METHODS
+    )
 
 
 def admit(principal: str, body: bytes) -> tuple[Any, RpcError] | None:

@@ -26,7 +26,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from coordinator.incidents import internal_error
-from coordinator.transports.auth import Authenticator, admit
+from coordinator.transports.auth import Authenticator
 from coordinator.transports.desk import DeskTarget, EventHub, desk_routes
 from coordinator.transports.worker import DispatcherClosed, SerialDispatcher
 from coordinator.wire import (
@@ -83,21 +83,18 @@ def create_app(
     async def chap(request: Request) -> Response:
         if request.method == "OPTIONS":
             return Response(status_code=204, headers=_CORS)
-        principal = None
-        if auth is not None:
-            try:
-                principal = auth.principal(request.headers.get("authorization"))
-            except RpcError as err:
-                return _unauthenticated(err)
         body = await _read_body(request, max_body_bytes)
         if body is None:
             return _rpc_error(
                 400, PARSE_ERROR, f"Request body larger than {max_body_bytes} bytes"
             )
-        if principal is not None:
-            refusal = admit(principal, body)
+        if auth is not None:
+            refusal = auth.refusal(request.headers.get("authorization"), body)
             if refusal is not None:
-                return _json(403, error_response(*refusal))
+                status, request_id, error = refusal
+                if status == 401:
+                    return _unauthenticated(error)
+                return _json(status, error_response(request_id, error))
         try:
             response = await dispatcher.dispatch(body)
         except DispatcherClosed:
