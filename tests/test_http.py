@@ -252,8 +252,22 @@ def _completed(ws: Chap) -> str:
     return task_id
 
 
+def _methods_of(ws: Chap, **params: Any) -> list[str]:
+    entries = ws.ok("audit.read", ALICE, **params)["entries"]
+    return [e["envelope"]["method"] for e in entries]
+
+
 def test_cm08_task_complete_finishes_the_task(core_ws: Chap) -> None:
-    _completed(core_ws)
+    task_id = _completed(core_ws)
+    # The entries naming the task: its update and its completion, both accepted.
+    assert _methods_of(core_ws, filter={"task_id": task_id}) == [
+        "task.update",
+        "task.complete",
+    ]
+    assert _methods_of(core_ws, filter={"method": "task.create"}) == ["task.create"]
+    # Completed is terminal: it cannot be moved back to work.
+    error = core_ws.fail("task.update", BOT, to=ALICE, task_id=task_id, state="in_progress")
+    assert error["code"] == -32602 and "completed" in error["message"]
 
 
 def test_cm08_on_a_workspace_that_the_first_join_created(http: httpx.Client) -> None:
@@ -269,16 +283,26 @@ def test_cm08_on_a_workspace_that_the_first_join_created(http: httpx.Client) -> 
 
 def test_cm09_task_complete_on_a_terminal_task_fails(core_ws: Chap) -> None:
     task_id = _completed(core_ws)
-    assert core_ws.fail("task.complete", BOT, to=ALICE, task_id=task_id, output={"result": "again"})
+    before = core_ws.ok("workspace.describe", ALICE)["audit_count"]
+    error = core_ws.fail("task.complete", BOT, to=ALICE, task_id=task_id, output={"result": "again"})
+    assert error["code"] == -32602
+    assert error["message"] == "Cannot complete task in state: completed"
+    # A -32602 is never recorded.
+    assert core_ws.ok("workspace.describe", ALICE)["audit_count"] == before
 
 
 def test_cm10_audit_read_returns_entries_in_order(core_ws: Chap) -> None:
     _completed(core_ws)
     entries = core_ws.ok("audit.read", ALICE, range={"from_seq": 0})["entries"]
-    assert len(entries) >= 5  # workspace.create, 2 joins, create, update, complete
-    seqs = [e["seq"] for e in entries]
-    assert all(type(s) is int for s in seqs)
-    assert seqs == sorted(set(seqs))
+    assert [e["seq"] for e in entries] == list(range(6))
+    assert [e["envelope"]["method"] for e in entries] == [
+        "workspace.create",
+        "participant.join",
+        "participant.join",
+        "task.create",
+        "task.update",
+        "task.complete",
+    ]
 
 
 def test_cm11_audit_read_filters_by_method(core_ws: Chap) -> None:

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from coordinator.patch import MAX_NODES, MAX_OPS, PatchError, apply_patch
 
-# A copy of shared/chap/vectors/json-patch-vectors.json, so a fresh clone runs it.
+# The CHAP JSON Patch vectors, kept in tests/vectors so a fresh clone runs them.
 VECTORS = json.loads((Path(__file__).parent / "vectors" / "json-patch-vectors.json").read_text())
 
 

@@ -1,5 +1,6 @@
 """Write-ahead persistence, restarts, snapshot/restore, two writers on one
-SQLite file, and batches (issue 3 items 5-7, DESIGN.md §1 and §3)."""
+SQLite file, and batches (SPECIFICATION.md, "Write-ahead persistence" and
+"Batches")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """review/1.0 and modes/1.0: behaviour through `Coordinator.dispatch`.
 
-Facts come from shared/chap/delta-0.3.md (A1, A10-A15, A24, B4) and from
-probing chap-coordinator 0.3.3 as a black box. Where chapline deliberately
+Facts come from probing chap-coordinator 0.3.3 as a black box (and
+SPECIFICATION.md, "Review and modes"). Where chapline deliberately
 refuses input the reference accepts or crashes on, the test says so.
 """
 
@@ -114,7 +114,9 @@ def test_review_request_needs_to(c: Client, to: Any) -> None:
 def test_review_request_to_must_be_uris(c: Client, to: Any) -> None:
     # The reference crashes (-32603) on 5 and stores [5]; chapline refuses both.
     task = c.new_task()
+    before, held = c.count(), c.task(task)
     c.err(-32602, "review.request", frm=BOT, task_id=task, artefact=ART, to=to)
+    assert c.count() == before and c.task(task) == held  # nothing recorded or changed
 
 
 @pytest.mark.parametrize("rule", ["any_one_approves", "all_approve", "quorum:1", "quorum:3"])
@@ -344,6 +346,8 @@ def test_override_digest_is_checked_too(c: Client) -> None:
         approved_artefact_digest="sha256:" + "1" * 64,
     )
     assert error["data"]["actual"] == sha(ART)
+    assert c.last()["outcome"] == {"status": "refused", "code": -32074}  # recorded, unchanged
+    assert c.task(task)["state"] == "review_requested" and c.task(task)["review"]["decisions"] == []
 
 
 # -- decide.reject -----------------------------------------------------------
@@ -378,7 +382,9 @@ def test_reject_settles_a_partly_approved_review(c: Client) -> None:
 def test_request_revision_must_be_boolean(c: Client) -> None:
     # The reference reads any truthy value ("yes", 1) as true; chapline refuses.
     task = open_review(c)
+    before, held = c.count(), c.task(task)
     c.err(-32602, "decide.reject", frm=ALICE, task_id=task, request_revision="yes")
+    assert c.count() == before and c.task(task) == held  # nothing recorded or changed
 
 
 # -- decide.override ---------------------------------------------------------
@@ -486,11 +492,12 @@ def test_abstain_records_the_category(c: Client, category: str | None) -> None:
 
 def test_abstain_argument_checks(c: Client) -> None:
     task = open_review(c)
+    before, held = c.count(), c.task(task)
     c.err(-32602, "abstain.declare", frm=ALICE, task_id=task)  # reason is required
     # The reference stores any category; chapline holds to the five defined.
     c.err(-32602, "abstain.declare", frm=ALICE, task_id=task, reason="r", category="bogus")
     c.err(-32602, "abstain.declare", frm=ALICE, task_id=task, reason=5)
-    assert c.task(task)["state"] == "review_requested"
+    assert c.count() == before and c.task(task) == held  # nothing recorded or changed
 
 
 # -- escalate.raise ----------------------------------------------------------
@@ -656,15 +663,19 @@ def test_complete_without_an_eligible_reviewer_is_refused() -> None:
 def test_override_needs_an_artefact(m: Client) -> None:
     task = m.new_task()
     m.ok("task.complete", frm=BOT, task_id=task)  # no output: nothing to patch or digest
+    before, held = m.count(), m.task(task)
     m.err(-32602, "decide.override", frm=ALICE, task_id=task, diff=[], rationale="r")
     m.err(-32602, "decide.approve", frm=ALICE, task_id=task, approved_artefact_digest=sha(None))
+    assert m.count() == before and m.task(task) == held  # nothing recorded or changed
     assert m.ok("decide.approve", frm=ALICE, task_id=task) == {"state": "completed"}
 
 
 def test_update_cannot_complete_a_review_required_task(m: Client) -> None:
     task = m.new_task()
     m.ok("task.update", frm=BOT, task_id=task, state="in_progress")
+    before = m.count()
     m.err(-32602, "task.update", frm=BOT, task_id=task, state="completed")
+    assert m.count() == before and m.task(task)["state"] == "in_progress"
 
 
 # -- modes/1.0 ----------------------------------------------------------------

@@ -1,8 +1,8 @@
 """review/1.0: review.request, decide.approve/reject/override, abstain.declare,
 escalate.raise.
 
-Behaviour follows chap-coordinator 0.3.3 (shared/chap/delta-0.3.md A13-A15,
-A24), except where the reference accepts malformed input or crashes on it:
+Behaviour follows chap-coordinator 0.3.3, except where the reference accepts
+malformed input or crashes on it:
 there chapline answers -32602 before looking at any state, so a malformed
 call is never recorded (see SPECIFICATION.md, "Review").
 """
