@@ -7,22 +7,26 @@ from coordinator.compat import CoordinatorOptions, UnsupportedOptionError, Works
 from coordinator.coordinator import Coordinator
 from coordinator.errors import BatchWriteError, ChaplineError
 from coordinator.ids import CounterIds
+from coordinator.listeners import Change, Listening
 from coordinator.signing import SignatureError, public_jwk, sign_envelope
-from coordinator.snapshot import RestoreError
+from coordinator.snapshot import RestoreError, UnknownWorkspaceError
 from coordinator.wire import RpcError
 
 __all__ = [
     "AuditEntry",
     "BatchWriteError",
     "CanonicalError",
+    "Change",
     "ChaplineError",
     "Coordinator",
     "CoordinatorOptions",
     "CounterIds",
+    "Listening",
     "RestoreError",
     "RpcError",
     "SignatureError",
     "StepClock",
+    "UnknownWorkspaceError",
     "UnsupportedOptionError",
     "WorkspaceState",
     "canonical_bytes",

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from coordinator.audit import AuditEntry
 from coordinator.call import Call
 from coordinator.errors import BatchWriteError
+from coordinator.listeners import Record
 from coordinator.wire import INTERNAL_ERROR, STORE_CONFLICT, RpcError
 from coordinator.workspace import Workspace
 from coordinator.writes import apply_changes
@@ -125,7 +126,8 @@ class Pending:
 
     def __init__(self) -> None:
         self.parts: dict[str, Part] = {}
-        self.written: list[tuple[str, AuditEntry]] = []
+        # what listeners are told once the batch is written
+        self.written: list[Record] = []
         # (workspace id, envelope, arrived) of the call being dispatched
         self.current: tuple[str, dict[str, Any], str] | None = None
 
@@ -174,9 +176,10 @@ def run_batch(coord: Coordinator) -> Iterator[None]:
     for wid, part in pending.parts.items():
         if wid not in failed and wid not in conflicted and wid in coord._workspaces:
             part.settle_into(coord._workspaces[wid])
-    coord._listeners.notify(
-        [(wid, e) for wid, e in pending.written if wid not in failed and wid not in conflicted]
-    )
+    if coord._listeners.active:
+        coord._listeners.notify(
+            [r for r in pending.written if r[0] not in failed and r[0] not in conflicted]
+        )
     for wid in conflicted:
         try:
             coord._reload(wid)

@@ -17,7 +17,7 @@ import signal
 import socket
 import sqlite3
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +45,16 @@ DEFAULT_PROFILES = ("core/1.0", "review/1.0")
 # and serve has no OIDC verifier for identity-oidc.
 ALL_PROFILES = tuple(p for p in REGISTRY.advertisable if profile_name(p) not in ENFORCED_BY)
 
+
+def _analytics(path: str) -> Any:
+    from coordinator.projections import AnalyticsProjection
+
+    return AnalyticsProjection(path)
+
+
+# The projections `serve --projection NAME=PATH` can run.
+PROJECTIONS: dict[str, Callable[[str], Any]] = {"analytics": _analytics}
+
 _PROFILE = re.compile(r"^[a-z][a-z0-9_-]*/\d+\.\d+$")
 
 
@@ -61,12 +71,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         profiles = _profiles(args.profiles, args.require_signatures)
         oidc = _oidc(args)
+        projections = _projections(args.projection)
     except ValueError as exc:
         print(f"chapline: {exc}", file=sys.stderr)
         return 2
     try:
         return _serve(
-            args.db, args.host, args.port, profiles, args.auth, args.require_signatures, oidc
+            args.db,
+            args.host,
+            args.port,
+            profiles,
+            args.auth,
+            args.require_signatures,
+            oidc,
+            projections,
         )
     except _Failure as exc:
         print(f"chapline: {exc}", file=sys.stderr)
@@ -107,6 +125,17 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="require a bearer token (`chapline token create`) on every call; "
         "a call may act only as its token's participant",
+    )
+    serve.add_argument(
+        "--projection",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help=(
+            "run a projection, caught up from the database at start and then fed "
+            "every call; repeatable. NAME is 'analytics' (tables in the SQLite file "
+            "PATH, which may be the --db file)"
+        ),
     )
     oidc = serve.add_argument_group(
         "OIDC access tokens (with --auth; all three together)",
@@ -173,6 +202,19 @@ def _token(args: argparse.Namespace) -> int:
     return 0
 
 
+def _projections(specs: Sequence[str]) -> list[tuple[str, str]]:
+    out = []
+    for spec in specs:
+        name, _, path = spec.partition("=")
+        if name not in PROJECTIONS or not path:
+            raise ValueError(
+                f"--projection {spec!r}: expected NAME=PATH with NAME one of "
+                f"{', '.join(sorted(PROJECTIONS))}"
+            )
+        out.append((name, path))
+    return out
+
+
 def _profiles(text: str, require_signatures: bool) -> tuple[str, ...]:
     if text.strip() == "all":
         return ALL_PROFILES
@@ -220,6 +262,7 @@ def _serve(
     auth: bool,
     require_signatures: bool,
     oidc: OidcVerifier | None,
+    projections: list[tuple[str, str]],
 ) -> int:
     # Imported here so `chapline --help` works without loading the coordinator.
     from coordinator import Coordinator
@@ -254,6 +297,14 @@ def _serve(
         authenticator = None
         if tokens is not None:
             authenticator = Authenticator(tokens, oidc=oidc, signatures=require_signatures)
+        projected = ""
+        for name, path in projections:
+            try:
+                attachment = coord.attach(PROJECTIONS[name](path))
+            except (sqlite3.Error, OSError) as exc:
+                coord.close()
+                raise _Failure(f"cannot open the {name} projection's file {path!r}: {exc}") from None
+            projected += f", projecting {name} into {_where(path)} ({attachment.state})"
         app = create_app(coord, auth=authenticator)
         try:
             server = _Server(
@@ -268,7 +319,7 @@ def _serve(
             print(
                 f"chapline: serving CHAP on {_url(sock)} ({', '.join(profiles)}), "
                 f"writing {_where(db)}{', tokens required' if auth else ''}"
-                f"{', signatures required' if require_signatures else ''}; "
+                f"{', signatures required' if require_signatures else ''}{projected}; "
                 f"review desk at {_url(sock, '/')}",
                 flush=True,
             )

@@ -34,7 +34,14 @@ from coordinator.envelope import Rejected, Request, read_envelope
 from coordinator.errors import BatchWriteError
 from coordinator.ids import IdSource, random_ids
 from coordinator.incidents import internal_error
-from coordinator.listeners import AuditListener, Listeners
+from coordinator.listeners import (
+    AuditListener,
+    ChangeListener,
+    Listeners,
+    Listening,
+    decode_objects,
+    encode_objects,
+)
 from coordinator.log import LogReader
 from coordinator.model import WorkspaceMeta
 from coordinator.options import (
@@ -47,9 +54,16 @@ from coordinator.options import (
 from coordinator.profiles import REGISTRY, whisper
 from coordinator.profiles.identity import check_step_up
 from coordinator.profiles.signed import UNSIGNED_METHODS, check_signature
+from coordinator.projections.cursor import Attachment, Projection
 from coordinator.registry import Handler, Method, profile_name, profile_names
 from coordinator.signed import index_signed, seen_before, signed_index, signed_message
-from coordinator.snapshot import RestoreError, restore_changes, snapshot_of, workspace_from_held
+from coordinator.snapshot import (
+    RestoreError,
+    UnknownWorkspaceError,
+    restore_changes,
+    snapshot_of,
+    workspace_from_held,
+)
 from coordinator.wire import (
     METHOD_NOT_FOUND,
     NOT_AUTHORISED,
@@ -171,7 +185,7 @@ class Coordinator:
             raise ValueError(f"default_profiles: {problem}")
         self._listeners = Listeners()
         if on_audit is not None:
-            self._listeners.add(on_audit)
+            self._listeners.add_audit(on_audit)
         self._workspaces: dict[str, Workspace] = {}
         self._batch: Pending | None = None
         # Objects stay as stored text until used: a fresh collection is young
@@ -216,9 +230,31 @@ class Coordinator:
                 req_id, internal_error(log, "internal error while dispatching", exc, self._ids)
             )
 
-    def add_audit_listener(self, listener: AuditListener) -> None:
-        """Call `listener(workspace_id, entry)` after each entry is durable."""
-        self._listeners.add(listener)
+    def add_audit_listener(self, listener: AuditListener) -> Listening:
+        """Call `listener(workspace_id, entry)` after each entry is durable.
+        The handle's `detach()` stops it."""
+        return self._listeners.add_audit(listener)
+
+    def add_change_listener(self, listener: ChangeListener) -> Listening:
+        """Call `listener(change)` after each entry is durable, with what the
+        call changed (`Change`: entry, objects written, result), in log order.
+        The handle's `detach()` stops it."""
+        return self._listeners.add_change(listener)
+
+    def attach(self, projection: Projection, *, page_size: int = 1000) -> Attachment:
+        """Catch `projection` up from its cursors (every workspace, from the
+        store, in pages), then feed it every durable change. A failure is
+        reported and retried with backoff, never passed to a call. The
+        returned handle's `detach()` stops it; its cursors stay."""
+        if self._batch is not None:
+            raise RuntimeError("attach() cannot run inside batch(): finish the batch first")
+        attachment = Attachment(self, projection, page_size=page_size)
+        try:
+            attachment.catch_up()
+        except Exception as exc:
+            attachment._failed(exc)
+        self._listeners.add_attachment(attachment)
+        return attachment
 
     def workspace_ids(self) -> list[str]:
         return list(self._workspaces)
@@ -245,18 +281,28 @@ class Coordinator:
         yield from run_batch(self)
 
     def snapshot(self, workspace_id: str) -> dict[str, Any]:
-        """The workspace as a JSON-safe dict: meta, collections keyed by id, audit."""
+        """The workspace as a JSON-safe dict: meta, collections keyed by id, audit.
+        Raises UnknownWorkspaceError if it is not held."""
         ws = self._workspaces.get(workspace_id)
         if ws is None:
-            raise KeyError(f"no workspace {workspace_id!r}")
+            raise UnknownWorkspaceError(workspace_id, self.workspace_ids())
         return snapshot_of(ws, self._log_reader(ws))
 
-    def restore(self, data: dict[str, Any] | list[dict[str, Any]]) -> list[str]:
+    def restore(
+        self, data: dict[str, Any] | list[dict[str, Any]], *, overwrite: bool = False
+    ) -> list[str]:
         """Write snapshots (one dict, a list, or `{"workspaces": [...]}`) to the
-        store, replacing what it held for them, and load them. Returns the ids."""
+        store, replacing what it held for them, and load them. Returns the ids.
+
+        A workspace the store holds with entries the snapshot does not have
+        (its log is not a prefix of the snapshot's) is refused, since replacing
+        it would lose them, unless `overwrite=True`."""
         if self._batch is not None:
             raise RestoreError("restore() cannot run inside batch(): finish the batch first")
         changes = restore_changes(data)
+        if not overwrite:
+            for change in changes:
+                self._refuse_rollback(change)
         for change in changes:
             self.store.apply(change)
             if not self._reload(change.id) or change.id not in self._workspaces:
@@ -318,11 +364,40 @@ class Coordinator:
             put_values(ws, {"whispers": lapsed})
             ws.meta = meta
             ws.count += len(entries)
-            self._listeners.notify([(ws.id, e) for e in entries])
+            if self._listeners.active:
+                # a sweep answers no caller: the change has no result
+                written = {"whispers": lapsed}
+                self._listeners.notify([(ws.id, e, written, {}) for e in entries])
             return [_decode(_encode(e.envelope)) for e in entries]
 
     def close(self) -> None:
+        """Detach every projection (closing it), then close the store."""
+        for attachment in self._listeners.attachments():
+            attachment.detach()
         self.store.close()
+
+    def __enter__(self) -> Coordinator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _refuse_rollback(self, change: StoreChange) -> None:
+        """RestoreError if writing `change` would drop entries the store holds."""
+        held = self.store.read_entries(change.id, 0, None)
+        if not held:
+            return
+        given = [msgspec.to_builtins(e) for e in change.entries[: len(held)]]
+        pairs = zip(held[: len(given)], given, strict=True)
+        differs = next((seq for seq, (a, b) in enumerate(pairs) if a != b), None)
+        if len(held) > len(change.entries) or differs is not None:
+            at = differs if differs is not None else len(change.entries)
+            raise RestoreError(
+                f"workspace {change.id!r}: the store holds {len(held)} entries and the "
+                f"snapshot has {len(change.entries)}, differing from seq {at}; restoring it "
+                "would lose the store's entries. Export the stored workspace first, or pass "
+                "overwrite=True to replace it."
+            )
 
     # -- the pipeline (SPECIFICATION.md, "Dispatch") -----------------------
 
@@ -461,13 +536,13 @@ class Coordinator:
             if part is None:
                 part = self._batch.parts[ws.id] = Part(ws, call.created)
             part.add(ws, call, change)
-            self._batch.written.extend((ws.id, e) for e in entries)
+            self._batch.written.extend((ws.id, e, call.staged, response) for e in entries)
             self._batch.current = (ws.id, call.envelope, call.arrived)
         self._commit(ws, call, meta, len(entries))
         for entry in entries:
             index_signed(ws, call.envelope, entry)
-        if self._batch is None:
-            self._listeners.notify([(ws.id, e) for e in entries])
+        if self._batch is None and self._listeners.active:
+            self._listeners.notify([(ws.id, e, call.staged, response) for e in entries])
         return response
 
     # -- memory -------------------------------------------------------------
@@ -506,6 +581,24 @@ class Coordinator:
             return True
         self._workspaces.pop(workspace_id, None)
         return True
+
+    # -- what projections read ------------------------------------------------
+
+    def _durable_counts(self) -> dict[str, int]:
+        """Entries held per workspace, in id order (outside a batch all are durable)."""
+        return {wid: self._workspaces[wid].count for wid in sorted(self._workspaces)}
+
+    def _durable_entries(self, workspace_id: str, start: int, stop: int) -> list[AuditEntry]:
+        return [
+            msgspec.convert(e, AuditEntry)
+            for e in self.store.read_entries(workspace_id, start, stop)
+        ]
+
+    def _current_objects(self, workspace_id: str) -> dict[str, dict[str, Any]]:
+        """Every object the workspace holds, as a private copy."""
+        ws = self._workspaces[workspace_id]
+        held = {c: {k: ws.get(c, k) for k in list(items)} for c, items in ws.objects.items()}
+        return decode_objects(encode_objects(held))
 
     def _log_reader(self, ws: Workspace | None) -> LogReader:
         unwritten: list[AuditEntry] = []

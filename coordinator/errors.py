@@ -12,6 +12,8 @@ Each carries its facts as attributes, and its message (and the class's
      │                             were undone: error (the RpcError they got)
      ├── RestoreError              restore() cannot take the snapshot; nothing was
      │                             written                         (snapshot.py)
+     ├── UnknownWorkspaceError     snapshot() of a workspace not held (also a
+     │                             KeyError): workspace             (snapshot.py)
      ├── CanonicalError            a value has no CHAP canonical form (canonical.py)
      ├── PatchError                a JSON Patch cannot be applied: message, data
      │    └── PatchLimitError      ... because its result would be too large (patch.py)

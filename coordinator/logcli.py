@@ -382,11 +382,13 @@ def _import(args: argparse.Namespace) -> int:
         if kind == "snapshot":
             coord = Coordinator(store)
             try:
-                written = coord.restore(items)
+                written = coord.restore(items, overwrite=args.overwrite)
             except RestoreError as exc:
                 raise CommandError(f"nothing written: {exc}") from None
         else:
-            written = [_replay_into(store, wid, entries) for wid, entries in items.items()]
+            written = [
+                _replay_into(store, wid, entries, args.overwrite) for wid, entries in items.items()
+            ]
     if args.json:
         _print_json({"imported": written, "format": kind})
     else:
@@ -394,7 +396,7 @@ def _import(args: argparse.Namespace) -> int:
     return 0
 
 
-def _replay_into(store: Store, wid: str, entries: list[dict[str, Any]]) -> str:
+def _replay_into(store: Store, wid: str, entries: list[dict[str, Any]], overwrite: bool) -> str:
     """Rebuild a workspace from its log alone and write it, if the replay
     reproduces every entry (so the chain is the one exported)."""
     from coordinator.replay import rebuild_workspace
@@ -405,7 +407,7 @@ def _replay_into(store: Store, wid: str, entries: list[dict[str, Any]]) -> str:
         raise CommandError(f"nothing written: workspace {wid!r}: {exc}") from None
     from coordinator.coordinator import Coordinator
 
-    Coordinator(store).restore(snapshot)
+    Coordinator(store).restore(snapshot, overwrite=overwrite)
     return wid
 
 

@@ -25,6 +25,7 @@ from storage import (
 
 __all__ = [
     "RestoreError",
+    "UnknownWorkspaceError",
     "restore_change",
     "restore_changes",
     "snapshot_of",
@@ -54,6 +55,27 @@ def restore_changes(data: Any) -> list[StoreChange]:
         data = data["workspaces"]
     items = data if isinstance(data, list) else [data]
     return [restore_change(item) for item in items]
+
+
+class UnknownWorkspaceError(ChaplineError, KeyError):
+    """A workspace this coordinator does not hold was asked for by id.
+
+    `workspace` is the id asked for; the message names the ones held. A
+    KeyError, so code that caught the bare one keeps working."""
+
+    remedy = "Ask for one of the workspaces held (coord.workspace_ids()), or restore() it first."
+
+    def __init__(self, workspace: Any, held: list[str]) -> None:
+        shown = ", ".join(map(repr, held[:10])) + (", ..." if len(held) > 10 else "")
+        self.message = (
+            f"no workspace {workspace!r} is held by this coordinator "
+            f"(held: {shown or 'none'}); check the id, or restore() it first"
+        )
+        super().__init__(self.message)
+        self.workspace = workspace
+
+    def __str__(self) -> str:  # KeyError would show the message quoted
+        return self.message
 
 
 def workspace_from_held(held: HeldWorkspace) -> Workspace | None:

@@ -283,7 +283,9 @@ def test_restore_replaces_what_the_store_held(source):
     c = Client(target)
     s0(c)
     c.ok("participant.join", **frm("human:other"), type="human")
-    target.restore(source.snapshot(WS))
+    with pytest.raises(RestoreError, match="overwrite=True"):  # it would lose the join
+        target.restore(source.snapshot(WS))
+    target.restore(source.snapshot(WS), overwrite=True)
     assert visible(target) == visible(source)
     assert visible(make(store)) == visible(source)
 
