@@ -506,7 +506,9 @@ class Coordinator:
             if meta.chain_enabled:
                 prev = meta.chain_head or ZERO_HASH
                 meta = msgspec.structs.replace(meta, chain_head=link_hash(record, prev))
-            envelope = call.envelope
+            # The recorded call as its canonical bytes: immutable, and written
+            # as they are instead of being encoded a second time.
+            envelope = msgspec.Raw(call.raw)
             if outcome is None:
                 entries.append(AuditEntry(ws.count, call.arrived, envelope=envelope, prev_hash=prev))
             else:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from storage.types import EntryFilter
 
-__all__ = ["entry_key", "entry_matches", "indexed_keys"]
+__all__ = ["entry_key", "entry_matches", "indexed_keys", "text_keys"]
 
 
 def entry_matches(entry: dict[str, Any], where: EntryFilter) -> bool:
@@ -55,6 +57,53 @@ def entry_key(entry: dict[str, Any], field: str) -> str | None:
         params = call.get("params")
         value = params.get(_PARAM[field]) if isinstance(params, dict) else None
     return value if isinstance(value, str) else None
+
+
+class _Params(msgspec.Struct):
+    sender: Any = msgspec.field(default=None, name="from")
+    task_id: Any = None
+
+
+class _Call(msgspec.Struct):
+    method: Any = None
+    params: _Params | None = None
+
+
+class _Keyed(msgspec.Struct):
+    """The parts of an entry `entry_key` reads; the rest of the text is skipped."""
+
+    envelope: _Call | None = None
+    request: _Call | None = None
+
+
+_read_keyed = msgspec.json.Decoder(_Keyed).decode
+
+
+def text_keys(text: bytes, fields: list[str]) -> list[str | None]:
+    """`entry_key(decoded text, field)` for each of `fields`, reading only the
+    call's method and params from the text (a write indexes its entry at a
+    fraction of the cost of decoding it). An entry of another shape is decoded
+    whole and given to `entry_key`, so the keys are always the same."""
+    try:
+        keyed = _read_keyed(text)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        entry = msgspec.json.decode(text)
+        return [entry_key(entry, field) for field in fields]
+    call = keyed.envelope if keyed.envelope is not None else keyed.request
+    out: list[str | None] = []
+    for field in fields:
+        if field == "outcome":
+            value: Any = "refused" if keyed.envelope is None else "accepted"
+        elif call is None:
+            value = None
+        elif field == "method":
+            value = call.method
+        elif call.params is None:
+            value = None
+        else:
+            value = call.params.sender if field == "sender" else call.params.task_id
+        out.append(value if isinstance(value, str) else None)
+    return out
 
 
 def indexed_keys(where: EntryFilter) -> list[tuple[str, str]]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from storage._encode import EncodedChange, encode_change
 from storage._encode import decode as _decode
-from storage.match import entry_key, entry_matches, indexed_keys
+from storage.match import entry_matches, indexed_keys, text_keys
 from storage.records import assemble_snapshot, change_from_record
 from storage.types import (
     EntryFilter,
@@ -56,7 +56,7 @@ def _indexed(ws: _Workspace, field: str) -> dict[str, list[int]]:
     if by_value is None:
         by_value = {}
         for seq, text in enumerate(ws.entries):
-            value = entry_key(_decode(text), field)
+            value = text_keys(text, [field])[0]
             if value is not None:
                 by_value.setdefault(value, []).append(seq)
         ws.index[field] = by_value
@@ -108,11 +108,10 @@ class MemoryStore(Store):
             if ws.index:
                 # From the stored text, as `_indexed` builds it: it cannot fail
                 # and sees values exactly as reads will.
-                fields = _decode(text)
-                for field, by_value in ws.index.items():
-                    value = entry_key(fields, field)
+                fields = list(ws.index)
+                for field, value in zip(fields, text_keys(text, fields), strict=True):
                     if value is not None:
-                        by_value.setdefault(value, []).append(seq)
+                        ws.index[field].setdefault(value, []).append(seq)
         ws.meta = encoded.meta
         ws.version = change.version
         ws.updated_at = change.updated_at

@@ -487,6 +487,7 @@ def task_create(call: Call) -> dict[str, Any]:
             if oldest is not None:
                 call.delete(IDEMPOTENCY_KEYS, oldest)  # the oldest goes
         call.put(IDEMPOTENCY_KEYS, key, task_id)
+    call.result_is_fresh()  # strings only: nothing shared with held values
     return {"task_id": task_id, "state": "created"}
 
 
@@ -535,6 +536,7 @@ def task_update(call: Call) -> dict[str, Any]:
     if state == "completed" and task.review_required:
         raise invalid_params("This task requires review; finish it with task.complete, which opens the review")
     call.put("tasks", task.id, call.advance(task, state, call.params.get("progress_note")))
+    call.result_is_fresh()  # strings only: nothing shared with held values
     return {"state": state}
 
 
@@ -581,12 +583,14 @@ def task_complete(call: Call) -> dict[str, Any]:
                 pending_artefact=output,
             ),
         )
+        call.result_is_fresh()  # strings only: nothing shared with held values
         return {"state": "review_requested", "review_id": task.id}
     call.put(
         "tasks",
         task.id,
         call.advance(task, "completed", output=output, confidence=call.params.get("confidence")),
     )
+    call.result_is_fresh()  # strings only: nothing shared with held values
     return {"state": "completed"}
 
 

@@ -188,6 +188,7 @@ def review_request(call: Call) -> dict[str, Any]:
         task.id,
         call.advance(task, "review_requested", review=opened, pending_artefact=artefact),
     )
+    call.result_is_fresh()  # strings only: nothing shared with held values
     return {"state": "review_requested", "review_id": task.id}
 
 
@@ -293,8 +294,10 @@ def decide_approve(call: Call) -> dict[str, Any]:
     if _rule_met(review):
         done = call.advance(task, "completed", review=review, output=task.pending_artefact)
         call.put("tasks", task.id, done)
+        call.result_is_fresh()  # strings only: nothing shared with held values
         return {"state": "completed"}
     call.put("tasks", task.id, call.advance(task, "review_requested", "approval recorded", review=review))
+    call.result_is_fresh()  # strings only: nothing shared with held values
     return {"state": "review_requested"}
 
 
@@ -322,6 +325,7 @@ def decide_reject(call: Call) -> dict[str, Any]:
     )
     state = "in_progress" if revise else "declined"
     call.put("tasks", task.id, call.advance(task, state, review=review))
+    call.result_is_fresh()  # strings only: nothing shared with held values
     return {"state": state}
 
 
