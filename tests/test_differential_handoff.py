@@ -4,7 +4,7 @@ interaction_diff.py)."""
 
 from __future__ import annotations
 
-from interaction_diff import B2, BOT, GHOST, A, B, Pair
+from interaction_diff import B2, BOT, GHOST, INTERACTION, A, B, Pair
 
 
 def test_propose_and_accept_reassign_the_tasks():
@@ -182,4 +182,18 @@ def test_a_paused_workspace_refuses_every_handoff_method():
     p.err(-32063, "handoff.accept", B2, handoff_id="h")
     p.err(-32063, "handoff.decline", B2, handoff_id="h")
     p.err(-32011, "handoff.decline", GHOST, handoff_id="h")                # floor first
+    p.assert_same_state("handoffs")
+
+
+def test_a_member_paused_through_control_cannot_accept():
+    p = Pair((*INTERACTION, "control/1.0"))
+    p.setup()
+    t = p.task()
+    p.ok("handoff.propose", BOT, to=B2, handoff_id="h", tasks=[{"task_id": t}])
+    p.ok("control.pause", A, scope="participant", participant_uri=B2)
+    p.err(-32063, "handoff.accept", B2, handoff_id="h")
+    p.ok("control.resume", A, scope="participant", participant_uri=B2)
+    p.ok("handoff.accept", B2, handoff_id="h")
+    p.ok("control.pause", A, scope="workspace")
+    p.err(-32063, "handoff.decline", B2, handoff_id="h")
     p.assert_same_state("handoffs")
