@@ -22,7 +22,8 @@ method, right beside its handler::
         ...
 
 `Registry(profiles)` joins the declarations with the protocol facts. It
-raises RegistryError when a name is declared twice, when a name is not a
+raises RegistryError when a name is declared twice (a profile may span
+several modules, as core/1.0 does), when a name is not a
 CHAP 0.3 method, or when a module declares another profile's method (only a
 method that answers whatever is advertised may be implemented outside its
 profile, as `audit.verify_chain` is by core). A method no module declares is
@@ -231,9 +232,8 @@ class Registry:
         declared: dict[str, Method] = {}
         modules: dict[str, Profile] = {}
         for profile in profiles:
-            if profile.name in modules:
-                raise RegistryError(profile.name, "declared by two profile modules")
-            modules[profile.name] = profile
+            # A profile may be implemented across several modules (core is).
+            modules.setdefault(profile.name, profile)
             for method in profile.methods:
                 if method.name in declared:
                     raise RegistryError(

@@ -130,8 +130,14 @@ def test_a_name_declared_twice_is_refused() -> None:
     with pytest.raises(RegistryError, match="audit.verify_chain: declared twice"):
         Registry([_profile("core/1.0", "audit.verify_chain"),
                   _profile("audit-scitt/1.0", "audit.verify_chain")])
-    with pytest.raises(RegistryError, match="declared by two profile modules"):
-        Registry([_profile("modes/1.0"), _profile("modes/1.0")])
+    with pytest.raises(RegistryError, match="whisper.ask: declared twice"):
+        Registry([_profile("whisper/1.0", "whisper.ask"), _profile("whisper/1.0", "whisper.ask")])
+
+
+def test_a_profile_may_span_modules() -> None:
+    # core/1.0 is declared by core.py, tasks.py and audit_reads.py.
+    split = Registry([_profile("whisper/1.0", "whisper.ask"), _profile("whisper/1.0", "whisper.answer")])
+    assert split.advertisable == ("whisper/1.0",)
 
 
 def test_declarations_must_agree_with_chap() -> None:
@@ -158,7 +164,7 @@ def test_a_profile_is_advertisable_once_all_its_methods_have_handlers() -> None:
         "security-signed/1.0",
         "whisper/1.0",
     )
-    # core/1.0 declared without its eleven handlers is not advertisable either.
+    # core/1.0 declared without its handlers is not advertisable either.
     half = Registry([_profile("core/1.0"), _profile("modes/1.0"), _profile("whisper/1.0", "whisper.ask")])
     assert half.advertisable == ("modes/1.0",)
     assert "whisper/1.0 not implemented" in (half.unadvertisable(["whisper/1.0"]) or "")

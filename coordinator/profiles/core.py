@@ -1,4 +1,4 @@
-"""core/1.0: workspaces, participants, tasks and the audit reads."""
+"""core/1.0, workspaces and participants (tasks.py and audit_reads.py hold the rest)."""
 
 from __future__ import annotations
 
@@ -7,23 +7,16 @@ from typing import Any
 from msgspec.structs import replace
 
 from coordinator.attest import attest_join, key_record
-from coordinator.audit import ChainVerifier
 from coordinator.call import Call
 from coordinator.canonical import ZERO_HASH
 from coordinator.limits import check_new_id
 from coordinator.model import (
-    HistoryEntry,
     Member,
-    Review,
-    Task,
     WorkspaceMeta,
-    mode_le,
-    trial_forces_review,
 )
 from coordinator.options import ENFORCED_BY, unenforced
 from coordinator.registry import (
     ANY,
-    BOOLEAN,
     FROM,
     INTEGER,
     OBJECT,
@@ -34,16 +27,12 @@ from coordinator.registry import (
     schema,
 )
 from coordinator.wire import (
-    INVALID_PARAMS,
-    MODE_CEILING_EXCEEDED,
     NOT_AUTHORISED,
     SIG_KEY_NOT_FOUND,
     SIG_KEY_REVOKED,
-    WORKSPACE_PAUSED,
     RpcError,
     invalid_params,
 )
-from storage import IDEMPOTENCY_KEYS, EntryFilter
 
 __all__ = ["PROFILE"]
 
@@ -51,8 +40,6 @@ PROFILE = Profile("core/1.0")
 
 PROFILES = {"type": "array", "items": {"type": "string"}, "description": 'Such as "review/1.0".'}
 MODE = {"type": "string", "enum": ["shadow", "trial", "production"]}
-IDEMPOTENCY_CAP = 10_000
-VERIFY_CHUNK = 10_000
 
 
 def _profiles_param(call: Call, default: tuple[str, ...] | None) -> list[str]:
@@ -401,338 +388,3 @@ def participant_revoke_key(call: Call) -> dict[str, Any]:
     keys[i] = {**keys[i], "revoked_at": call.arrived, "revoked_reason": reason}
     call.put("members", target.uri, replace(target, keys=keys))
     return {"revoked": True, "kid": kid, "revoked_at": call.arrived, "reason": reason}
-
-
-@PROFILE.method(
-    "task.create",
-    params=schema(
-        ["workspace", "from", "kind", "input"],
-        kind=STRING,
-        input=ANY,
-        assignee=STRING,
-        to={"type": "string", "description": "Another name for assignee."},
-        mode=MODE,
-        review_required=BOOLEAN,
-        deadline=STRING,
-        routing_hints=ANY,
-        idempotency_key=STRING,
-    ),
-    title="Create a task",
-    description="Give a member a task; an idempotency_key seen before answers the "
-    "task it created.",
-)
-def task_create(call: Call) -> dict[str, Any]:
-    p = call.params
-    key = p.get("idempotency_key")
-    if isinstance(key, str):
-        # A key seen before answers the task it created, and records nothing.
-        known = call.get(IDEMPOTENCY_KEYS, key)
-        task = call.get("tasks", known) if known is not None else None
-        if task is not None:
-            call.answer_without_recording()
-            return {"task_id": task.id, "state": task.state}
-    call.require("workspace")
-    kind = call.require("kind")
-    if "input" not in p or p["input"] is None:
-        raise RpcError(INVALID_PARAMS, "Missing field: input")
-    ws = call.workspace()
-    actor = call.actor()
-    assignee = p.get("assignee", p.get("to"))
-    if assignee is None:
-        raise invalid_params(
-            "Missing field: assignee (the URI of the member to do the task, e.g. \"agent:writer\")"
-        )
-    target = call.member(assignee)
-    if target is None:
-        raise invalid_params(
-            f"Assignee not in workspace: {assignee!r} is not a member; "
-            "join it with participant.join first, or assign a current member"
-        )
-    if target.paused:
-        raise RpcError(WORKSPACE_PAUSED, f"Assignee {assignee} is paused")
-    mode = p.get("mode")
-    if mode is not None and not isinstance(mode, str):
-        raise invalid_params("mode must be a string: shadow, trial or production")
-    meta = ws.meta
-    mode = mode or meta.mode
-    if not mode_le(mode, meta.mode_ceiling):
-        raise RpcError(
-            MODE_CEILING_EXCEEDED, f"Requested mode {mode} exceeds ceiling {meta.mode_ceiling}"
-        )
-    review_required = p.get("review_required")
-    if review_required is not None and not isinstance(review_required, bool):
-        raise invalid_params("review_required must be a boolean")
-    if trial_forces_review(meta, mode):
-        review_required = True
-    task_id = call.new_id("tsk", "tasks")
-    task = Task(
-        id=task_id,
-        kind=kind,
-        state="created",
-        assignee=assignee,
-        delegator=actor.uri,
-        input=p["input"],
-        created_at=call.arrived,
-        updated_at=call.arrived,
-        mode=mode,
-        history=[HistoryEntry(ts=call.arrived, from_=actor.uri, state="created")],
-        deadline=p.get("deadline"),
-        routing_hints=p.get("routing_hints"),
-        review_required=review_required,
-    )
-    call.put("tasks", task_id, task)
-    if isinstance(key, str):
-        if call.count(IDEMPOTENCY_KEYS) >= IDEMPOTENCY_CAP:
-            oldest = call.oldest(IDEMPOTENCY_KEYS)
-            if oldest is not None:
-                call.delete(IDEMPOTENCY_KEYS, oldest)  # the oldest goes
-        call.put(IDEMPOTENCY_KEYS, key, task_id)
-    call.result_is_fresh()  # strings only: nothing shared with held values
-    return {"task_id": task_id, "state": "created"}
-
-
-# What task.update may move a task to, from each state.
-_UPDATES = {
-    "created": ("in_progress", "declined"),
-    "in_progress": ("in_progress", "completed", "declined"),
-    "review_requested": ("in_progress",),
-    "paused": ("cancelled",),
-}
-
-
-def _choices(states: tuple[str, ...]) -> str:
-    """What task.update may send from a state, for a message."""
-    if not states:
-        return "no task.update is possible"
-    return "send state " + " or ".join(f"\"{s}\"" for s in states)
-
-
-
-@PROFILE.method(
-    "task.update",
-    params=schema(
-        ["workspace", "from", "task_id", "state"],
-        task_id=STRING,
-        state={"type": "string", "enum": ["in_progress", "completed", "declined", "cancelled"]},
-        progress_note=ANY,
-    ),
-    title="Update a task",
-    description="Move a task to its next state.",
-)
-def task_update(call: Call) -> dict[str, Any]:
-    call.require("workspace")
-    task_id = call.require("task_id")
-    call.workspace()
-    call.actor()
-    task = call.task(task_id)
-    state = call.params.get("state")
-    allowed = _UPDATES.get(task.state, ())
-    if state is None:
-        raise invalid_params(f"Missing field: state (from {task.state}: {_choices(allowed)})")
-    if state not in allowed:
-        raise invalid_params(
-            f"Illegal transition {task.state} -> {state}; from {task.state}: {_choices(allowed)}"
-        )
-    if state == "completed" and task.review_required:
-        raise invalid_params("This task requires review; finish it with task.complete, which opens the review")
-    call.put("tasks", task.id, call.advance(task, state, call.params.get("progress_note")))
-    call.result_is_fresh()  # strings only: nothing shared with held values
-    return {"state": state}
-
-
-@PROFILE.method(
-    "task.complete",
-    params=schema(
-        ["workspace", "from", "task_id"], task_id=STRING, output=ANY, confidence=ANY
-    ),
-    title="Complete a task",
-    description="Finish a task with its output; a task that requires review opens one.",
-)
-def task_complete(call: Call) -> dict[str, Any]:
-    call.require("workspace")
-    task_id = call.require("task_id")
-    call.workspace()
-    actor = call.actor()
-    task = call.task(task_id)
-    if task.state not in ("created", "in_progress"):
-        raise invalid_params(f"Cannot complete task in state: {task.state}")
-    output = call.params.get("output")
-    if task.review_required:
-        review = task.review
-        if review is None:
-            reviewers = [
-                m.uri
-                for _, m in call.items("members")
-                if m.type == "human" and m.uri not in (actor.uri, task.assignee)
-            ]
-            if not reviewers:
-                raise RpcError(
-                    NOT_AUTHORISED,
-                    "This task requires review but no human member other than the caller "
-                    "and the assignee can review it; invite a reviewer first",
-                )
-            review = Review(requested_at=call.arrived, requested_to=reviewers)
-        call.put(
-            "tasks",
-            task.id,
-            call.advance(
-                task,
-                "review_requested",
-                "review required; opened on task.complete",
-                review=review,
-                pending_artefact=output,
-            ),
-        )
-        call.result_is_fresh()  # strings only: nothing shared with held values
-        return {"state": "review_requested", "review_id": task.id}
-    call.put(
-        "tasks",
-        task.id,
-        call.advance(task, "completed", output=output, confidence=call.params.get("confidence")),
-    )
-    call.result_is_fresh()  # strings only: nothing shared with held values
-    return {"state": "completed"}
-
-
-def _int_param(value: Any, name: str, default: int) -> int:
-    if value is None:
-        return default
-    if type(value) is not int:
-        raise invalid_params(f"{name} must be an integer")
-    return value
-
-
-@PROFILE.method(
-    "audit.read",
-    read=True,
-    pause_exempt=True,
-    params=schema(
-        ["workspace"],
-        from_=FROM,
-        range={
-            "type": "object",
-            "properties": {"from_seq": INTEGER, "to_seq": INTEGER},
-        },
-        filter={
-            "type": "object",
-            "properties": {
-                "method": STRING,
-                "from": STRING,
-                "task_id": STRING,
-                "outcome": {"type": "string", "enum": ["accepted", "refused"]},
-            },
-        },
-    ),
-    title="Read the audit log",
-    description="Entries of the workspace's log in a seq range, optionally filtered.",
-)
-def audit_read(call: Call) -> dict[str, Any]:
-    call.require("workspace")
-    ws = call.workspace()
-    if call.options.require_read_membership:
-        call.actor()
-    rng = call.params.get("range") or {}
-    if not isinstance(rng, dict):
-        raise invalid_params("range must be an object {from_seq, to_seq}")
-    start = max(_int_param(rng.get("from_seq"), "range.from_seq", 0), 0)
-    stop = min(_int_param(rng.get("to_seq"), "range.to_seq", ws.count), ws.count)
-    where = None
-    flt = call.params.get("filter")
-    if isinstance(flt, dict):
-        outcome = flt.get("outcome")
-        if outcome is not None and outcome not in ("accepted", "refused"):
-            raise invalid_params('filter.outcome must be "accepted" or "refused"')
-        where = EntryFilter(
-            method=flt.get("method"),
-            sender=flt.get("from"),
-            task_id=flt.get("task_id"),
-            outcome=outcome,
-        )
-        if where == EntryFilter():
-            where = None
-    if start >= stop:
-        entries = []
-    elif where is not None and isinstance(where.task_id, str) and call.count("whispers"):
-        entries = _by_task_with_answers(call, start, stop, where)
-    else:
-        entries = call.log.entries(start, stop, where)
-    call.result_is_fresh()  # the entries are decoded afresh from the store
-    return {"entries": entries, "next_seq": max(stop, 0)}
-
-
-def _answer_task(call: Call, entry: dict[str, Any]) -> Any:
-    """The task a whisper.answer entry concerns: its whisper's, as 0.3.3
-    files it (the answer's own params.task_id does not count)."""
-    request = entry.get("envelope") or entry.get("request") or {}
-    whisper_id = (request.get("params") or {}).get("whisper_id")
-    whisper = call.get("whispers", whisper_id) if isinstance(whisper_id, str) else None
-    return whisper.task_id if whisper is not None else None
-
-
-def _is_answer(entry: dict[str, Any]) -> bool:
-    request = entry.get("envelope") or entry.get("request") or {}
-    return request.get("method") == "whisper.answer"
-
-
-def _by_task_with_answers(
-    call: Call, start: int, stop: int, where: EntryFilter
-) -> list[dict[str, Any]]:
-    """A read filtered by task where whisper answers are filed under their
-    whisper's task: the indexed read, less the answers it found by their own
-    params, plus the answers whose whisper belongs to the task."""
-    found = [e for e in call.log.entries(start, stop, where) if not _is_answer(e)]
-    if where.method in (None, "whisper.answer"):
-        answers = EntryFilter(method="whisper.answer", sender=where.sender, outcome=where.outcome)
-        found += [
-            e
-            for e in call.log.entries(start, stop, answers)
-            if _answer_task(call, e) == where.task_id
-        ]
-        found.sort(key=lambda e: e["seq"])
-    return found
-
-
-# audit.verify_chain belongs to audit-scitt/1.0 but answers whatever a
-# workspace advertises, so core implements it.
-@PROFILE.method(
-    "audit.verify_chain",
-    read=True,
-    params=schema(["workspace"], from_=FROM),
-    title="Verify the hash chain",
-    description="Recompute the workspace's hash chain and compare it with the recorded head.",
-)
-def audit_verify_chain(call: Call) -> dict[str, Any]:
-    call.require("workspace")
-    ws = call.workspace()
-    if "from_seq" in call.params or "to_seq" in call.params:
-        raise invalid_params(
-            "Range verification is not implemented; omit from_seq and to_seq to verify the whole log."
-        )
-    if not ws.meta.chain_enabled:
-        raise invalid_params("Chain not enabled for this workspace")
-    verifier = ChainVerifier()
-    for start in range(0, ws.count, VERIFY_CHUNK):
-        for text in call.log.texts(start, min(start + VERIFY_CHUNK, ws.count)):
-            verifier.add_text(text)
-    # Nothing chained yet (a new workspace, or an unchained prefix only): the
-    # chain is its genesis, as for any workspace before its first link.
-    head = verifier.head() or ZERO_HASH
-    breaks = verifier.breaks
-    if head != ws.meta.chain_head:
-        breaks.append(f"chain_head mismatch: recomputed {head}, recorded {ws.meta.chain_head}")
-    if breaks:
-        raise invalid_params("; ".join(breaks))
-    unchecked = ws.count - verifier.entries_checked
-    out: dict[str, Any] = (
-        {"status": "verified", "ok": True}
-        if unchecked == 0
-        else {"status": "not_evaluated", "ok": False, "reason": "unchained_prefix"}
-    )
-    out.update(
-        entries_total=ws.count,
-        entries_checked=verifier.entries_checked,
-        entries_unchecked=unchecked,
-        checked_from_seq=verifier.checked_from_seq,
-        chain_head=ws.meta.chain_head,
-    )
-    return out
