@@ -51,6 +51,7 @@ __all__ = [
     "FROM",
     "INTEGER",
     "OBJECT",
+    "OPEN_OBJECT",
     "PROFILES_0_3",
     "STRING",
     "WORKSPACE",
@@ -189,7 +190,7 @@ class Profile:
         """Declare the decorated function as the handler of `name`.
 
         `records_refusals` defaults to "not a read". MCP `annotations`
-        default to readOnlyHint = `read`.
+        default to readOnlyHint = idempotentHint = `read`.
         """
         spec = CHAP_0_3.get(name)
         if spec is None:
@@ -215,7 +216,7 @@ class Profile:
                     params=params if params is not None else schema(),
                     title=title,
                     description=description,
-                    annotations={"readOnlyHint": read, **(annotations or {})},
+                    annotations={"readOnlyHint": read, "idempotentHint": read, **(annotations or {})},
                 )
             )
             return handler
@@ -302,6 +303,8 @@ STRING: Mapping[str, Any] = {"type": "string"}
 INTEGER: Mapping[str, Any] = {"type": "integer"}
 BOOLEAN: Mapping[str, Any] = {"type": "boolean"}
 OBJECT: Mapping[str, Any] = {"type": "object"}
+# An object with any members (a task's input, a key), as 0.3.3's schemas say it.
+OPEN_OBJECT: Mapping[str, Any] = {"type": "object", "additionalProperties": True}
 ARRAY: Mapping[str, Any] = {"type": "array"}
 ANY: Mapping[str, Any] = {}
 WORKSPACE: Mapping[str, Any] = {"type": "string", "description": "The workspace id."}

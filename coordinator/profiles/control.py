@@ -24,7 +24,7 @@ from coordinator.model import (
     mode_le,
     trial_forces_review,
 )
-from coordinator.registry import ANY, STRING, Profile, schema
+from coordinator.registry import STRING, Profile, schema
 from coordinator.wire import (
     CONTROL_NOT_AUTHORISED,
     MODE_CEILING_EXCEEDED,
@@ -44,13 +44,18 @@ _SCOPES = ("task", "participant", "workspace")
 _ENDED = ("completed", "declined", "cancelled", "superseded")
 _DEFAULT_INCLUDE = ("members", "open_tasks", "mode_ceiling")
 
-SCOPE = {"type": "string", "enum": list(_SCOPES), "description": "What to act on (default task)."}
+SCOPE = {
+    "type": "string",
+    "enum": list(_SCOPES),
+    "default": "task",
+    "description": "What to act on.",
+}
 TARGETS = {
     "scope": SCOPE,
     "task_id": STRING,
     "participant_uri": {"type": "string", "description": "The member, for scope participant."},
     "uri": {"type": "string", "description": "Alias of participant_uri."},
-    "reason": ANY,
+    "reason": STRING,
 }
 MODE = {"type": "string", "enum": list(MODES)}
 
@@ -80,8 +85,13 @@ def _participant(call: Call) -> Member:
     params=schema(
         ["workspace", "from"],
         **TARGETS,
-        in_flight_policy={"type": "string", "description": "allow_to_complete (default) or cancel."},
+        in_flight_policy={
+            "type": "string",
+            "enum": ["allow_to_complete", "interrupt"],
+            "description": "allow_to_complete (default) or interrupt.",
+        },
     ),
+    annotations={"idempotentHint": True},
     title="Pause",
     description="Pause a task (it resumes to the state it was in), a member (no new work "
     "for them) or the whole workspace (most methods answer -32063 until it resumes).",
@@ -141,7 +151,8 @@ def control_resume(call: Call) -> dict[str, Any]:
 @PROFILE.method(
     "control.cancel",
     floor=True,
-    params=schema(["workspace", "from", "task_id"], task_id=STRING, reason=ANY),
+    params=schema(["workspace", "from", "task_id"], task_id=STRING, reason=STRING),
+    annotations={"destructiveHint": True},
     title="Cancel a task",
     description="Cancel a task that is not completed, declined, cancelled or superseded.",
 )
@@ -187,7 +198,7 @@ def _task_part(t: Task) -> dict[str, Any]:
     floor=True,
     params=schema(
         ["workspace", "from"],
-        label=ANY,
+        label=STRING,
         include={
             "type": "array",
             "items": STRING,
@@ -255,8 +266,9 @@ def control_snapshot(call: Call) -> dict[str, Any]:
         snapshot_artefact_id={"type": "string", "description": "Alias of to_snapshot_artefact_id."},
         snapshot_id={"type": "string", "description": "Alias of to_snapshot_artefact_id."},
         what_to_restore={"type": "array", "items": STRING, "description": "mode_ceiling, members."},
-        reason=ANY,
+        reason=STRING,
     ),
+    annotations={"destructiveHint": True},
     title="Roll back",
     description="Put back a snapshot's mode ceiling and members' roles and scopes, as a new "
     "entry (the log is never rewritten).",
@@ -307,16 +319,17 @@ def control_rollback(call: Call) -> dict[str, Any]:
         successor_task={
             "type": "object",
             "properties": {
-                "kind": ANY,
+                "kind": STRING,
                 "assignee": STRING,
-                "input": ANY,
+                "input": {"type": "object", "additionalProperties": True},
                 "mode": MODE,
                 "review_required": {"type": "boolean"},
             },
             "required": ["kind"],
         },
-        reason=ANY,
+        reason=STRING,
     ),
+    annotations={"destructiveHint": True},
     title="Supersede a task",
     description="Replace a task, in any state, by a new one that supersedes it.",
 )
@@ -380,8 +393,9 @@ def control_supersede(call: Call) -> dict[str, Any]:
         ["workspace", "from", "new_ceiling"],
         new_ceiling=MODE,
         mode_ceiling={"type": "string", "description": "Alias of new_ceiling."},
-        reason=ANY,
+        reason=STRING,
     ),
+    annotations={"idempotentHint": True},
     title="Set the mode ceiling",
     description="Set the highest mode tasks may run in (shadow < trial < production).",
 )

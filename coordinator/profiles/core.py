@@ -20,6 +20,7 @@ from coordinator.registry import (
     FROM,
     INTEGER,
     OBJECT,
+    OPEN_OBJECT,
     STRING,
     Profile,
     profile_name,
@@ -101,15 +102,18 @@ def _new_workspace(call: Call, wid: str) -> WorkspaceMeta:
     "workspace.create",
     pause_exempt=True,
     records_refusals=False,
-    params=schema(
-        workspace=STRING,
-        profiles=PROFILES,
-        mode=MODE,
-        mode_ceiling=MODE,
-        routing_policy_uri=STRING,
-        step_up_window_sec=INTEGER,
-        min_acr=ANY,
-    ),
+    params={
+        **schema(
+            workspace=STRING,
+            profiles=PROFILES,
+            mode={**MODE, "default": "trial"},
+            mode_ceiling={**MODE, "default": "production"},
+            routing_policy_uri=STRING,
+            step_up_window_sec=INTEGER,
+            min_acr=ANY,
+        ),
+        "additionalProperties": False,
+    },
     title="Create a workspace",
     description="Create a workspace (with the given id, or a generated one) advertising "
     "the given profiles.",
@@ -188,11 +192,11 @@ def workspace_describe(call: Call) -> dict[str, Any]:
 
 @PROFILE.method(
     "workspace.set_profiles",
-    params=schema(["workspace", "from", "profiles"], profiles=PROFILES),
+    params=schema(["workspace", "profiles"], from_=FROM, profiles=PROFILES),
     title="Set a workspace's profiles",
     description="Replace the profiles a workspace advertises (admin only); core/1.0 is "
     "always kept.",
-    annotations={"idempotentHint": True},
+    annotations={"destructiveHint": True},
 )
 def workspace_set_profiles(call: Call) -> dict[str, Any]:
     call.require("workspace")
@@ -302,6 +306,7 @@ def _new_workspace_for_join(call: Call, wid: str) -> None:
     params=schema(["workspace", "from"]),
     title="Leave a workspace",
     description="Stop being a participant of the workspace.",
+    annotations={"destructiveHint": True, "idempotentHint": True},
 )
 def participant_leave(call: Call) -> dict[str, Any]:
     call.require("workspace")
@@ -320,7 +325,7 @@ def _key_index(member: Member, kid: Any) -> int | None:
 
 @PROFILE.method(
     "participant.rotate_key",
-    params=schema(["workspace", "from", "old_kid", "new_jwk"], old_kid=STRING, new_jwk=OBJECT),
+    params=schema(["workspace", "from", "old_kid", "new_jwk"], old_kid=STRING, new_jwk=OPEN_OBJECT),
     title="Rotate a signing key",
     description="Retire one of the caller's keys and add a new one.",
 )

@@ -18,7 +18,7 @@ from coordinator.call import Call
 from coordinator.canonical import CanonicalError, canonical_bytes, digest
 from coordinator.model import Override, Review, Task, mode_le, trial_forces_review
 from coordinator.patch import PatchError, PatchLimitError, apply_patch
-from coordinator.registry import ANY, BOOLEAN, OBJECT, STRING, Profile, schema
+from coordinator.registry import ANY, BOOLEAN, STRING, Profile, schema
 from coordinator.wire import (
     DIGEST_MISMATCH,
     INVALID_PARAMS,
@@ -46,7 +46,21 @@ ABSTAIN_CATEGORIES = (
     "other",
 )
 TAGS = {"type": "array", "items": STRING}
-DIGEST = {"type": "string", "description": "sha256:<64 lowercase hex> of the artefact decided on."}
+PATCH_OPERATION = {
+    "type": "object",
+    "properties": {
+        "op": {"type": "string", "enum": ["add", "replace", "remove", "copy", "move", "test"]},
+        "path": STRING,
+        "value": ANY,
+        "from": STRING,
+    },
+    "required": ["op", "path"],
+}
+DIGEST = {
+    "type": "string",
+    "pattern": "^sha256:[0-9a-f]{64}$",
+    "description": "sha256:<64 lowercase hex> of the artefact decided on.",
+}
 # A review cannot be (re)opened on a task someone stopped.
 _STOPPED = ("cancelled", "superseded", "paused")
 # An escalation needs a task that is still someone's work.
@@ -111,11 +125,16 @@ def _same_json(a: Any, b: Any) -> bool:
 @PROFILE.method(
     "review.request",
     params=schema(
-        ["workspace", "from", "task_id", "artefact"],
+        ["workspace", "from", "task_id", "to", "artefact"],
         task_id=STRING,
         artefact=ANY,
-        to={"type": ["string", "array"], "items": STRING},
-        rule={"type": "string", "description": RULES_HELP},
+        to={"oneOf": [STRING, {"type": "array", "items": STRING}]},
+        rule={
+            "type": "string",
+            "enum": ["any_one_approves", "all_approve", "quorum:2", "quorum:3"],
+            "default": "any_one_approves",
+            "description": RULES_HELP,
+        },
         deadline=STRING,
     ),
     title="Request a review",
@@ -278,7 +297,7 @@ def _rule_met(review: Review) -> bool:
     params=schema(
         ["workspace", "from", "task_id"],
         task_id=STRING,
-        comment=ANY,
+        comment=STRING,
         tags=TAGS,
         approved_artefact_digest=DIGEST,
     ),
@@ -306,7 +325,7 @@ def decide_approve(call: Call) -> dict[str, Any]:
     params=schema(
         ["workspace", "from", "task_id"],
         task_id=STRING,
-        comment=ANY,
+        comment=STRING,
         tags=TAGS,
         request_revision=BOOLEAN,
         approved_artefact_digest=DIGEST,
@@ -335,12 +354,12 @@ def decide_reject(call: Call) -> dict[str, Any]:
         ["workspace", "from", "task_id", "rationale", "diff"],
         task_id=STRING,
         rationale=STRING,
-        diff={"type": "array", "items": OBJECT, "description": "RFC 6902 JSON Patch."},
+        diff={"type": "array", "items": PATCH_OPERATION, "description": "RFC 6902 JSON Patch."},
         tags=TAGS,
-        policy_refs=ANY,
-        logical_id=ANY,
+        policy_refs=TAGS,
+        logical_id=STRING,
         instance_id=ANY,
-        intent_preserved=ANY,
+        intent_preserved=BOOLEAN,
         approved_artefact_digest=DIGEST,
     ),
     title="Override",
@@ -431,7 +450,12 @@ def abstain_declare(call: Call) -> dict[str, Any]:
         original_task_id=STRING,
         new_task={
             "type": "object",
-            "properties": {"assignee": STRING, "kind": STRING, "input": OBJECT, "mode": STRING},
+            "properties": {
+                "kind": STRING,
+                "assignee": STRING,
+                "input": {"type": "object", "additionalProperties": True},
+                "mode": {"type": "string", "enum": ["shadow", "trial", "production"]},
+            },
             "required": ["assignee"],
         },
         reason=ANY,

@@ -44,7 +44,11 @@ _is_json = msgspec.json.encode
 def _copy(value: Any, kind: Any) -> Any:
     return msgspec.json.decode(msgspec.json.encode(value), type=kind)
 
-HINTS = {"type": "object", "description": "Routing hints: criticality, confidence, model_id, ..."}
+HINTS = {
+    "type": "object",
+    "additionalProperties": True,
+    "description": "Routing hints: criticality, confidence, model_id, ...",
+}
 
 
 def _ask(hook: Callable[..., Any], name: str, task: Task, arg: Any) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from typing import Any
 from coordinator.audit import record_of
 from coordinator.call import Call
 from coordinator.canonical import canonical_bytes
-from coordinator.registry import FROM, INTEGER, OBJECT, STRING, Profile, schema
+from coordinator.registry import FROM, INTEGER, STRING, Profile, schema
 from coordinator.scitt import build_statement
 from coordinator.wire import (
     SCITT_RECEIPT_INVALID,
@@ -61,7 +61,7 @@ def _bound(value: Any, name: str, default: int) -> int:
     title="Submit the log to a transparency service",
     description="Make one signed statement per audit entry in the range (to_seq exclusive) "
     "and hand each to the configured SCITT submitter; without one, return the statements.",
-    annotations={"openWorldHint": True},
+    annotations={"openWorldHint": True, "idempotentHint": False},
 )
 def audit_submit_to_scitt(call: Call) -> dict[str, Any]:
     ws = call.workspace()
@@ -109,7 +109,10 @@ def audit_submit_to_scitt(call: Call) -> dict[str, Any]:
 @PROFILE.method(
     "audit.verify_receipt",
     read=True,
-    params=schema(["workspace", "receipt"], from_=FROM, receipt=OBJECT),
+    params=schema(
+        ["workspace", "receipt"], from_=FROM, receipt={"type": "object", "additionalProperties": True}
+    ),
+    annotations={"openWorldHint": True},
     title="Verify a transparency receipt",
     description="Check a receipt from a SCITT transparency service with the configured verifier.",
 )

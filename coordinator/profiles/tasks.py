@@ -15,6 +15,7 @@ from coordinator.model import (
 from coordinator.registry import (
     ANY,
     BOOLEAN,
+    OPEN_OBJECT,
     STRING,
     Profile,
     schema,
@@ -33,20 +34,30 @@ __all__ = ["PROFILE"]
 
 PROFILE = Profile("core/1.0")
 MODE = {"type": "string", "enum": ["shadow", "trial", "production"]}
+ROUTING_HINTS = {
+    "type": "object",
+    "properties": {
+        "criticality": {"type": "string", "enum": ["low", "medium", "high", "critical"]},
+        "deadline": STRING,
+        "risk_tier": STRING,
+        "max_cost_usd": {"type": "string", "description": "A decimal as a string, e.g. \"2.50\"."},
+    },
+    "additionalProperties": True,
+}
 IDEMPOTENCY_CAP = 10_000
 
 @PROFILE.method(
     "task.create",
     params=schema(
-        ["workspace", "from", "kind", "input"],
+        ["workspace", "from", "kind", "assignee", "input"],
         kind=STRING,
-        input=ANY,
+        input=OPEN_OBJECT,
         assignee=STRING,
         to={"type": "string", "description": "Another name for assignee."},
         mode=MODE,
         review_required=BOOLEAN,
         deadline=STRING,
-        routing_hints=ANY,
+        routing_hints=ROUTING_HINTS,
         idempotency_key=STRING,
     ),
     title="Create a task",
@@ -145,8 +156,8 @@ def _choices(states: tuple[str, ...]) -> str:
     params=schema(
         ["workspace", "from", "task_id", "state"],
         task_id=STRING,
-        state={"type": "string", "enum": ["in_progress", "completed", "declined", "cancelled"]},
-        progress_note=ANY,
+        state={"type": "string", "enum": ["in_progress", "declined", "cancelled", "completed"]},
+        progress_note=STRING,
     ),
     title="Update a task",
     description="Move a task to its next state.",
@@ -175,7 +186,11 @@ def task_update(call: Call) -> dict[str, Any]:
 @PROFILE.method(
     "task.complete",
     params=schema(
-        ["workspace", "from", "task_id"], task_id=STRING, output=ANY, confidence=ANY
+        ["workspace", "from", "task_id"],
+        task_id=STRING,
+        output=ANY,
+        confidence={"type": "string", "description": "A decimal as a string, e.g. \"0.9\"."},
+        routing_hints=ROUTING_HINTS,
     ),
     title="Complete a task",
     description="Finish a task with its output; a task that requires review opens one.",
