@@ -66,8 +66,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "token":
         return _token(args)
-    if args.command != "serve":
+    if args.command not in ("serve", "mcp"):
         return logcli.run(args)
+    if args.command == "mcp" and not args.http and args.auth:
+        print("chapline: mcp: --auth needs --http (on stdio, whoever runs the process is its user)", file=sys.stderr)
+        return 2
     try:
         profiles = _profiles(args.profiles, args.require_signatures)
         oidc = _oidc(args)
@@ -76,6 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"chapline: {exc}", file=sys.stderr)
         return 2
     try:
+        if args.command == "mcp" and not args.http:
+            return _mcp_stdio(args, profiles)
         return _serve(
             args.db,
             args.host,
@@ -147,6 +152,19 @@ def _parser() -> argparse.ArgumentParser:
     oidc.add_argument(
         "--oidc-jwks", metavar="FILE", help="the provider's JWKS as a JSON file (its jwks_uri)"
     )
+    mcp = commands.add_parser(
+        "mcp",
+        help="serve CHAP as MCP tools (stdio, or --http)",
+        description=(
+            "Serve every implemented CHAP method as an MCP tool chap.<method>: on "
+            "stdin/stdout (what desktop MCP clients launch), or with --http as "
+            "`serve` does (streamable HTTP at /mcp, beside POST /chap and the rest). "
+            "Takes serve's options; --host, --port and --auth apply with --http only."
+        ),
+    )
+    for option in serve._actions[1:]:  # serve's options, --help aside
+        mcp._add_action(option)
+    mcp.add_argument("--http", action="store_true", help="serve over HTTP instead of stdio")
     token = commands.add_parser(
         "token",
         help="create, list or revoke bearer tokens for `serve --auth`",
@@ -305,7 +323,7 @@ def _serve(
                 coord.close()
                 raise _Failure(f"cannot open the {name} projection's file {path!r}: {exc}") from None
             projected += f", projecting {name} into {_where(path)} ({attachment.state})"
-        app = create_app(coord, auth=authenticator)
+        app = create_app(coord, auth=authenticator, host=host, public_url=_url(sock, ""))
         try:
             server = _Server(
                 uvicorn.Config(
@@ -320,6 +338,7 @@ def _serve(
                 f"chapline: serving CHAP on {_url(sock)} ({', '.join(profiles)}), "
                 f"writing {_where(db)}{', tokens required' if auth else ''}"
                 f"{', signatures required' if require_signatures else ''}{projected}; "
+                f"MCP on {_url(sock, '/mcp')}, A2A on {_url(sock, '/a2a')}; "
                 f"review desk at {_url(sock, '/')}",
                 flush=True,
             )
@@ -334,6 +353,37 @@ def _serve(
         if tokens is not None:
             tokens.close()
         sock.close()
+    return 0
+
+
+def _mcp_stdio(args: argparse.Namespace, profiles: tuple[str, ...]) -> int:
+    """MCP on stdin/stdout until the client closes it (or SIGINT/SIGTERM)."""
+    from coordinator import Coordinator
+    from coordinator.transports.mcp import run_stdio
+    from storage import SqliteStore, StoreError
+
+    try:
+        coord = Coordinator(
+            store=SqliteStore(args.db),
+            default_profiles=profiles,
+            require_signatures=args.require_signatures,
+        )
+    except (sqlite3.Error, OSError, StoreError) as exc:
+        raise _Failure(f"cannot open the database {args.db!r}: {exc}") from None
+    print(
+        f"chapline: serving CHAP as MCP tools on stdio, writing {_where(args.db)}",
+        file=sys.stderr,
+        flush=True,
+    )
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        run_stdio(coord)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        coord.close()
     return 0
 
 

@@ -8,6 +8,9 @@ import os
 
 from hypothesis import HealthCheck, settings
 
+# `chapline serve` as a process, for the transport tests.
+from servers import served, served_with_auth  # noqa: F401
+
 settings.register_profile(
     "ci",
     max_examples=100,

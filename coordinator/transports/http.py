@@ -26,8 +26,11 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from coordinator.incidents import internal_error
+from coordinator.profiles import REGISTRY
+from coordinator.transports.a2a import A2A_PATH, a2a_routes
 from coordinator.transports.auth import Authenticator
 from coordinator.transports.desk import DeskTarget, EventHub, desk_routes
+from coordinator.transports.mcp import create_mcp_server
 from coordinator.transports.worker import DispatcherClosed, SerialDispatcher
 from coordinator.wire import (
     INTERNAL_ERROR,
@@ -37,7 +40,7 @@ from coordinator.wire import (
     error_response,
 )
 
-__all__ = ["MAX_BODY_BYTES", "create_app"]
+__all__ = ["MAX_BODY_BYTES", "MCP_PATH", "create_app"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +48,7 @@ log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 1024 * 1024
 
 PATHS = ("/chap", "/")
+MCP_PATH = "/mcp"
 
 # Browsers may call the endpoint from any origin: the caller is identified
 # inside the envelope or by a bearer token, never by cookies.
@@ -62,13 +66,22 @@ def create_app(
     *,
     max_body_bytes: int = MAX_BODY_BYTES,
     auth: Authenticator | None = None,
+    host: str = "127.0.0.1",
+    public_url: str = "http://127.0.0.1:8080",
 ) -> Starlette:
-    """An ASGI app serving `target` (a Coordinator) over HTTP.
+    """An ASGI app serving `target` (a Coordinator) over HTTP: CHAP at
+    POST /chap, MCP (streamable HTTP) at /mcp, A2A at /a2a with its Agent
+    Card at /.well-known/agent-card.json, and the review desk.
+
+    `host` is the address the server listens on: on loopback, MCP requests
+    must name a loopback Host and Origin (DNS-rebinding protection).
+    `public_url` is how clients reach the server, for the Agent Card.
 
     With `auth`, authentication is required: a call without a valid bearer
     token is answered 401, one whose `from` is not the token's principal 403,
-    and neither reaches the coordinator. Without it, anyone who can reach the
-    port may act as any participant.
+    and neither reaches the coordinator; MCP tool calls and A2A messages are
+    held to the same rules. Without it, anyone who can reach the port may act
+    as any participant.
 
     Calls are run one at a time, off the event loop, by a SerialDispatcher
     (`app.state.dispatcher`) that the app's lifespan starts and closes. The
@@ -79,6 +92,11 @@ def create_app(
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes must be positive, got {max_body_bytes}")
     dispatcher = SerialDispatcher(target)
+    mcp_server = create_mcp_server(dispatcher.dispatch, REGISTRY.methods(), auth=auth)
+    # The SDK builds an app with one route; we serve that route beside ours.
+    (mcp_route,) = [
+        r for r in mcp_server.streamable_http_app(host=host).routes if getattr(r, "path", "") == MCP_PATH
+    ]
 
     async def chap(request: Request) -> Response:
         if request.method == "OPTIONS":
@@ -105,13 +123,16 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         dispatcher.start()
         try:
-            yield
+            async with mcp_server.session_manager.run():
+                yield
         finally:
             # Runs after the server stopped taking requests: finish the calls
             # already queued, off the loop, so their writes reach the store.
             await asyncio.to_thread(dispatcher.close)
 
     routes: list[BaseRoute] = [Route(path, chap, methods=["POST", "OPTIONS"]) for path in PATHS]
+    routes.append(mcp_route)
+    routes += a2a_routes(dispatcher.dispatch, REGISTRY.methods(), public_url + A2A_PATH, auth)
     hub = EventHub()
     routes += desk_routes(target, dispatcher, auth, hub)
     app = Starlette(

@@ -1,0 +1,286 @@
+"""CHAP over MCP, driven by the official SDK's own client: in process, over
+stdio (`chapline mcp`) and over streamable HTTP (`chapline serve`'s /mcp),
+in both protocol eras (the 2025-11-25 handshake and 2026-07-28)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import chap_coordinator
+import pytest
+from chap_coordinator.transports.mcp_server import make_chap_mcp_server
+from mcp import Client, StdioServerParameters
+from servers import Served, env
+
+from coordinator import Coordinator
+from coordinator.profiles import REGISTRY
+from coordinator.transports.mcp import DISCOVER_VERSIONS, create_mcp_server
+from coordinator.transports.worker import SerialDispatcher
+from storage import SqliteStore
+
+ERAS = ("legacy", "2026-07-28")
+HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+ALICE, BOT = "human:alice", "agent:bot"
+
+
+async def _list(server: Any, mode: str) -> list[dict[str, Any]]:
+    async with Client(server, mode=mode) as client:
+        listed = await client.list_tools()
+    return [t.model_dump(by_alias=True, exclude_none=True) for t in listed.tools]
+
+
+def ours_server(coord: Coordinator) -> tuple[Any, SerialDispatcher]:
+    dispatcher = SerialDispatcher(coord)
+    dispatcher.start()
+    return create_mcp_server(dispatcher.dispatch, REGISTRY.methods()), dispatcher
+
+
+@pytest.fixture
+def in_process() -> Iterator[tuple[Any, Coordinator]]:
+    coord = Coordinator()
+    server, dispatcher = ours_server(coord)
+    yield server, coord
+    dispatcher.close()
+
+
+@pytest.mark.parametrize("mode", ERAS)
+def test_tools_list_every_implemented_method(in_process, mode: str) -> None:
+    server, _ = in_process
+    listed = anyio.run(_list, server, mode)
+    implemented = {m.name for m in REGISTRY.methods() if m.handler is not None}
+    assert {t["name"] for t in listed} == {f"chap.{m}" for m in implemented}
+    assert len(listed) == len(implemented)
+    for tool in listed:
+        assert tool["inputSchema"]["type"] == "object", tool["name"]
+        assert tool["title"] and tool["description"], tool["name"]
+        assert set(HINTS) <= set(tool["annotations"]), tool["name"]
+
+
+def _shape(schema: dict[str, Any]) -> Any:
+    """A property schema without its prose: what a client validates against."""
+    if not isinstance(schema, dict):
+        return schema
+    return {
+        k: (_shape(v) if isinstance(v, dict) else [_shape(i) for i in v] if isinstance(v, list) else v)
+        for k, v in schema.items()
+        if k not in ("description", "title")
+    }
+
+
+def _differences(ours: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
+    """How our tool surface differs from 0.3.3's, for the tools we list.
+
+    Ours may document more parameters and accept more enum values than the
+    reference's; everything it states must hold for ours too."""
+    out = []
+    for name, tool in sorted(ours.items()):
+        ref = theirs.get(name)
+        if ref is None:
+            out.append(f"{name}: not a tool of 0.3.3")
+            continue
+        mine_schema, ref_schema = tool["inputSchema"], ref["inputSchema"]
+        missing = set(ref_schema["properties"]) - set(mine_schema["properties"])
+        if missing:
+            out.append(f"{name}: lacks parameters {sorted(missing)}")
+        if sorted(mine_schema.get("required", [])) != sorted(ref_schema.get("required", [])):
+            out.append(f"{name}: required {mine_schema.get('required')} != {ref_schema.get('required')}")
+        if mine_schema.get("additionalProperties") != ref_schema.get("additionalProperties"):
+            out.append(f"{name}: additionalProperties differs")
+        for prop in set(ref_schema["properties"]) - missing:
+            mine, ref_prop = _shape(mine_schema["properties"][prop]), _shape(ref_schema["properties"][prop])
+            if "enum" in mine and "enum" in ref_prop and set(ref_prop["enum"]) <= set(mine["enum"]):
+                mine, ref_prop = {**mine, "enum": None}, {**ref_prop, "enum": None}
+            if mine != ref_prop:
+                out.append(f"{name}.{prop}: {mine} != {ref_prop}")
+        for hint in HINTS:
+            if tool["annotations"][hint] != ref["annotations"][hint]:
+                out.append(f"{name}: {hint} is {tool['annotations'][hint]}, 0.3.3 says {ref['annotations'][hint]}")
+    return out
+
+
+def test_tool_surface_matches_the_reference(in_process) -> None:
+    """Same names, parameters, required lists, types and hints as 0.3.3's
+    MCP server, for every method chapline implements (the prose is ours)."""
+    server, _ = in_process
+    ours = {t["name"]: t for t in anyio.run(_list, server, "legacy")}
+    theirs = {
+        t["name"]: t
+        for t in anyio.run(_list, make_chap_mcp_server(chap_coordinator.Coordinator()), "legacy")
+    }
+    assert _differences(ours, theirs) == []
+
+
+def _result(result: Any) -> tuple[bool, Any]:
+    (content,) = result.content
+    return result.is_error, json.loads(content.text)
+
+
+async def _story(client: Client, workspace: str) -> dict[str, Any]:
+    """A whole review story through tools; stringified objects and arrays as
+    LLM clients send them."""
+
+    async def ok(tool: str, **arguments: Any) -> Any:
+        error, value = _result(await client.call_tool(f"chap.{tool}", {"workspace": workspace, **arguments}))
+        assert not error, (tool, value)
+        return value
+
+    await ok("workspace.create")
+    await ok("participant.join", **{"from": ALICE}, type="human", role="admin")
+    await ok("participant.join", **{"from": BOT}, type="agent")
+    task = (await ok("task.create", **{"from": ALICE}, assignee=BOT, kind="draft", input='{"topic": "x"}'))[
+        "task_id"
+    ]
+    await ok("review.request", **{"from": BOT}, task_id=task, artefact='{"text": "draft"}', to=f'["{ALICE}"]')
+    override = await ok(
+        "decide.override",
+        **{"from": ALICE},
+        task_id=task,
+        diff='[{"op": "replace", "path": "/text", "value": "better"}]',
+        rationale="clearer",
+    )
+    assert override["applied"] == {"text": "better"}
+    error, refused = _result(
+        await client.call_tool(
+            "chap.task.create",
+            {"workspace": workspace, "from": "human:mallory", "assignee": BOT, "kind": "k", "input": {}},
+        )
+    )
+    assert error and refused["chap_error"] == -32011 and refused["message"]
+    return await ok("audit.read")
+
+
+def _check_story_log(log: dict[str, Any]) -> None:
+    methods = [e.get("envelope", e.get("request"))["method"] for e in log["entries"]]
+    assert methods[:6] == [
+        "workspace.create", "participant.join", "participant.join", "task.create",
+        "review.request", "decide.override",
+    ]
+    params = [e["envelope"]["params"] for e in log["entries"][:6]]
+    # JSON values in the log, never the strings the client sent.
+    assert params[3]["input"] == {"topic": "x"}
+    assert params[4]["artefact"] == {"text": "draft"} and params[4]["to"] == [ALICE]
+    assert params[5]["diff"] == [{"op": "replace", "path": "/text", "value": "better"}]
+    # Envelope ids count the server's tool calls: mcp-<n>, consecutive here.
+    ids = [e["envelope"]["id"] for e in log["entries"][:6]]
+    first = int(ids[0].removeprefix("mcp-"))
+    assert ids == [f"mcp-{n}" for n in range(first, first + 6)]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+def test_a_review_story_in_process(in_process, mode: str) -> None:
+    server, coord = in_process
+
+    async def run() -> dict[str, Any]:
+        async with Client(server, mode=mode) as client:
+            return await _story(client, "wsp_story")
+
+    _check_story_log(anyio.run(run))
+    assert coord.dispatch(
+        {"jsonrpc": "2.0", "id": 1, "method": "audit.verify_chain", "params": {"workspace": "wsp_story"}}
+    )["result"]["status"] == "verified"
+
+
+def test_an_unparseable_string_is_refused_and_not_recorded(in_process) -> None:
+    server, coord = in_process
+
+    async def run() -> tuple[Any, Any]:
+        async with Client(server, mode="legacy") as client:
+            await client.call_tool("chap.participant.join", {"workspace": "w", "from": ALICE, "type": "human"})
+            bad = await client.call_tool(
+                "chap.task.create",
+                {"workspace": "w", "from": ALICE, "assignee": ALICE, "kind": "k", "input": "{not json"},
+            )
+            unknown = await client.call_tool("chap.no.such", {})
+            return _result(bad), _result(unknown)
+
+    (error, bad), (unknown_error, unknown) = anyio.run(run)
+    assert error and bad["chap_error"] == -32602
+    assert "input must be a JSON object" in bad["message"] and "does not parse" in bad["message"]
+    assert unknown_error and unknown["chap_error"] == -32601 and "chap.no.such" in unknown["message"]
+    described = coord.dispatch({"jsonrpc": "2.0", "id": 1, "method": "workspace.describe", "params": {"workspace": "w"}})
+    assert described["result"]["audit_count"] == 1
+
+
+def test_discover_advertises_both_eras(in_process) -> None:
+    server, _ = in_process
+
+    async def run() -> dict[str, Any]:
+        async with Client(server, mode="2026-07-28") as client:
+            return await client.session.send_discover("2026-07-28")
+
+    assert anyio.run(run)["supportedVersions"] == list(DISCOVER_VERSIONS)
+
+
+# -- over stdio and over HTTP: the real commands --------------------------------
+
+
+@pytest.mark.parametrize("mode", ERAS)
+def test_a_review_story_over_stdio(tmp_path: Path, mode: str) -> None:
+    db = tmp_path / "mcp.db"
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "coordinator", "mcp", "--db", str(db)], env=env()
+    )
+
+    async def run() -> dict[str, Any]:
+        async with Client(params, mode=mode) as client:
+            tools = await client.list_tools()
+            assert len(tools.tools) == len(REGISTRY.implemented())
+            return await _story(client, "wsp_stdio")
+
+    _check_story_log(anyio.run(run))
+    # The process has exited and closed the file: everything answered is there.
+    store = SqliteStore(db)
+    try:
+        # Six accepted calls; the non-member's refusal is not recorded.
+        assert len(store.read_entries("wsp_stdio")) == 6
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("mode", ERAS)
+def test_a_review_story_over_http(served: Served, mode: str) -> None:
+    async def run() -> dict[str, Any]:
+        async with Client(served.url + "/mcp", mode=mode) as client:
+            return await _story(client, f"wsp_http_{mode.replace('-', '')}")
+
+    _check_story_log(anyio.run(run))
+
+
+def test_over_http_with_auth_a_tool_call_acts_only_as_its_token(served_with_auth: Served) -> None:
+    """`serve --auth` holds MCP to the rules of POST /chap: no token, or a
+    `from` that is not the token's principal, is refused and not recorded."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    w = {"workspace": "wsp_auth"}
+
+    async def as_holder(token: str | None, tool: str, arguments: dict[str, Any]) -> tuple[bool, Any]:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        async with httpx2.AsyncClient(headers=headers) as http:
+            transport = streamable_http_client(served_with_auth.url + "/mcp", http_client=http)
+            async with Client(transport, mode="legacy") as client:
+                return _result(await client.call_tool(f"chap.{tool}", {**w, **arguments}))
+
+    alice, bot = served_with_auth.tokens[ALICE], served_with_auth.tokens[BOT]
+
+    async def run() -> list[tuple[bool, Any]]:
+        return [
+            await as_holder(alice, "participant.join", {"from": ALICE, "type": "human", "role": "admin"}),
+            await as_holder(None, "participant.join", {"from": BOT, "type": "agent"}),
+            await as_holder(alice, "participant.join", {"from": BOT, "type": "agent"}),
+            await as_holder("not-a-token", "participant.join", {"from": BOT, "type": "agent"}),
+            await as_holder(bot, "participant.join", {"from": BOT, "type": "agent"}),
+            await as_holder(alice, "audit.read", {"from": ALICE}),
+        ]
+
+    outcomes = anyio.run(run)
+    assert [failed for failed, _ in outcomes] == [False, True, True, True, False, False]
+    assert outcomes[1][1]["chap_error"] == -32902 and outcomes[3][1]["chap_error"] == -32902
+    assert outcomes[2][1]["chap_error"] == -32011 and "authenticates" in outcomes[2][1]["message"]
+    log = outcomes[5][1]["entries"]
+    assert [e["envelope"]["params"]["from"] for e in log] == [ALICE, BOT]
