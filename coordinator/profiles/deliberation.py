@@ -93,7 +93,8 @@ def _optional_id(p: dict[str, Any], name: str) -> str | None:
     return value
 
 
-_ADDRESS = {"type": ["string", "array"], "items": STRING}
+# The schema lists URIs; the handler takes a single URI string too.
+_ADDRESS = {"type": "array", "items": STRING}
 _DELIBERATION = schema(["workspace", "from", "deliberation_id"], deliberation_id=STRING)
 
 
@@ -107,8 +108,8 @@ _DELIBERATION = schema(["workspace", "from", "deliberation_id"], deliberation_id
         participants=_ADDRESS,
         deliberation_id=STRING,
         task_id=STRING,
-        question=ANY,
-        weights={**OBJECT, "additionalProperties": {"type": "number"}},
+        question=STRING,
+        weights={**OBJECT, "additionalProperties": {"type": "integer"}},
         veto={**OBJECT, "additionalProperties": {"type": "boolean"}},
         deadline=STRING,
         context=ANY,
@@ -173,7 +174,11 @@ def _open(d: Deliberation) -> None:
 @PROFILE.method(
     "deliberate.comment",
     floor=True,
-    params={**_DELIBERATION, "properties": {**_DELIBERATION["properties"], "comment": ANY, "text": ANY}},
+    params={
+        **_DELIBERATION,
+        "properties": {**_DELIBERATION["properties"], "comment": STRING, "text": ANY},
+        "required": [*_DELIBERATION["required"], "comment"],
+    },
     title="Comment on a deliberation",
     description="Add a comment to an open deliberation.",
 )
@@ -193,9 +198,9 @@ def deliberate_comment(call: Call) -> dict[str, Any]:
         ["workspace", "from", "deliberation_id", "vote"],
         deliberation_id=STRING,
         vote={"type": "string", "enum": list(VOTES)},
-        comment=ANY,
+        comment=STRING,
         veto_invoked={"type": "boolean"},
-        weight={"description": "Recorded only: weights come from the opener."},
+        weight={"type": "integer", "description": "Recorded only: weights come from the opener."},
     ),
     title="Vote",
     description="Vote yea, nay or abstain in an open deliberation you take part in.",
@@ -275,6 +280,7 @@ def tally(d: Deliberation) -> dict[str, Any]:
     "deliberate.close",
     floor=True,
     params=_DELIBERATION,
+    annotations={"idempotentHint": True},
     title="Close a deliberation",
     description="Close a deliberation and tally its votes under its rule.",
 )

@@ -74,9 +74,9 @@ _HANDOFF = schema(["workspace", "from", "handoff_id"], handoff_id=STRING)
     params=schema(
         ["workspace", "from", "to", "tasks"],
         to={**STRING, "description": "A member's URI, or group:... for any member."},
-        tasks={**ARRAY, "items": _TASK_ENTRY, "minItems": 1},
+        tasks={**ARRAY, "items": _TASK_ENTRY},
         handoff_id=STRING,
-        summary=ANY,
+        summary=STRING,
         context_links={**ARRAY, "items": STRING},
         rationale=ANY,
     ),
@@ -159,8 +159,8 @@ def _proposed(call: Call) -> Handoff:
     params=schema(
         ["workspace", "from", "handoff_id"],
         handoff_id=STRING,
-        accepted_task_ids={**ARRAY, "items": STRING, "minItems": 1},
-        comment=ANY,
+        accepted_task_ids={**ARRAY, "items": STRING},
+        comment=STRING,
     ),
     title="Accept a handoff",
     description="Take over the tasks of a handoff offered to you (all, or those you name).",
@@ -212,7 +212,7 @@ def handoff_accept(call: Call) -> dict[str, Any]:
     floor=True,
     params={
         **_HANDOFF,
-        "properties": {**_HANDOFF["properties"], "reason": ANY, "suggested_target": STRING},
+        "properties": {**_HANDOFF["properties"], "reason": STRING, "suggested_target": STRING},
     },
     title="Decline a handoff",
     description="Decline a handoff offered to you, with a reason and a suggested target.",

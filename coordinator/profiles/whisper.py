@@ -51,7 +51,8 @@ def _askees(value: Any) -> list[str]:
     )
 
 
-_ADDRESS = {"type": ["string", "array"], "items": STRING}
+# The schema lists URIs; the handler takes a single URI string too.
+_ADDRESS = {"type": "array", "items": STRING}
 
 
 @PROFILE.method(
@@ -61,11 +62,14 @@ _ADDRESS = {"type": ["string", "array"], "items": STRING}
         ["workspace", "from", "to", "task_id", "question", "deadline_ms", "default_if_lapsed"],
         to=_ADDRESS,
         task_id=STRING,
-        question=ANY,
+        question=STRING,
         deadline_ms={**INTEGER, "description": "Milliseconds from now until the whisper lapses."},
         default_if_lapsed={"description": "What applies if nobody answers in time."},
-        options={**ARRAY, "items": {"type": "object", "properties": {"id": ANY, "label": STRING}}},
-        urgency={**STRING, "description": "low (the default), medium or high."},
+        options={
+            **ARRAY,
+            "items": {"type": "object", "properties": {"id": STRING, "label": STRING}, "required": ["id"]},
+        },
+        urgency={**STRING, "enum": ["low", "medium", "high"], "default": "low"},
         whisper_id=STRING,
         context_summary=ANY,
     ),
@@ -143,10 +147,10 @@ def _jcs_text(value: Any) -> str:
     params=schema(
         ["workspace", "from", "whisper_id"],
         whisper_id=STRING,
-        answer_option={"description": "The id of the chosen option, when the whisper has options."},
-        answer=ANY,
+        answer_option={**STRING, "description": "The id of the chosen option, when the whisper has options."},
+        answer=STRING,
         answer_text=ANY,
-        comment=ANY,
+        comment=STRING,
     ),
     title="Answer a whisper",
     description="Answer a whisper addressed to you, before it lapses.",
