@@ -21,6 +21,8 @@ Each carries its facts as attributes, and its message (and the class's
      │                             with each other, at import: method (registry.py)
      ├── UnsupportedOptionError    a 0.3.3 option chapline does not take (compat.py)
      ├── CommandError              a log command cannot run        (logcli.py)
+     ├── InwardCallError           recording outside work: a call was refused:
+     │                             step, error (also a RuntimeError) (inward.py)
      ├── DispatcherClosed          the serving worker stopped taking calls
      │                             (transports/worker.py)
      ├── SignatureError            a signature cannot be accepted: code (signing.py)
