@@ -29,6 +29,7 @@ from coordinator.profiles import REGISTRY
 from coordinator.registry import profile_name, profile_names
 
 if TYPE_CHECKING:  # imported when used: `chapline --help` stays light
+    from coordinator import Coordinator
     from coordinator.verifiers import OidcVerifier
 
 __all__ = ["ALL_PROFILES", "DEFAULT_PROFILES", "main"]
@@ -80,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         if args.command == "mcp" and not args.http:
-            return _mcp_stdio(args, profiles)
+            return _mcp_stdio(args, profiles, projections)
         return _serve(
             args.db,
             args.host,
@@ -315,14 +316,7 @@ def _serve(
         authenticator = None
         if tokens is not None:
             authenticator = Authenticator(tokens, oidc=oidc, signatures=require_signatures)
-        projected = ""
-        for name, path in projections:
-            try:
-                attachment = coord.attach(PROJECTIONS[name](path))
-            except (sqlite3.Error, OSError) as exc:
-                coord.close()
-                raise _Failure(f"cannot open the {name} projection's file {path!r}: {exc}") from None
-            projected += f", projecting {name} into {_where(path)} ({attachment.state})"
+        projected = _attach(coord, projections)
         app = create_app(coord, auth=authenticator, host=host, public_url=_url(sock, ""))
         try:
             server = _Server(
@@ -356,7 +350,22 @@ def _serve(
     return 0
 
 
-def _mcp_stdio(args: argparse.Namespace, profiles: tuple[str, ...]) -> int:
+def _attach(coord: Coordinator, projections: list[tuple[str, str]]) -> str:
+    """Attach each projection (caught up before serving); what the start-up line says of them."""
+    said = ""
+    for name, path in projections:
+        try:
+            attachment = coord.attach(PROJECTIONS[name](path))
+        except (sqlite3.Error, OSError) as exc:
+            coord.close()
+            raise _Failure(f"cannot open the {name} projection's file {path!r}: {exc}") from None
+        said += f", projecting {name} into {_where(path)} ({attachment.state})"
+    return said
+
+
+def _mcp_stdio(
+    args: argparse.Namespace, profiles: tuple[str, ...], projections: list[tuple[str, str]]
+) -> int:
     """MCP on stdin/stdout until the client closes it (or SIGINT/SIGTERM)."""
     from coordinator import Coordinator
     from coordinator.transports.mcp import run_stdio
@@ -370,8 +379,9 @@ def _mcp_stdio(args: argparse.Namespace, profiles: tuple[str, ...]) -> int:
         )
     except (sqlite3.Error, OSError, StoreError) as exc:
         raise _Failure(f"cannot open the database {args.db!r}: {exc}") from None
+    projected = _attach(coord, projections)
     print(
-        f"chapline: serving CHAP as MCP tools on stdio, writing {_where(args.db)}",
+        f"chapline: serving CHAP as MCP tools on stdio, writing {_where(args.db)}{projected}",
         file=sys.stderr,
         flush=True,
     )
