@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-__all__ = ["Clock", "StepClock", "epoch_seconds", "iso_ms", "system_clock"]
+__all__ = ["Clock", "StepClock", "epoch_ms", "epoch_seconds", "iso_ms", "system_clock"]
 
 Clock = Callable[[], int]
 
@@ -60,3 +60,9 @@ def iso_ms(epoch_ms: int) -> str:
 def epoch_seconds(iso: str) -> int:
     """Whole seconds since the epoch of a timestamp `iso_ms` wrote (or any RFC 3339 one)."""
     return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp())
+
+
+def epoch_ms(iso: str) -> int:
+    """Milliseconds since the epoch of a timestamp `iso_ms` wrote (or any RFC 3339 one)."""
+    stamp = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    return int(stamp.timestamp()) * 1000 + stamp.microsecond // 1000

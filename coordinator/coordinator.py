@@ -430,6 +430,11 @@ class Coordinator:
             return self._refuse(call, method, err, gated)
         try:
             result = handler(call)  # steps 15-16
+            if not method.read and call.ws is not None and REGISTRY.write_hooks:
+                advertised = profile_names(call.ws.meta.profiles)
+                for profile, hook in REGISTRY.write_hooks:
+                    if profile in advertised:
+                        hook(call)
         except RpcError as err:
             return self._refuse(call, method, err, False)
         if not call.fresh_result:

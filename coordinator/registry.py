@@ -29,11 +29,19 @@ method that answers whatever is advertised may be implemented outside its
 profile, as `audit.verify_chain` is by core). A method no module declares is
 unimplemented: it answers -32601. A profile is advertisable once a module
 declares it and every method it owns has a handler.
+
+Extension profiles are chapline's own, outside CHAP: a profile named
+`x-chapline-<name>/<version>` owns the methods it declares, each named
+`x-chapline.<...>`. The prefixes keep them from ever clashing with an official
+CHAP name (CHAP names never start with `x-`); they are not CHAP 0.3 methods,
+so `CHAP_0_3` and the "every CHAP method" checks never see them
+(`Method.extension` marks them).
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -48,6 +56,8 @@ __all__ = [
     "ARRAY",
     "BOOLEAN",
     "CHAP_0_3",
+    "EXTENSION_METHOD_PREFIX",
+    "EXTENSION_PROFILE_PREFIX",
     "FROM",
     "INTEGER",
     "OBJECT",
@@ -123,6 +133,13 @@ PROFILES_0_3 = frozenset(
 )
 
 
+# chapline's own profiles and methods: names CHAP never uses.
+EXTENSION_PROFILE_PREFIX = "x-chapline-"
+EXTENSION_METHOD_PREFIX = "x-chapline."
+_EXTENSION_PROFILE = re.compile(r"x-chapline-[a-z][a-z0-9-]*/[0-9]+\.[0-9]+")
+_EXTENSION_METHOD = re.compile(r"x-chapline\.[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
+
+
 class RegistryError(ChaplineError):
     """The method declarations disagree with CHAP 0.3 or with each other.
 
@@ -146,7 +163,7 @@ class Method:
     `records_refusals`: a member's refusal is appended to the log (subject to
     the codes audit.py never records). `params` is the JSON schema of the
     params object (MCP tool input); `title`, `description` and `annotations`
-    are MCP tool hints.
+    are MCP tool hints. `extension`: a chapline extension method, not CHAP's.
     """
 
     name: str
@@ -163,16 +180,27 @@ class Method:
     title: str = ""
     description: str = ""
     annotations: Mapping[str, Any] = field(default_factory=dict)
+    extension: bool = False
 
 
 class Profile:
     """The methods one profile module implements, declared beside their handlers."""
 
     def __init__(self, name: str) -> None:
-        if name not in PROFILES_0_3:
-            raise RegistryError(name, "not a CHAP 0.3 profile")
+        self.extension = name.startswith(EXTENSION_PROFILE_PREFIX)
+        if self.extension and not _EXTENSION_PROFILE.fullmatch(name):
+            raise RegistryError(
+                name, f"an extension profile is named {EXTENSION_PROFILE_PREFIX}<name>/<major>.<minor>"
+            )
+        if not self.extension and name not in PROFILES_0_3:
+            raise RegistryError(
+                name,
+                f"not a CHAP 0.3 profile (chapline's own profiles are named "
+                f"{EXTENSION_PROFILE_PREFIX}<name>/<version>)",
+            )
         self.name = name
         self.methods: list[Method] = []
+        self.write_hooks: list[Handler] = []
 
     def method(
         self,
@@ -192,9 +220,13 @@ class Profile:
         `records_refusals` defaults to "not a read". MCP `annotations`
         default to readOnlyHint = idempotentHint = `read`.
         """
-        spec = CHAP_0_3.get(name)
+        spec = self._extension_spec(name) if self.extension else CHAP_0_3.get(name)
         if spec is None:
-            raise RegistryError(name, "not a CHAP 0.3 method")
+            raise RegistryError(
+                name,
+                f"not a CHAP 0.3 method (an extension profile's methods are named "
+                f"{EXTENSION_METHOD_PREFIX}<...>)",
+            )
         if spec.profile != self.name and not spec.always_available:
             raise RegistryError(
                 name, f"owned by {spec.profile}; declare it in that profile's module"
@@ -217,11 +249,30 @@ class Profile:
                     title=title,
                     description=description,
                     annotations={"readOnlyHint": read, "idempotentHint": read, **(annotations or {})},
+                    extension=self.extension,
                 )
             )
             return handler
 
         return declare
+
+    def after_write(self, hook: _H) -> _H:
+        """Declare `hook(call)` to run after the handler of every write (of any
+        profile) in a workspace advertising this profile, before the write is
+        recorded: what it stages lands in the same entry, what it raises
+        refuses the call."""
+        self.write_hooks.append(hook)
+        return hook
+
+    def _extension_spec(self, name: str) -> _Spec:
+        """An extension profile owns the methods it declares, all namespaced."""
+        if not _EXTENSION_METHOD.fullmatch(name):
+            raise RegistryError(
+                name,
+                f"an extension method is named {EXTENSION_METHOD_PREFIX}<group>.<verb> "
+                "(lower case)",
+            )
+        return _Spec(self.name)
 
 
 class Registry:
@@ -248,8 +299,9 @@ class Registry:
             or Method(name, spec.profile, spec.privileged, spec.always_available)
             for name, spec in CHAP_0_3.items()
         }
+        self._extensions = {n: m for n, m in declared.items() if m.extension}
         owned: dict[str, list[Method]] = {}
-        for method in self._methods.values():
+        for method in [*self._methods.values(), *self._extensions.values()]:
             owned.setdefault(method.profile, []).append(method)
         self.advertisable: tuple[str, ...] = tuple(
             sorted(
@@ -258,18 +310,30 @@ class Registry:
             )
         )
         self._advertisable_names = frozenset(profile_name(p) for p in self.advertisable)
+        # (profile name, hook): run after writes where that profile is advertised.
+        self.write_hooks: tuple[tuple[str, Handler], ...] = tuple(
+            (profile_name(p.name), hook) for p in profiles for hook in p.write_hooks
+        )
 
     def get(self, name: str) -> Method | None:
-        """The method named `name`, or None if CHAP 0.3 has no such method."""
-        return self._methods.get(name)
+        """The method named `name`, or None if neither CHAP 0.3 nor a declared
+        extension profile has one."""
+        return self._methods.get(name) or self._extensions.get(name)
 
     def methods(self) -> list[Method]:
-        """Every CHAP 0.3 method, implemented or not."""
+        """Every CHAP 0.3 method, implemented or not (no extension method)."""
         return list(self._methods.values())
 
+    def extension_methods(self) -> list[Method]:
+        """chapline's own methods, from its extension profiles."""
+        return list(self._extensions.values())
+
     def implemented(self) -> list[Method]:
-        """The methods that have a handler (the MCP tool list)."""
-        return [m for m in self._methods.values() if m.handler is not None]
+        """The methods that have a handler (the MCP tool list): CHAP's, then
+        the extension methods."""
+        return [m for m in self._methods.values() if m.handler is not None] + list(
+            self._extensions.values()
+        )
 
     def unadvertisable(self, profiles: Iterable[str]) -> str | None:
         """What is wrong with advertising `profiles` here, or None when every

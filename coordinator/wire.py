@@ -54,6 +54,10 @@ __all__ = [
     "STORE_CONFLICT",
     "STORED_OBJECT_UNREADABLE",
     "AUTHENTICATION_REQUIRED",
+    "WORK_STALE_TOKEN",
+    "WORK_TASK_REDEFINED",
+    "WORK_PLAN_CYCLE",
+    "WORK_CLAIM_REQUIRED",
     "RpcError",
     "error_response",
     "result_response",
@@ -119,6 +123,15 @@ STORE_CONFLICT = -32901
 # HTTP with --auth: no valid bearer token (transports/auth.py).
 AUTHENTICATION_REQUIRED = -32902
 STORED_OBJECT_UNREADABLE = -32903
+# x-chapline-work/1.0 (profiles/work.py), in -32960..-32969 where no CHAP code is:
+# a call with a fencing token that is not the live claim's (a lease that
+# expired and was reclaimed, or released); a plan task key resubmitted with a
+# different descriptor; a plan whose strong or weak edges form a cycle; a CHAP
+# write (task.update, task.complete) to a plan task without its live claim.
+WORK_STALE_TOKEN = -32960
+WORK_TASK_REDEFINED = -32961
+WORK_PLAN_CYCLE = -32962
+WORK_CLAIM_REQUIRED = -32963
 
 
 class RpcError(ChaplineError):

@@ -8,11 +8,11 @@ import msgspec
 
 from coordinator.model import WorkspaceMeta, from_text
 from coordinator.wire import STORED_OBJECT_UNREADABLE, RpcError
-from storage import COLLECTIONS, IDEMPOTENCY_KEYS, SIGNED_CALLS
+from storage import COLLECTIONS, EXTENSION_COLLECTIONS, IDEMPOTENCY_KEYS, SIGNED_CALLS
 
 __all__ = ["COLLECTION_NAMES", "StoredObjectError", "Workspace"]
 
-COLLECTION_NAMES = (*COLLECTIONS, IDEMPOTENCY_KEYS, SIGNED_CALLS)
+COLLECTION_NAMES = (*COLLECTIONS, IDEMPOTENCY_KEYS, SIGNED_CALLS, *EXTENSION_COLLECTIONS)
 
 
 class StoredObjectError(RpcError):

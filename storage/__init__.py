@@ -10,6 +10,7 @@ from storage.records import assemble_snapshot, change_from_record, object_key
 from storage.sqlite import SqliteStore
 from storage.types import (
     COLLECTIONS,
+    EXTENSION_COLLECTIONS,
     IDEMPOTENCY_KEYS,
     SIGNED_CALLS,
     EntryFilter,
@@ -26,6 +27,7 @@ from storage.types import (
 
 __all__ = [
     "COLLECTIONS",
+    "EXTENSION_COLLECTIONS",
     "IDEMPOTENCY_KEYS",
     "SIGNED_CALLS",
     "EntryFilter",

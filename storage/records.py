@@ -7,6 +7,7 @@ from typing import Any
 
 from storage.types import (
     COLLECTIONS,
+    EXTENSION_COLLECTIONS,
     IDEMPOTENCY_KEYS,
     SIGNED_CALLS,
     MalformedChangeError,
@@ -17,7 +18,9 @@ from storage.types import (
 __all__ = ["assemble_snapshot", "change_from_record", "object_key"]
 
 # Everything a workspace's meta row does not hold.
-_NOT_META = frozenset(COLLECTIONS) | {IDEMPOTENCY_KEYS, SIGNED_CALLS, "audit"}
+_NOT_META = (
+    frozenset(COLLECTIONS) | frozenset(EXTENSION_COLLECTIONS) | {IDEMPOTENCY_KEYS, SIGNED_CALLS, "audit"}
+)
 
 
 def object_key(collection: str, item: Any) -> str | None:
@@ -78,6 +81,9 @@ def change_from_record(record: WorkspaceRecord) -> StoreChange:
                 "Give it as a snapshot() wrote it, or leave it out.",
             )
         objects[SIGNED_CALLS] = dict(signed)
+    for c in EXTENSION_COLLECTIONS:
+        if data.get(c) is not None:
+            objects[c] = _keyed(record.id, c, data[c])
     objects = {c: v for c, v in objects.items() if v}
     entries = list(data.get("audit") or [])
     return StoreChange(

@@ -27,6 +27,7 @@ import msgspec
 
 __all__ = [
     "COLLECTIONS",
+    "EXTENSION_COLLECTIONS",
     "IDEMPOTENCY_KEYS",
     "SIGNED_CALLS",
     "EntryFilter",
@@ -56,6 +57,12 @@ IDEMPOTENCY_KEYS = "idempotency_keys"
 # so that a verbatim resend is answered, not run again. 0.3.3 keeps rows of
 # collections it does not know and ignores them.
 SIGNED_CALLS = "signed_calls"
+# The x-chapline-work/1.0 scheduler's state (coordinator/profiles/work.py):
+# per task and per plan, the frontier of tasks whose dependencies are met, and
+# the live claims.
+# Namespaced so that no CHAP collection can ever share the name; 0.3.3 keeps
+# and ignores them like signed_calls.
+EXTENSION_COLLECTIONS: tuple[str, ...] = ("x_chapline_work", "x_chapline_frontier", "x_chapline_claims")
 
 
 class StoreChange(msgspec.Struct, frozen=True):
