@@ -139,6 +139,7 @@ def _edges(raw: Any, keys: dict[str, dict[str, Any]]) -> None:
         for end in (src, dst):
             if not isinstance(end, str) or end not in keys:
                 raise invalid_params(f"edges[{i}] names {end!r}, which is not a task key of this plan")
+        assert isinstance(src, str) and isinstance(dst, str)
         if kind not in EDGE_TYPES:
             raise invalid_params(f'edges[{i}].type must be "strong" (wait for success) or "weak" (any end)')
         if src == dst:

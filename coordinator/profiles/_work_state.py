@@ -138,6 +138,12 @@ def sweep(call: Call, now: int) -> list[str]:
         release_claim(call, tid)
         if rec is None:
             continue
+        task: Task | None = call.get("tasks", tid)
+        if task is None or task.state not in ("in_progress", "paused"):
+            # Ended or under review by a write the scheduler did not see
+            # (another coordinator on the file): follow it, not the lease.
+            settle_touched(call, [tid])
+            continue
         note = f"lease of {claim['holder']} (token {claim['token']}) expired; reclaimed"
         fail_attempt(call, rec, claim, now, "expired", note, retryable=True)
     return [tid for tid, _ in expired]

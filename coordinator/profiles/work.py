@@ -34,7 +34,7 @@ from coordinator.profiles._work_state import (
     sweep,
     to_frontier,
 )
-from coordinator.registry import ANY, ARRAY, BOOLEAN, FROM, INTEGER, STRING, Profile, schema
+from coordinator.registry import ANY, BOOLEAN, FROM, INTEGER, STRING, Profile, schema
 from coordinator.wire import (
     NOT_AUTHORISED,
     WORK_CLAIM_REQUIRED,
@@ -551,7 +551,7 @@ def _fence_and_settle(call: Call) -> None:
     if call.method in _FENCED:
         tid = call.params.get("task_id")
         rec = record(call, tid)
-        if rec is not None:
+        if rec is not None and isinstance(tid, str):
             if call.get(CLAIMS, tid) is None and rec["status"] not in ENDS:
                 raise RpcError(
                     WORK_CLAIM_REQUIRED,

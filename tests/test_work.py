@@ -1,0 +1,356 @@
+"""x-chapline-work/1.0 by example: the registry's extension rules, plans,
+claims, fencing, capacity, retries, CHAP methods on plan tasks, restarts,
+and chap-coordinator 0.3.3 opening a file that holds such workspaces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chap_coordinator import Coordinator as Reference
+from chap_coordinator.storage.sqlite import SqliteStore as ReferenceStore
+from support import ALICE, BOT, Client, make
+
+from coordinator import Coordinator, CounterIds
+from coordinator.profiles import REGISTRY
+from coordinator.registry import CHAP_0_3, Profile, Registry, RegistryError
+from storage import SqliteStore
+
+WORK = ["core/1.0", "review/1.0", "control/1.0", "x-chapline-work/1.0"]
+BOT2 = "agent:bot2"
+
+
+class ManualClock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def setup(store: Any = None, clock: ManualClock | None = None) -> tuple[Client, ManualClock]:
+    clock = clock or ManualClock()
+    c = Client(make(store, clock=clock))
+    c.ok("workspace.create", profiles=WORK, mode="production")
+    c.ok("participant.join", **{"from": ALICE}, type="human", role="admin")
+    c.ok("participant.join", **{"from": BOT}, type="agent", role="writer")
+    c.ok("participant.join", **{"from": BOT2}, type="agent", role="writer")
+    return c, clock
+
+
+def submit(c: Client, tasks: list[dict[str, Any]], edges: list[dict[str, Any]] | None = None,
+           plan: str = "p") -> dict[str, str]:
+    result = c.ok("x-chapline.plan.submit", **{"from": ALICE}, plan=plan, tasks=tasks, edges=edges or [])
+    return dict(result["tasks"])
+
+
+def task(key: str, **more: Any) -> dict[str, Any]:
+    return {"key": key, "kind": "k", "input": {"key": key}, "role": "writer", **more}
+
+
+def claim(c: Client, who: str, tid: str | None = None, **more: Any) -> dict[str, Any]:
+    params = {"from": who, **more}
+    if tid is not None:
+        params["task_id"] = tid
+    return dict(c.ok("x-chapline.work.claim", **params))
+
+
+# -- the registry -------------------------------------------------------------
+
+
+def test_extension_profiles_and_methods_are_namespaced_and_checked() -> None:
+    names = {m.name for m in REGISTRY.extension_methods()}
+    assert names == {
+        "x-chapline.plan.submit", "x-chapline.plan.describe", "x-chapline.work.ready",
+        "x-chapline.work.claim", "x-chapline.work.heartbeat", "x-chapline.work.release",
+        "x-chapline.work.report", "x-chapline.work.unblock", "x-chapline.work.set_capacity",
+    }
+    assert not names & set(CHAP_0_3)
+    assert all(m.extension and m.profile == "x-chapline-work/1.0" for m in REGISTRY.extension_methods())
+    assert not any(m.extension for m in REGISTRY.methods())  # CHAP's list stays CHAP's
+    assert names <= {m.name for m in REGISTRY.implemented()}  # MCP tools and A2A skills
+    assert "x-chapline-work/1.0" in REGISTRY.advertisable
+    with pytest.raises(RegistryError, match="extension profile is named"):
+        Profile("x-chapline-Work")
+    with pytest.raises(RegistryError, match="not a CHAP 0.3 profile"):
+        Profile("x-other/1.0")
+    ext = Profile("x-chapline-demo/1.0")
+    with pytest.raises(RegistryError, match="extension method is named"):
+        ext.method("task.create", title="t", description="d")
+    with pytest.raises(RegistryError, match="extension method is named"):
+        ext.method("x-chapline.Shout", title="t", description="d")
+    with pytest.raises(RegistryError, match="not a CHAP 0.3 method"):
+        Profile("whisper/1.0").method("x-chapline.demo.shout", title="t", description="d")
+    ext.method("x-chapline.demo.shout", title="t", description="d")(lambda call: {})
+    other = Profile("x-chapline-other/1.0")
+    other.method("x-chapline.demo.shout", title="t", description="d")(lambda call: {})
+    with pytest.raises(RegistryError, match="declared twice"):
+        Registry([ext, other])
+
+
+def test_the_profile_answers_only_where_advertised() -> None:
+    c = Client(make())
+    c.ok("workspace.create", profiles=["core/1.0"])
+    c.ok("participant.join", **{"from": ALICE}, type="human", role="admin")
+    err = c.err("x-chapline.plan.submit", **{"from": ALICE}, plan="p", tasks=[task("a")])
+    assert err["code"] == -32601 and err["data"]["profile"] == "x-chapline-work/1.0"
+
+
+# -- plans --------------------------------------------------------------------
+
+
+def test_resubmission_is_a_no_op_and_a_redefinition_or_a_cycle_is_refused() -> None:
+    c, _ = setup()
+    tasks = [task("a", writes=["repo/a"]), task("b", reads=["repo"], priority=3)]
+    ids = submit(c, tasks, [{"from": "a", "to": "b"}])
+    count = c.describe()["task_count"]
+    # Same plan, tasks and edges in another order: same ids, nothing created.
+    again = c.ok("x-chapline.plan.submit", **{"from": ALICE}, plan="p",
+                 tasks=[{**tasks[1], "reads": ["repo", "repo"]}, tasks[0]],
+                 edges=[{"to": "b", "from": "a", "type": "strong"}])
+    assert again["tasks"] == ids and again["added"] == []
+    assert c.describe()["task_count"] == count
+    # A new key is added; it may wait for held tasks.
+    grown = c.ok("x-chapline.plan.submit", **{"from": ALICE}, plan="p",
+                 tasks=[*tasks, task("c")], edges=[{"from": "a", "to": "b"}, {"from": "b", "to": "c"}])
+    assert grown["added"] == ["c"] and {k: grown["tasks"][k] for k in ids} == ids
+    before = c.describe()["audit_count"]
+    err = c.err("x-chapline.plan.submit", **{"from": ALICE}, plan="p",
+                tasks=[tasks[0], {**tasks[1], "priority": 4}], edges=[{"from": "a", "to": "b"}])
+    assert err["code"] == -32961
+    assert err["data"] == {"plan": "p", "key": "b", "task_id": ids["b"]}
+    # A changed edge redefines the task it points at.
+    err = c.err("x-chapline.plan.submit", **{"from": ALICE}, plan="p", tasks=tasks,
+                edges=[{"from": "a", "to": "b", "type": "weak"}])
+    assert err["code"] == -32961 and err["data"]["key"] == "b"
+    err = c.err("x-chapline.plan.submit", **{"from": ALICE}, plan="q",
+                tasks=[task("x"), task("y"), task("z")],
+                edges=[{"from": "x", "to": "y"}, {"from": "y", "to": "z"}, {"from": "z", "to": "x"}])
+    assert err["code"] == -32962 and err["data"]["cycle"] == ["x", "y", "z", "x"]
+    assert "x -> y -> z -> x" in err["message"]
+    # Refusals are recorded and change nothing else.
+    assert c.describe()["task_count"] == count + 1
+    assert c.describe()["audit_count"] == before + 3
+    assert [e["outcome"]["code"] for e in c.log()[-3:]] == [-32961, -32961, -32962]
+
+
+@pytest.mark.parametrize(("tasks", "edges", "words"), [
+    ([{"key": "a", "kind": "k", "input": {}}], [], "exactly one of assignee"),
+    ([task("a"), task("a")], [], "given twice"),
+    ([task("a")], [{"from": "a", "to": "nope"}], "'nope', which is not a task key"),
+    ([task("a", reads="repo")], [], "reads must be an array"),
+    ([task("a", retry={"max_attempts": 0})], [], "retry.max_attempts must be an integer"),
+    ([task("a", assignee=BOT)], [], "exactly one of assignee"),
+    ([task("a", colour="red")], [], "unknown fields"),
+    ([task("a", input=None)], [], "input is required"),
+])
+def test_bad_plans_are_invalid_params_and_change_nothing(
+    tasks: list[dict[str, Any]], edges: list[dict[str, Any]], words: str
+) -> None:
+    c, _ = setup()
+    before = c.describe()
+    err = c.err("x-chapline.plan.submit", **{"from": ALICE}, plan="p", tasks=tasks, edges=edges)
+    assert err["code"] == -32602 and words in err["message"], err
+    assert c.describe() == before
+
+
+# -- claims, leases, fencing ----------------------------------------------------
+
+
+def test_ready_work_respects_dependencies_conflicts_and_priority() -> None:
+    c, _ = setup()
+    ids = submit(c, [
+        task("low", writes=["repo/docs"]),
+        task("high", priority=9, writes=["repo/docs/a.md"]),
+        task("reader", priority=5, reads=["repo"]),
+        task("after", writes=["other"]),
+        task("weakly", writes=["elsewhere"]),
+    ], [{"from": "low", "to": "after"}, {"from": "high", "to": "weakly", "type": "weak"}])
+    ready = c.ok("x-chapline.work.ready")
+    assert [r["key"] for r in ready["ready"]] == ["high", "reader", "low"]
+    got = claim(c, BOT)  # the best ready task
+    assert (got["outcome"], got["task_id"], got["token"]) == ("claimed", ids["high"], 1)
+    # high writes repo/docs/a.md: low (writes its parent) and reader (reads repo) conflict.
+    assert c.ok("x-chapline.work.ready")["ready"] == []
+    blocked = claim(c, BOT2, ids["reader"])
+    assert blocked["outcome"] == "blocked" and "repo" in blocked["reason"]
+    assert claim(c, BOT2, ids["after"])["outcome"] == "blocked"  # waits for low
+    assert claim(c, BOT2, ids["high"]) == {
+        "outcome": "held", "task_id": ids["high"], "held_by": BOT,
+        "lease_expires_at": got["lease_expires_at"],
+    }
+    assert claim(c, BOT2, "tsk_nothing")["outcome"] == "unknown"
+    again = claim(c, BOT, ids["high"], lease_ms=120_000)
+    assert again["outcome"] == "refreshed" and again["token"] == 1
+    c.ok("x-chapline.work.report", **{"from": BOT}, task_id=ids["high"], token=1,
+         outcome="failed", retryable=False, error="boom")
+    # high failed for good; weakly waited for any end of it and is ready.
+    keys = [r["key"] for r in c.ok("x-chapline.work.ready")["ready"]]
+    assert keys == ["reader", "low", "weakly"]
+
+
+def test_a_stale_token_is_refused_after_expiry_and_reclaim() -> None:
+    c, clock = setup()
+    ids = submit(c, [task("a", retry={"max_attempts": 3, "backoff_ms": 1000})])
+    first = claim(c, BOT, ids["a"], lease_ms=10_000)
+    clock.now += 10_000
+    # The lease is over: the holder's heartbeat is refused, nothing changes.
+    err = c.err("x-chapline.work.heartbeat", **{"from": BOT}, task_id=ids["a"], token=first["token"])
+    assert err["code"] == -32960 and err["data"]["task_id"] == ids["a"]
+    # Reclaimed on the next write (recorded), then after the backoff by another.
+    assert claim(c, BOT2, ids["a"])["outcome"] == "blocked"
+    clock.now += 1_000
+    second = claim(c, BOT2, ids["a"])
+    assert second["outcome"] == "claimed" and second["token"] == first["token"] + 1
+    for method, extra in (("x-chapline.work.report", {"outcome": "completed"}),
+                          ("x-chapline.work.heartbeat", {}), ("x-chapline.work.release", {})):
+        err = c.err(method, **{"from": BOT}, task_id=ids["a"], token=first["token"], **extra)
+        assert err["code"] == -32960 and err["data"]["current_token"] == second["token"]
+        assert "claimed again since" in err["message"]
+    # CHAP's own writes to a plan task are fenced too.
+    assert c.code("task.update", **{"from": BOT}, task_id=ids["a"], state="in_progress",
+                  token=first["token"]) == -32960
+    c.ok("task.update", **{"from": BOT2}, task_id=ids["a"], state="in_progress", token=second["token"])
+    c.ok("task.complete", **{"from": BOT2}, task_id=ids["a"], token=second["token"], output=1)
+    described = c.ok("x-chapline.plan.describe", plan="p")["tasks"][0]
+    assert described["status"] == "completed" and described["holder"] is None
+    assert [a["outcome"] for a in described["attempts"]] == ["expired"]
+    history = c.ok("x-chapline.plan.describe", plan="p")
+    assert history["tasks"][0]["state"] == "completed"
+
+
+def test_a_plan_task_needs_its_claim_for_chap_writes() -> None:
+    c, _ = setup()
+    ids = submit(c, [task("a")])
+    err = c.err("task.update", **{"from": BOT}, task_id=ids["a"], state="in_progress")
+    assert err["code"] == -32963 and "x-chapline.work.claim" in err["message"]
+
+
+def test_retries_back_off_then_fail_for_good_and_block_strong_dependents() -> None:
+    c, clock = setup()
+    ids = submit(c, [task("a", retry={"max_attempts": 3, "backoff_ms": 1000, "max_backoff_ms": 1500}),
+                     task("b"), task("c")],
+                 [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}])
+    waits = []
+    for attempt in range(3):
+        got = claim(c, BOT, ids["a"])
+        assert got["outcome"] == "claimed" and got["token"] == attempt + 1
+        result = c.ok("x-chapline.work.report", **{"from": BOT}, task_id=ids["a"],
+                      token=got["token"], outcome="failed", error=f"e{attempt}")
+        if attempt < 2:
+            waits.append(result["retry_at"])
+            assert claim(c, BOT, ids["a"])["outcome"] == "blocked"
+            clock.now += 1500
+    assert result["status"] == "failed"
+    tasks = {t["key"]: t for t in c.ok("x-chapline.plan.describe", plan="p")["tasks"]}
+    assert [a["error"] for a in tasks["a"]["attempts"]] == ["e0", "e1", "e2"]
+    assert (tasks["a"]["status"], tasks["a"]["state"]) == ("failed", "declined")
+    assert tasks["b"]["status"] == tasks["c"]["status"] == "blocked"
+    assert c.ok("x-chapline.work.ready")["ready"] == []
+    assert waits == ["2023-11-14T22:13:21.000Z", "2023-11-14T22:13:23.000Z"]  # 1000, then 2000 capped at 1500
+
+
+def test_capacity_is_counted_in_the_write_and_never_refuses_a_refresh() -> None:
+    c, _ = setup()
+    ids = submit(c, [task(k) for k in "abcd"])
+    assert c.code("x-chapline.work.set_capacity", **{"from": BOT}, workspace_max=1) == -32011
+    c.ok("x-chapline.work.set_capacity", **{"from": ALICE}, workspace_max=2, agent_max=1)
+    assert claim(c, BOT, ids["a"])["outcome"] == "claimed"
+    full = claim(c, BOT, ids["b"])
+    assert full["outcome"] == "full" and "agent:bot holds 1" in full["reason"]
+    assert claim(c, BOT2, ids["b"])["outcome"] == "claimed"
+    c.ok("participant.join", **{"from": "agent:three"}, type="agent", role="writer")
+    assert claim(c, "agent:three", ids["c"])["outcome"] == "full"
+    c.ok("x-chapline.work.set_capacity", **{"from": ALICE}, workspace_max=0)
+    assert claim(c, BOT, ids["a"])["outcome"] == "refreshed"
+
+
+def test_blocked_on_a_human_then_unblocked() -> None:
+    c, _ = setup()
+    ids = submit(c, [task("a")])
+    got = claim(c, BOT, ids["a"])
+    c.ok("x-chapline.work.report", **{"from": BOT}, task_id=ids["a"], token=got["token"],
+         outcome="blocked", question="which licence?")
+    assert claim(c, BOT, ids["a"])["reason"].startswith("it waits for a human")
+    assert c.code("x-chapline.work.unblock", **{"from": BOT}, task_id=ids["a"]) == -32011
+    c.ok("x-chapline.work.unblock", **{"from": ALICE}, task_id=ids["a"], answer="MIT")
+    assert claim(c, BOT2, ids["a"])["token"] == 2
+
+
+def test_cancel_ends_a_held_task_and_its_token() -> None:
+    c, _ = setup()
+    ids = submit(c, [task("a"), task("b")], [{"from": "a", "to": "b", "type": "weak"}])
+    got = claim(c, BOT, ids["a"])
+    c.ok("control.cancel", **{"from": ALICE}, task_id=ids["a"], reason="not needed")
+    assert c.code("x-chapline.work.report", **{"from": BOT}, task_id=ids["a"], token=got["token"],
+                  outcome="completed") == -32960
+    assert [r["key"] for r in c.ok("x-chapline.work.ready")["ready"]] == ["b"]
+
+
+def test_state_survives_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "w.db"
+    clock = ManualClock()
+    c, _ = setup(SqliteStore(path), clock)
+    ids = submit(c, [task("a"), task("b")], [{"from": "a", "to": "b"}])
+    got = claim(c, BOT, ids["a"])
+    c.target.close()
+    restarted = Client(Coordinator(SqliteStore(path), clock=clock, ids=CounterIds()))
+    assert restarted.ok("x-chapline.plan.submit", **{"from": ALICE}, plan="p",
+                        tasks=[task("a"), task("b")], edges=[{"from": "a", "to": "b"}])["tasks"] == ids
+    assert claim(restarted, BOT2, ids["a"])["outcome"] == "held"
+    restarted.ok("x-chapline.work.report", **{"from": BOT}, task_id=ids["a"], token=got["token"],
+                 outcome="completed")
+    assert claim(restarted, BOT2)["task_id"] == ids["b"]
+    assert restarted.ok("audit.verify_chain")["ok"] is True
+    restarted.target.close()
+
+
+# -- chap-coordinator 0.3.3 and these workspaces -------------------------------------
+
+
+def test_the_reference_opens_a_file_holding_work_workspaces(tmp_path: Path) -> None:
+    path = tmp_path / "mixed.db"
+    ours = make(SqliteStore(path))
+    plain = Client(ours, "plain")
+    plain.ok("workspace.create", profiles=["core/1.0", "review/1.0"])
+    plain.ok("participant.join", **{"from": ALICE}, type="human", role="admin")
+    plain.ok("task.create", **{"from": ALICE}, assignee=ALICE, kind="k", input={})
+    work = Client(ours, "work")
+    work.ok("workspace.create", profiles=WORK)
+    work.ok("participant.join", **{"from": ALICE}, type="human", role="admin")
+    work.ok("participant.join", **{"from": BOT}, type="agent", role="writer")
+    ids = submit(work, [task("a"), task("b")], [{"from": "a", "to": "b"}])
+    got = claim(work, BOT, ids["a"])
+    probes = {ws: {m: ours.dispatch({"jsonrpc": "2.0", "id": "q", "method": m, "params": {"workspace": ws}})
+                   for m in ("workspace.describe", "audit.read", "audit.verify_chain")}
+              for ws in ("plain", "work")}
+    ours.close()
+
+    ref_store = ReferenceStore(str(path))
+    ref = Reference(store=ref_store, enable_chain=True)
+    assert sorted(ref.workspaces) == ["plain", "work"]
+    for ws, answers in probes.items():
+        for method, answer in answers.items():
+            got_ref = ref.dispatch({"jsonrpc": "2.0", "id": "q", "method": method, "params": {"workspace": ws}})
+            assert got_ref == answer, (ws, method)
+    # 0.3.3 does not know the extension's methods, and does not fence plan tasks.
+    unknown = ref.dispatch({"jsonrpc": "2.0", "id": "q", "method": "x-chapline.work.ready",
+                            "params": {"workspace": "work"}})
+    assert unknown["error"]["code"] == -32601
+    done = ref.dispatch({"jsonrpc": "2.0", "id": "q", "method": "task.update", "params": {
+        "workspace": "work", "from": BOT, "task_id": ids["a"], "state": "completed"}})
+    assert done["result"] == {"state": "completed"}
+    ref_store.close()
+    # Reopened here, the scheduler follows what 0.3.3 did once the lease ends.
+    clock = ManualClock()
+    clock.now = 1_800_000_000_000
+    back = Client(Coordinator(SqliteStore(path), clock=clock), "work")
+    assert back.ok("audit.verify_chain")["ok"] is True
+    assert claim(back, BOT)["task_id"] == ids["b"]
+    assert c_status(back, "a") == "completed" and got["token"] == 1
+    back.target.close()
+
+
+def c_status(c: Client, key: str) -> str:
+    return next(str(t["status"]) for t in c.ok("x-chapline.plan.describe", plan="p")["tasks"] if t["key"] == key)
