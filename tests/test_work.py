@@ -354,3 +354,19 @@ def test_the_reference_opens_a_file_holding_work_workspaces(tmp_path: Path) -> N
 
 def c_status(c: Client, key: str) -> str:
     return next(str(t["status"]) for t in c.ok("x-chapline.plan.describe", plan="p")["tasks"] if t["key"] == key)
+
+
+def test_the_readme_example_runs() -> None:
+    import re
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme[readme.index("## Work that schedules itself"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None
+    scope: dict[str, Any] = {}
+    exec(code.group(1), scope)  # noqa: S102 - the README's own example
+    coord = scope["coord"]
+    entries = coord.dispatch({"jsonrpc": "2.0", "id": "x", "method": "audit.read",
+                              "params": {"workspace": "wsp_release"}})["result"]["entries"]
+    methods = [e["envelope"]["method"] for e in entries]
+    assert methods.count("x-chapline.work.claim") == 3 and "decide.approve" in methods

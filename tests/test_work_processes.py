@@ -1,0 +1,147 @@
+"""x-chapline-work/1.0 across processes on one SQLite file: four workers
+drain one plan (every task completed exactly once, capacity never exceeded,
+nothing acknowledged lost, checked by replaying the log), and a worker
+SIGKILLed holding a claim (its lease expires, another completes the task,
+its late report with the old token is refused)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from support import ALICE, Client, make
+
+from coordinator import Coordinator
+from coordinator.clock import epoch_ms
+from storage import SqliteStore
+
+WORKER = str(Path(__file__).parent / "work_worker.py")
+WS = "wsp_shared"
+AGENTS = [f"agent:w{i}" for i in range(4)]
+PROFILES = ["core/1.0", "review/1.0", "x-chapline-work/1.0"]
+
+
+def start(path: Path) -> Client:
+    c = Client(Coordinator(SqliteStore(path)), WS)
+    c.ok("workspace.create", profiles=PROFILES, mode="production")
+    c.ok("participant.join", **{"from": ALICE}, type="human", role="admin")
+    for agent in AGENTS:
+        c.ok("participant.join", **{"from": agent}, type="agent", role="worker")
+    return c
+
+
+def plan_tasks(n: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    tasks = [{"key": f"t{i}", "kind": "k", "input": {"i": i}, "role": "worker", "priority": i % 3,
+              "writes": [f"area/{i % 5}"]} for i in range(n)]
+    edges = [{"from": f"t{i}", "to": f"t{i + 7}", "type": "strong" if i % 2 else "weak"}
+             for i in range(0, n - 7, 3)]
+    return tasks, edges
+
+
+class ReplayClock:
+    def __init__(self) -> None:
+        self.now = 0
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def test_four_processes_drain_one_plan_exactly_once_within_capacity(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    c = start(path)
+    tasks, edges = plan_tasks(30)
+    ids = c.ok("x-chapline.plan.submit", **{"from": ALICE}, plan="shared", tasks=tasks, edges=edges)["tasks"]
+    c.ok("x-chapline.work.set_capacity", **{"from": ALICE}, workspace_max=3, agent_max=1)
+    before = c.target.snapshot(WS)
+    c.target.close()
+
+    outs = [tmp_path / f"{agent[6:]}.json" for agent in AGENTS]
+    procs = [subprocess.Popen([sys.executable, WORKER, "drain", str(path), WS, agent, str(out)])
+             for agent, out in zip(AGENTS, outs, strict=True)]
+    try:
+        for p in procs:
+            assert p.wait(timeout=300) == 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    acked = [dict(d, by=agent) for agent, out in zip(AGENTS, outs, strict=True)
+             for d in json.loads(out.read_text())["done"]]
+    # Every task completed exactly once, by the worker whose report was acknowledged.
+    assert sorted(d["task_id"] for d in acked) == sorted(ids.values())
+    final = Coordinator(SqliteStore(path))
+    snap = final.snapshot(WS)
+    for d in acked:
+        task = snap["tasks"][d["task_id"]]
+        assert task["state"] == "completed" and task["output"] == {"by": d["by"]}
+        attempts = snap["x_chapline_work"][d["task_id"]]["attempts"]
+        assert [a["outcome"] for a in attempts] == ["completed"]
+        assert attempts[0]["holder"] == d["by"] and attempts[0]["token"] == d["token"]
+    assert final.dispatch({"jsonrpc": "2.0", "id": 1, "method": "audit.verify_chain",
+                           "params": {"workspace": WS}})["result"]["ok"] is True
+    # Replay the log from before the workers: the same decisions, and never
+    # more than three live claims (one per agent) after any entry.
+    clock = ReplayClock()
+    replay = make(clock=clock)
+    replay.restore(before)
+    entries = final.dispatch({"jsonrpc": "2.0", "id": 2, "method": "audit.read",
+                              "params": {"workspace": WS, "range": {"from_seq": len(before["audit"])}}})
+    final.close()
+    for entry in entries["result"]["entries"]:
+        clock.now = epoch_ms(entry["arrived"])
+        replay.dispatch(entry.get("envelope") or entry["request"])
+        held = replay.snapshot(WS).get("x_chapline_claims", {})
+        per_agent = [sum(1 for c in held.values() if c["holder"] == a) for a in AGENTS]
+        assert len(held) <= 3 and max(per_agent) <= 1, held
+    replayed = replay.snapshot(WS)
+    assert replayed["tasks"] == snap["tasks"]
+    assert replayed["x_chapline_work"] == snap["x_chapline_work"]
+
+
+def test_a_killed_holder_loses_its_task_and_its_late_report(tmp_path: Path) -> None:
+    path = tmp_path / "kill.db"
+    c = start(path)
+    task = {"key": "only", "kind": "k", "input": {}, "role": "worker",
+            "retry": {"max_attempts": 3, "backoff_ms": 50, "max_backoff_ms": 50}}
+    tid = c.ok("x-chapline.plan.submit", **{"from": ALICE}, plan="k", tasks=[task])["tasks"]["only"]
+    c.target.close()
+    out = tmp_path / "held.json"
+    holder = subprocess.Popen([sys.executable, WORKER, "hold", str(path), WS, AGENTS[0], tid, str(out)])
+    try:
+        deadline = time.monotonic() + 60
+        while not out.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        held = json.loads(out.read_text())
+        assert held["claim"]["outcome"] == "claimed"
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+    assert holder.returncode == -signal.SIGKILL
+
+    survivor = Client(Coordinator(SqliteStore(path)), WS)
+    deadline = time.monotonic() + 60
+    while True:  # held until the one-second lease ends, then the backoff
+        got = survivor.ok("x-chapline.work.claim", **{"from": AGENTS[1]}, task_id=tid)
+        if got["outcome"] == "claimed" or time.monotonic() > deadline:
+            break
+        assert got["outcome"] in ("held", "blocked")
+        time.sleep(0.05)
+    assert got["outcome"] == "claimed" and got["token"] == held["claim"]["token"] + 1
+    survivor.ok("x-chapline.work.report", **{"from": AGENTS[1]}, task_id=tid, token=got["token"],
+                outcome="completed", output={"by": AGENTS[1]})
+    late = survivor.send(held["late_report"])  # what the dead worker would have sent
+    assert late["error"]["code"] == -32960
+    assert late["error"]["data"]["token"] == held["claim"]["token"]
+    snap = survivor.target.snapshot(WS)
+    assert snap["tasks"][tid]["output"] == {"by": AGENTS[1]}
+    outcomes = [a["outcome"] for a in snap["x_chapline_work"][tid]["attempts"]]
+    assert outcomes == ["expired", "completed"]
+    assert survivor.log()[-1]["outcome"]["code"] == -32960  # the refusal is on the log
+    survivor.target.close()
