@@ -104,3 +104,16 @@ def test_signed_bench_calls_are_accepted(impl, signed):
 
     keys = {S.ALICE: Ed25519PrivateKey.generate(), S.BOT: Ed25519PrivateKey.generate()}
     assert S._run(impl, signed, 20, keys) > 0
+
+
+def test_work_bench_calls_are_legal(tmp_path):
+    """bench/work.py at a small size: every call it times succeeds (measure raises otherwise)."""
+    from bench.work import measure
+    from storage import SqliteStore
+
+    for kind, store in (("memory", None), ("sqlite", SqliteStore(str(tmp_path / "work.db")))):
+        lines: list[str] = []
+        figures = measure(kind, store, tasks=60, held=10, ops=10, out=lines.append)
+        assert set(figures) == {"submit_s", "resubmit_s", "ready_ms", "claims_per_s",
+                                "heartbeats_per_s", "reports_per_s"}
+        assert "ready-work read, 45 ready, 10 held" in lines[2]  # 60 - 5 waiting - 10 held

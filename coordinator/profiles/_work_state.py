@@ -38,9 +38,11 @@ __all__ = [
     "WORK",
     "HeldIndex",
     "check_token",
+    "claim_conflict",
     "finish",
     "fail_attempt",
     "now_ms",
+    "overlaps",
     "record",
     "release_claim",
     "settle_touched",
@@ -212,6 +214,29 @@ def settle_touched(call: Call, task_ids: Iterable[str]) -> None:
             _put(call, rec, status="review")
         elif state == "in_progress" and rec["status"] == "review":
             to_frontier(call, _put(call, rec, status="ready"))  # revision asked: claim it again
+
+
+def overlaps(p: str, q: str) -> bool:
+    """Two resource paths overlap when equal or one is inside the other."""
+    return p == q or q.startswith(p + "/") or p.startswith(q + "/")
+
+
+def claim_conflict(claims: Iterable[dict[str, Any]], reads: list[str], writes: list[str]) -> str | None:
+    """A resource of (reads, writes) a live claim conflicts on, or None: one
+    task's check, in O(claims) without building an index."""
+    if not reads and not writes:
+        return None
+    for c in claims:
+        for q in c["writes"]:
+            for p in (*writes, *reads):
+                if overlaps(p, q):
+                    return p
+        if writes:
+            for q in c["reads"]:
+                for p in writes:
+                    if overlaps(p, q):
+                        return p
+    return None
 
 
 def _ancestors(path: str) -> Iterable[str]:

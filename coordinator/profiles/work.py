@@ -25,6 +25,7 @@ from coordinator.profiles._work_state import (
     WORK,
     HeldIndex,
     check_token,
+    claim_conflict,
     fail_attempt,
     finish,
     now_ms,
@@ -315,8 +316,7 @@ def _blocked(call: Call, rec: dict[str, Any] | None, entry: dict[str, Any] | Non
     task = call.get("tasks", rec["task_id"])
     if task is not None and task.paused:
         return "it is paused"
-    held = HeldIndex.of(c for _, c in call.items(CLAIMS))
-    clash = held.conflict(entry["reads"], entry["writes"])
+    clash = claim_conflict((c for _, c in call.items(CLAIMS)), entry["reads"], entry["writes"])
     if clash is not None:
         return f"resource {clash} conflicts with a held task"
     return None
