@@ -265,6 +265,7 @@ def _inspect(args: argparse.Namespace) -> int:
                     "head": h.meta.get("chain_head"),
                     "last_activity": h.updated_at,
                     "state": h.meta.get("state", "active"),
+                    **_work_counts(h.objects),
                 }
             )
     if args.json:
@@ -272,7 +273,8 @@ def _inspect(args: argparse.Namespace) -> int:
     else:
         _table(
             f"{args.db}: {len(rows)} workspaces",
-            ["workspace", "profiles", "members", "tasks", "entries", "head", "last activity", "state"],
+            ["workspace", "profiles", "members", "tasks", "entries", "head", "last activity", "state",
+             "work"],
             [
                 [
                     r["workspace"],
@@ -283,6 +285,7 @@ def _inspect(args: argparse.Namespace) -> int:
                     _short(r["head"]),
                     r["last_activity"] or "-",
                     r["state"],
+                    _work_cell(r.get("work")),
                 ]
                 for r in rows
             ],
@@ -290,6 +293,25 @@ def _inspect(args: argparse.Namespace) -> int:
     for wid in unreadable:
         print(f"chapline inspect: workspace {wid!r} cannot be read; run `chapline verify`", file=sys.stderr)
     return 1 if unreadable else 0
+
+
+def _work_counts(objects: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """x-chapline-work/1.0's plans, live claims and frontier (tasks whose
+    dependencies have ended, waiting for a claim or a retry), when it has any."""
+    work = objects.get("x_chapline_work", {})
+    if not work:
+        return {}
+    return {"work": {
+        "plans": sum(1 for key in work if key.startswith("plan:")),
+        "claims": len(objects.get("x_chapline_claims", {})),
+        "frontier": len(objects.get("x_chapline_frontier", {})),
+    }}
+
+
+def _work_cell(work: dict[str, int] | None) -> str:
+    if work is None:
+        return "-"
+    return f"{work['plans']} plans, {work['claims']} claims, {work['frontier']} on the frontier"
 
 
 # -- export / import ----------------------------------------------------------

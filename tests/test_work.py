@@ -370,3 +370,21 @@ def test_the_readme_example_runs() -> None:
                               "params": {"workspace": "wsp_release"}})["result"]["entries"]
     methods = [e["envelope"]["method"] for e in entries]
     assert methods.count("x-chapline.work.claim") == 3 and "decide.approve" in methods
+
+
+def test_chapline_inspect_and_verify_show_work_workspaces(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from coordinator.cli import main
+
+    path = tmp_path / "inspect.db"
+    c, _ = setup(SqliteStore(path))
+    ids = submit(c, [task("a"), task("b"), task("c")], [{"from": "a", "to": "c"}])
+    claim(c, BOT, ids["a"])
+    c.target.close()
+    assert main(["inspect", str(path), "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["workspaces"][0]
+    assert row["work"] == {"plans": 1, "claims": 1, "frontier": 1}
+    assert main(["inspect", str(path)]) == 0
+    assert "1 plans, 1 claims, 1 on the frontier" in capsys.readouterr().out
+    assert main(["verify", str(path)]) == 0  # replaying the log gives the stored objects
