@@ -329,11 +329,9 @@ class Registry:
         return list(self._extensions.values())
 
     def implemented(self) -> list[Method]:
-        """The methods that have a handler (the MCP tool list): CHAP's, then
-        the extension methods."""
-        return [m for m in self._methods.values() if m.handler is not None] + list(
-            self._extensions.values()
-        )
+        """The CHAP methods that have a handler (the MCP tool list; the
+        extension methods are `extension_methods()`)."""
+        return [m for m in self._methods.values() if m.handler is not None]
 
     def unadvertisable(self, profiles: Iterable[str]) -> str | None:
         """What is wrong with advertising `profiles` here, or None when every
