@@ -50,32 +50,29 @@ TOOL_PREFIX = "chap."
 # both eras, while the SDK's own discover lists only the stateless one.
 DISCOVER_VERSIONS = ("2026-07-28", "2025-11-25")
 
-# The four MCP tool hints, each stated for every tool.
-_HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
-
 Call = Callable[[bytes], Awaitable[dict[str, Any]]]
 """Dispatches one JSON-RPC request body, answering with the response."""
 
 
 def tool_for(method: Method) -> types.Tool:
-    """The MCP tool of one implemented method."""
-    hints = {hint: bool(method.annotations.get(hint, False)) for hint in _HINTS}
+    """The MCP tool of one implemented method; each hint stated, False unless declared."""
+
+    def hint(name: str) -> bool:
+        return bool(method.annotations.get(name, False))
+
     return types.Tool(
         name=TOOL_PREFIX + method.name,
         title=method.title,
         description=method.description,
         input_schema=dict(method.params),
-        annotations=types.ToolAnnotations(title=method.title, **_snake(hints)),
+        annotations=types.ToolAnnotations(
+            title=method.title,
+            read_only_hint=hint("readOnlyHint"),
+            destructive_hint=hint("destructiveHint"),
+            idempotent_hint=hint("idempotentHint"),
+            open_world_hint=hint("openWorldHint"),
+        ),
     )
-
-
-def _snake(hints: dict[str, bool]) -> dict[str, bool]:
-    return {
-        "read_only_hint": hints["readOnlyHint"],
-        "destructive_hint": hints["destructiveHint"],
-        "idempotent_hint": hints["idempotentHint"],
-        "open_world_hint": hints["openWorldHint"],
-    }
 
 
 def tools(methods: list[Method]) -> list[types.Tool]:
