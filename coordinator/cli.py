@@ -328,15 +328,14 @@ def _serve(
                     timeout_graceful_shutdown=30,
                 )
             )
-            print(
+            started = (
                 f"chapline: serving CHAP on {_url(sock)} ({', '.join(profiles)}), "
                 f"writing {_where(db)}{', tokens required' if auth else ''}"
                 f"{', signatures required' if require_signatures else ''}{projected}; "
                 f"MCP on {_url(sock, '/mcp')}, A2A on {_url(sock, '/a2a')}; "
-                f"review desk at {_url(sock, '/')}",
-                flush=True,
+                f"review desk at {_url(sock, '/')}"
             )
-            _run(server, sock)
+            _run(server, sock, started)
         finally:
             # The lifespan has normally closed the dispatcher already; a forced
             # stop skips it. Either way every queued call has run and nothing
@@ -439,8 +438,10 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _run(server: uvicorn.Server, sock: socket.socket) -> None:
-    """Run until SIGINT or SIGTERM, then return once the server has drained.
+def _run(server: uvicorn.Server, sock: socket.socket, started: str) -> None:
+    """Print `started`, run until SIGINT or SIGTERM, then return once the
+    server has drained. The line is printed once our handlers are in place,
+    so a signal sent as soon as it is read still stops the server cleanly.
 
     uvicorn handles both signals while serving (stop accepting, finish the
     requests in flight, run the lifespan shutdown) and, once stopped, re-sends
@@ -450,6 +451,7 @@ def _run(server: uvicorn.Server, sock: socket.socket) -> None:
     """
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
+        print(started, flush=True)
         server.run(sockets=[sock])
     except KeyboardInterrupt:
         pass

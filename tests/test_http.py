@@ -639,6 +639,17 @@ def test_start_up_line_says_where_it_listens_and_what_it_writes(tmp_path: Path) 
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_sent_as_soon_as_the_start_up_line_is_read_stops_cleanly(
+    tmp_path: Path, sig: int
+) -> None:
+    """The line is printed once the signal handlers are in place, so a
+    supervisor that stops the server right after reading it gets exit 0."""
+    server = Serve(tmp_path / "chap.db")
+    code, err = server.stop(sig)
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_stops_cleanly_with_every_acknowledged_write_on_disk(tmp_path: Path, sig: int) -> None:
     """Clients keep writing while the signal arrives; every write that was
     answered with a result is in the file, which reopens cleanly."""
