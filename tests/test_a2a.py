@@ -34,7 +34,9 @@ def test_the_card_lists_every_implemented_method(served: Served) -> None:
             return MessageToDict(await A2ACardResolver(http, served.url).get_agent_card())
 
     card = anyio.run(run)
-    implemented = sorted(f"chap.{m.name}" for m in REGISTRY.implemented())
+    implemented = sorted(
+        [f"chap.{m.name}" for m in REGISTRY.implemented()] + [m.name for m in REGISTRY.extension_methods()]
+    )
     assert sorted(s["id"] for s in card["skills"]) == implemented
     (interface,) = card["supportedInterfaces"]
     assert interface["url"] == served.url + "/a2a" and interface["protocolBinding"] == "JSONRPC"

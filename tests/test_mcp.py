@@ -37,7 +37,7 @@ async def _list(server: Any, mode: str) -> list[dict[str, Any]]:
 def ours_server(coord: Coordinator) -> tuple[Any, SerialDispatcher]:
     dispatcher = SerialDispatcher(coord)
     dispatcher.start()
-    return create_mcp_server(dispatcher.dispatch, REGISTRY.methods()), dispatcher
+    return create_mcp_server(dispatcher.dispatch, REGISTRY.methods() + REGISTRY.extension_methods()), dispatcher
 
 
 @pytest.fixture
@@ -52,9 +52,10 @@ def in_process() -> Iterator[tuple[Any, Coordinator]]:
 def test_tools_list_every_implemented_method(in_process, mode: str) -> None:
     server, _ = in_process
     listed = anyio.run(_list, server, mode)
-    implemented = {m.name for m in REGISTRY.methods() if m.handler is not None}
-    assert {t["name"] for t in listed} == {f"chap.{m}" for m in implemented}
-    assert len(listed) == len(implemented)
+    expected = {f"chap.{m.name}" for m in REGISTRY.implemented()}
+    expected |= {m.name for m in REGISTRY.extension_methods()}  # x-chapline.*, namespaced
+    assert {t["name"] for t in listed} == expected
+    assert len(listed) == len(expected)
     for tool in listed:
         assert tool["inputSchema"]["type"] == "object", tool["name"]
         assert tool["title"] and tool["description"], tool["name"]
@@ -107,7 +108,7 @@ def test_tool_surface_matches_the_reference(in_process) -> None:
     """Same names, parameters, required lists, types and hints as 0.3.3's
     MCP server, for every method chapline implements (the prose is ours)."""
     server, _ = in_process
-    ours = {t["name"]: t for t in anyio.run(_list, server, "legacy")}
+    ours = {t["name"]: t for t in anyio.run(_list, server, "legacy") if t["name"].startswith("chap.")}
     theirs = {
         t["name"]: t
         for t in anyio.run(_list, make_chap_mcp_server(chap_coordinator.Coordinator()), "legacy")
@@ -229,7 +230,7 @@ def test_a_review_story_over_stdio(tmp_path: Path, mode: str) -> None:
     async def run() -> dict[str, Any]:
         async with Client(params, mode=mode) as client:
             tools = await client.list_tools()
-            assert len(tools.tools) == len(REGISTRY.implemented())
+            assert len(tools.tools) == len(REGISTRY.implemented()) + len(REGISTRY.extension_methods())
             return await _story(client, "wsp_stdio")
 
     _check_story_log(anyio.run(run))
@@ -284,3 +285,28 @@ def test_over_http_with_auth_a_tool_call_acts_only_as_its_token(served_with_auth
     assert outcomes[2][1]["chap_error"] == -32011 and "authenticates" in outcomes[2][1]["message"]
     log = outcomes[5][1]["entries"]
     assert [e["envelope"]["params"]["from"] for e in log] == [ALICE, BOT]
+
+
+def test_chaplines_own_methods_are_tools_too(in_process) -> None:
+    """The work profile's x-chapline.* methods are tools named as themselves."""
+    server, _ = in_process
+    w = {"workspace": "wsp_work"}
+
+    async def run() -> list[tuple[bool, Any]]:
+        async with Client(server, mode="legacy") as client:
+            async def call(tool: str, **arguments: Any) -> tuple[bool, Any]:
+                return _result(await client.call_tool(tool, {**w, **arguments}))
+
+            return [
+                await call("chap.workspace.create", profiles=["core/1.0", "review/1.0", "x-chapline-work/1.0"]),
+                await call("chap.participant.join", **{"from": ALICE}, type="human", role="admin"),
+                await call("chap.participant.join", **{"from": BOT}, type="agent", role="worker"),
+                await call("x-chapline.plan.submit", **{"from": ALICE}, plan="p",
+                           tasks='[{"key": "a", "kind": "k", "input": {}, "role": "worker"}]'),
+                await call("x-chapline.work.claim", **{"from": BOT}),
+            ]
+
+    outcomes = anyio.run(run)
+    assert [failed for failed, _ in outcomes] == [False] * 5, outcomes
+    assert outcomes[4][1]["outcome"] == "claimed"
+    assert outcomes[4][1]["task_id"] == outcomes[3][1]["tasks"]["a"]

@@ -31,13 +31,12 @@ from starlette.routing import Route
 
 from coordinator.registry import Method
 from coordinator.transports.auth import Authenticator
-from coordinator.transports.mcp import Call
+from coordinator.transports.mcp import Call, tool_name
 from coordinator.wire import INVALID_PARAMS, METHOD_NOT_FOUND
 
-__all__ = ["A2A_PATH", "SKILL_PREFIX", "ChaplineAgentExecutor", "a2a_routes", "agent_card"]
+__all__ = ["A2A_PATH", "ChaplineAgentExecutor", "a2a_routes", "agent_card"]
 
 A2A_PATH = "/a2a"
-SKILL_PREFIX = "chap."
 
 
 def agent_card(url: str, methods: list[Method], *, version: str = "0.1.0") -> AgentCard:
@@ -59,8 +58,8 @@ def agent_card(url: str, methods: list[Method], *, version: str = "0.1.0") -> Ag
         default_output_modes=["data"],
         skills=[
             AgentSkill(
-                id=SKILL_PREFIX + m.name,
-                name=SKILL_PREFIX + m.name,
+                id=tool_name(m),
+                name=tool_name(m),
                 description=m.description,
                 tags=["chap", m.name.split(".", 1)[0]],
                 input_modes=["data"],
@@ -89,7 +88,7 @@ class ChaplineAgentExecutor(AgentExecutor):
     def __init__(self, call: Call, methods: list[Method], auth: Authenticator | None = None) -> None:
         self._call = call
         self._auth = auth
-        self._methods = {SKILL_PREFIX + m.name: m for m in methods if m.handler is not None}
+        self._methods = {tool_name(m): m for m in methods if m.handler is not None}
         self._numbers = itertools.count(1)
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:

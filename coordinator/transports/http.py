@@ -92,7 +92,8 @@ def create_app(
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes must be positive, got {max_body_bytes}")
     dispatcher = SerialDispatcher(target)
-    mcp_server = create_mcp_server(dispatcher.dispatch, REGISTRY.methods(), auth=auth)
+    methods = REGISTRY.methods() + REGISTRY.extension_methods()
+    mcp_server = create_mcp_server(dispatcher.dispatch, methods, auth=auth)
     # The SDK builds an app with one route; we serve that route beside ours.
     (mcp_route,) = [
         r for r in mcp_server.streamable_http_app(host=host).routes if getattr(r, "path", "") == MCP_PATH
@@ -132,7 +133,7 @@ def create_app(
 
     routes: list[BaseRoute] = [Route(path, chap, methods=["POST", "OPTIONS"]) for path in PATHS]
     routes.append(mcp_route)
-    routes += a2a_routes(dispatcher.dispatch, REGISTRY.methods(), public_url + A2A_PATH, auth)
+    routes += a2a_routes(dispatcher.dispatch, methods, public_url + A2A_PATH, auth)
     hub = EventHub()
     routes += desk_routes(target, dispatcher, auth, hub)
     app = Starlette(

@@ -41,6 +41,7 @@ __all__ = [
     "create_mcp_server",
     "run_stdio",
     "tool_for",
+    "tool_name",
     "tools",
 ]
 
@@ -54,6 +55,12 @@ Call = Callable[[bytes], Awaitable[dict[str, Any]]]
 """Dispatches one JSON-RPC request body, answering with the response."""
 
 
+def tool_name(method: Method) -> str:
+    """`chap.<method>` for a CHAP method; an extension method's own name,
+    already namespaced (`x-chapline.plan.submit`)."""
+    return method.name if method.extension else TOOL_PREFIX + method.name
+
+
 def tool_for(method: Method) -> types.Tool:
     """The MCP tool of one implemented method; each hint stated, False unless declared."""
 
@@ -61,7 +68,7 @@ def tool_for(method: Method) -> types.Tool:
         return bool(method.annotations.get(name, False))
 
     return types.Tool(
-        name=TOOL_PREFIX + method.name,
+        name=tool_name(method),
         title=method.title,
         description=method.description,
         input_schema=dict(method.params),
@@ -169,13 +176,13 @@ def create_mcp_server(
 ) -> Server[Any]:
     """An MCP server whose tools dispatch through `call`.
 
-    `methods` is the registry's list (`REGISTRY.methods()`); only those with
-    a handler become tools. Envelope ids are `mcp-1`, `mcp-2`, ... in the
+    `methods` is the registry's lists (`REGISTRY.methods()` and
+    `REGISTRY.extension_methods()`); those with a handler become tools. Envelope ids are `mcp-1`, `mcp-2`, ... in the
     order calls arrive, as the reference's adapter numbers them. With `auth`
     (an HTTP server that requires authentication), each call is held to the
     rules of POST /chap, against the HTTP request that carried it.
     """
-    by_tool = {TOOL_PREFIX + m.name: m for m in methods if m.handler is not None}
+    by_tool = {tool_name(m): m for m in methods if m.handler is not None}
     listed = tools(methods)
     numbers = itertools.count(1)
 
@@ -192,7 +199,8 @@ def create_mcp_server(
             return _chap_error(
                 METHOD_NOT_FOUND,
                 f"Unknown tool: {params.name}; the tools are chap.<method> for each CHAP "
-                "method chapline implements (see tools/list)",
+                "method chapline implements, and chapline's own x-chapline.* methods "
+                "(see tools/list)",
             )
         try:
             arguments = coerce_arguments(method, params.arguments or {})
@@ -253,7 +261,7 @@ def run_stdio(target: Dispatcher) -> None:
     from coordinator.profiles import REGISTRY
 
     dispatcher = SerialDispatcher(target)
-    server = create_mcp_server(dispatcher.dispatch, REGISTRY.methods())
+    server = create_mcp_server(dispatcher.dispatch, REGISTRY.methods() + REGISTRY.extension_methods())
 
     async def serve() -> None:
         async with stdio_server() as (read, write):
