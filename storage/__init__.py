@@ -4,6 +4,8 @@ The public names only; see `storage.types` for the change, the protocol and
 the error tree.
 """
 
+from typing import Any
+
 from storage.match import entry_matches
 from storage.memory import MemoryStore
 from storage.records import assemble_snapshot, change_from_record, object_key
@@ -34,6 +36,7 @@ __all__ = [
     "HeldWorkspace",
     "MalformedChangeError",
     "MemoryStore",
+    "PostgresStore",
     "SqliteStore",
     "Store",
     "StoreChange",
@@ -47,3 +50,12 @@ __all__ = [
     "entry_matches",
     "object_key",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # PostgresStore imports psycopg: only when it is asked for.
+    if name == "PostgresStore":
+        from storage.postgres import PostgresStore
+
+        return PostgresStore
+    raise AttributeError(f"module 'storage' has no attribute {name!r}")

@@ -1,15 +1,21 @@
 """Hypothesis profiles: "ci" (selected when the environment has CI=true, as
 .ci/run sets it) explores more and stays bounded; "dev", the default for local
-runs, is quicker. HYPOTHESIS_PROFILE=<name> picks one explicitly."""
+runs, is quicker. HYPOTHESIS_PROFILE=<name> picks one explicitly.
+
+Fixtures shared by the test modules: a throwaway PostgreSQL server."""
 
 from __future__ import annotations
 
+import itertools
 import os
+from typing import Callable, Iterator
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # `chapline serve` as a process, for the transport tests.
 from servers import served, served_with_auth  # noqa: F401
+from pgserver import PgServer, stop_stale_servers
 
 settings.register_profile(
     "ci",
@@ -27,3 +33,47 @@ settings.register_profile(
 settings.load_profile(
     os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") == "true" else "dev")
 )
+
+# The PostgreSQL tests name their server in full: PG* variables from outside
+# (another host, a password file, an SSL mode) must not reach them or the
+# processes they start.
+for _name in [name for name in os.environ if name.startswith("PG")]:
+    del os.environ[_name]
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """One PostgreSQL server for the whole run, removed at the end. Fails
+    (does not skip) when it cannot start: see tests/pgserver.py."""
+    stop_stale_servers()
+    server = PgServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.remove()
+
+
+_schemas = itertools.count()
+
+
+@pytest.fixture
+def pg_schema(pg_server: PgServer) -> Callable[[], str]:
+    """Makes empty schemas on the session's server: each call returns the
+    DSN of a new one (a schema is much cheaper to make than a database)."""
+    import psycopg
+
+    def new() -> str:
+        name = f"t{next(_schemas)}"
+        with psycopg.connect(pg_server.dsn(), autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+            conn.execute(f"CREATE SCHEMA {name}")
+        return pg_server.dsn(options=f"-c search_path={name}")
+
+    return new
+
+
+@pytest.fixture
+def pg_dsn(pg_schema: Callable[[], str]) -> str:
+    """The DSN of an empty schema of its own on the session's server."""
+    return pg_schema()

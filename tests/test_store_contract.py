@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import itertools
+from typing import Callable
 from pathlib import Path
 
 import pytest
 
-from storage import MemoryStore, SqliteStore, Store
+from storage import MemoryStore, PostgresStore, SqliteStore, Store
 from storage.contract import StoreContract
 
 
@@ -49,11 +50,36 @@ class SqliteMemoryFactory:
         return store
 
 
+class PostgresFactory:
+    """Each `open` is an empty schema of its own on the session's server."""
+
+    def __init__(self, new_dsn: Callable[[], str]) -> None:
+        self._new_dsn = new_dsn
+        self._dsns: dict[int, str] = {}
+
+    def open(self) -> Store:
+        dsn = self._new_dsn()
+        store = PostgresStore(dsn)
+        self._dsns[id(store)] = dsn
+        return store
+
+    def reopen(self, store: Store) -> Store:
+        store.close()
+        again = PostgresStore(self._dsns[id(store)])
+        self._dsns[id(again)] = self._dsns[id(store)]
+        return again
+
+    def another(self, store: Store) -> Store:
+        return PostgresStore(self._dsns[id(store)])
+
+
 class TestContract(StoreContract):
-    @pytest.fixture(params=["memory", "sqlite-file", "sqlite-memory"])
+    @pytest.fixture(params=["memory", "sqlite-file", "sqlite-memory", "postgres"])
     def factory(self, request, tmp_path):
         if request.param == "memory":
             return MemoryFactory()
         if request.param == "sqlite-file":
             return SqliteFileFactory(tmp_path)
+        if request.param == "postgres":
+            return PostgresFactory(request.getfixturevalue("pg_schema"))
         return SqliteMemoryFactory()

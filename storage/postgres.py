@@ -1,0 +1,582 @@
+"""PostgresStore: the store contract in a PostgreSQL database, on psycopg 3.
+
+The same three tables as the shared SQLite layout (`chap_meta`,
+`chap_entries`, `chap_objects`), created on first use, with JSON kept as the
+exact text written (chain verification hashes it). Many processes and
+machines may share one database; the rules that make that safe are in
+SPECIFICATION.md, "PostgreSQL":
+
+- A write locks its workspace's `chap_meta` row first (an upsert, which also
+  makes two creators of one new workspace take turns), and only then counts
+  the entries held, in a later statement, so the compare-and-swap on `base`
+  sees every commit before it. The primary key on (workspace, seq) is the
+  backstop.
+- A write that reaches the database sends a notification (channel
+  `chapline_changes`, payload "<writer> <workspace>") that other processes
+  use to refresh a workspace before their next write to it.
+- A broken connection is replaced on the next call. A call that fails
+  because the server is unreachable raises StoreError with a message that
+  names no host, path or credential. A read, and a write that failed before
+  its COMMIT was sent, is tried once more on a fresh connection; a write whose
+  COMMIT got no answer is not (it may have been committed, and the CAS makes
+  the caller find out by reloading).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from typing import Any, Callable, Iterable, TypeVar
+
+import msgspec
+import psycopg
+from psycopg import errors as pg_errors
+
+from storage import (
+    EntryFilter,
+    HeldWorkspace,
+    StoreChange,
+    StoreConflictError,
+    StoreError,
+    WorkspaceRecord,
+    assemble_snapshot,
+    change_from_record,
+)
+from storage._encode import EncodedChange, encode_change
+from storage._match import entry_matches
+from storage.sqlite import _entries, _object, _Unreadable, _value
+
+__all__ = ["CHANNEL", "PostgresStore"]
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "chapline_changes"
+
+# Taken while creating the schema, so two processes opening one empty
+# database at once do not race on the catalogue.
+_SCHEMA_LOCK = 0x6368_6170  # "chap"
+
+# A field of the recorded call: the accepted `envelope`, else the refused
+# `request` (the SQL only narrows; entry_matches decides).
+def _call_field(*path: str) -> str:
+    p = ",".join(path)
+    return f"coalesce(data::jsonb #>> '{{envelope,{p}}}', data::jsonb #>> '{{request,{p}}}')"
+
+
+_REFUSED = "(coalesce(jsonb_typeof(data::jsonb -> 'envelope'), 'null') = 'null')"
+
+_FILTER_SQL = {
+    "method": _call_field("method"),
+    "sender": _call_field("params", "from"),
+    "task_id": _call_field("params", "task_id"),
+}
+
+_SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS chap_meta (
+        workspace  TEXT PRIMARY KEY,
+        data       TEXT NOT NULL,
+        version    BIGINT NOT NULL,
+        updated_at TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS chap_entries (
+        workspace TEXT NOT NULL,
+        seq       BIGINT NOT NULL,
+        data      TEXT NOT NULL,
+        PRIMARY KEY (workspace, seq))""",
+    # `ord` keeps insertion order (an upsert keeps it), as SQLite's rowid does:
+    # members load in join order.
+    """CREATE TABLE IF NOT EXISTS chap_objects (
+        workspace  TEXT NOT NULL,
+        collection TEXT NOT NULL,
+        id         TEXT NOT NULL,
+        data       TEXT NOT NULL,
+        ord        BIGINT GENERATED ALWAYS AS IDENTITY,
+        PRIMARY KEY (workspace, collection, id))""",
+    *(
+        f"CREATE INDEX IF NOT EXISTS chapline_entries_{name} ON chap_entries "
+        f"(workspace, ({expr}), seq)"
+        for name, expr in [*_FILTER_SQL.items(), ("outcome", _REFUSED)]
+    ),
+]
+
+_UNREACHABLE = (
+    "the PostgreSQL server cannot be reached (connection refused, lost or timed "
+    "out), so nothing was {what}. The store reconnects by itself: retry once the "
+    "server is back."
+)
+
+T = TypeVar("T")
+
+
+class _Ambiguous(Exception):
+    """The connection broke after COMMIT was sent: the write may have landed."""
+
+
+class PostgresStore:
+    """A store in the PostgreSQL database named by `dsn` (a libpq URI or
+    key=value string).
+
+    One instance holds one connection and may be shared by threads (they
+    take turns); any number of instances and processes may share one
+    database. `watch=True` also listens for other writers' changes, which
+    `changed()` reports.
+    """
+
+    def __init__(self, dsn: str, *, watch: bool = False, connect_timeout: int = 5) -> None:
+        self._dsn = dsn
+        self._timeout = connect_timeout
+        self._lock = threading.RLock()
+        self._conn: psycopg.Connection[Any] | None = None
+        self._closed = False
+        self._schema_ready = False
+        # Names this instance in its notifications, so it ignores its own.
+        self._writer = uuid.uuid4().hex[:16]
+        self._listener: _Listener | None = None
+        with self._lock:
+            self._connection()
+        if watch:
+            self._listener = _Listener(self._connect_raw, self._writer)
+
+    # -- connections -----------------------------------------------------
+
+    def _connect_raw(self) -> psycopg.Connection[Any]:
+        try:
+            return psycopg.connect(self._dsn, autocommit=True, connect_timeout=self._timeout)
+        except psycopg.OperationalError:
+            raise StoreError(_UNREACHABLE.format(what="read or written")) from None
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        conn = self._conn
+        if conn is None or conn.closed or conn.broken:
+            if conn is not None:
+                conn.close()
+            self._conn = None
+            conn = self._connect_raw()
+            if not self._schema_ready:
+                try:
+                    _create_schema(conn)
+                except psycopg.Error:
+                    conn.close()
+                    raise
+                self._schema_ready = True
+            self._conn = conn
+        return conn
+
+    def _run(self, work: Callable[[psycopg.Connection[Any]], T], what: str) -> T:
+        """`work(connection)` under the lock, once more on a fresh connection
+        if the first one turns out to be broken (nothing was committed then)."""
+        with self._lock:
+            self._check_open()
+            for attempt in (1, 2):
+                conn = self._connection()
+                try:
+                    return work(conn)
+                except _Ambiguous:
+                    raise StoreError(
+                        "the connection to the PostgreSQL server was lost while committing, "
+                        "so this write may or may not have been stored. Reload the workspace "
+                        "from the store (a coordinator does so on its next write) and retry."
+                    ) from None
+                except psycopg.OperationalError as exc:
+                    if not conn.broken:
+                        raise _server_error(exc, what) from None
+                    self._conn = None
+                    conn.close()
+                    if attempt == 2:
+                        raise StoreError(_UNREACHABLE.format(what=what)) from None
+                except (psycopg.Error, UnicodeError) as exc:
+                    if conn.broken:
+                        self._conn = None
+                        conn.close()
+                    raise _server_error(exc, what) from None
+            raise AssertionError("unreachable")
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("this PostgresStore is closed; open a new PostgresStore to use the database")
+
+    # -- writing ---------------------------------------------------------
+
+    def apply(self, change: StoreChange) -> None:
+        encoded = encode_change(change)
+        self._run(lambda conn: self._write(conn, [(change, encoded)], None), "written")
+
+    def apply_many(self, changes: Iterable[StoreChange]) -> list[Exception | None]:
+        """Apply several changes in one transaction, with one commit.
+
+        Each change is all-or-nothing on its own (a savepoint each): one that
+        conflicts or is malformed is left out and its error returned in its
+        place; None for every change applied. Workspaces are locked in id
+        order, so two processes writing overlapping groups cannot deadlock.
+        """
+        changes = list(changes)
+        results: list[Exception | None] = [None] * len(changes)
+        todo: list[tuple[int, StoreChange, EncodedChange]] = []
+        for i, change in enumerate(changes):
+            try:
+                todo.append((i, change, encode_change(change)))
+            except (ValueError, TypeError, msgspec.EncodeError) as exc:
+                results[i] = exc
+        todo.sort(key=lambda item: item[1].id)
+        if todo:
+            conflicts: dict[int, Exception] = {}
+            self._run(
+                lambda conn: self._write(conn, [(c, e) for _, c, e in todo], conflicts),
+                "written",
+            )
+            for position, exc in conflicts.items():
+                results[todo[position][0]] = exc
+        return results
+
+    def _write(
+        self,
+        conn: psycopg.Connection[Any],
+        changes: list[tuple[StoreChange, EncodedChange]],
+        conflicts: dict[int, Exception] | None,
+    ) -> None:
+        """One transaction. With `conflicts`, each change in a savepoint and its
+        conflict recorded there; without, a conflict raises."""
+        if conflicts is not None:
+            conflicts.clear()  # a retry on a fresh connection starts over
+        with conn.cursor() as cur:
+            cur.execute("BEGIN")
+            try:
+                for position, (change, encoded) in enumerate(changes):
+                    if conflicts is None:
+                        self._write_one(cur, change, encoded)
+                        continue
+                    cur.execute("SAVEPOINT change")
+                    try:
+                        self._write_one(cur, change, encoded)
+                    except StoreConflictError as exc:
+                        cur.execute("ROLLBACK TO SAVEPOINT change")
+                        conflicts[position] = exc
+                    cur.execute("RELEASE SAVEPOINT change")
+                written = [
+                    change.id for i, (change, _) in enumerate(changes)
+                    if conflicts is None or i not in conflicts
+                ]
+                for wid in dict.fromkeys(written):
+                    cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{self._writer} {wid}"))
+            except BaseException:
+                if not conn.broken:
+                    try:
+                        conn.execute("ROLLBACK")
+                    except psycopg.OperationalError:
+                        pass  # broken meanwhile: the server rolls back
+                raise
+            try:
+                cur.execute("COMMIT")
+            except psycopg.OperationalError:
+                if conn.broken:
+                    raise _Ambiguous() from None
+                raise
+
+    def _write_one(self, cur: psycopg.Cursor[Any], change: StoreChange, encoded: EncodedChange) -> None:
+        wid = change.id
+        # The upsert locks the workspace's row (or waits for a concurrent
+        # creator to finish), so the count below sees every earlier commit.
+        cur.execute(
+            "INSERT INTO chap_meta (workspace, data, version, updated_at) "
+            "VALUES (%s, %s, %s, %s) ON CONFLICT (workspace) DO UPDATE SET "
+            "data = excluded.data, version = excluded.version, updated_at = excluded.updated_at",
+            (wid, encoded.meta.decode(), change.version, change.updated_at),
+        )
+        if change.replace:
+            cur.execute("DELETE FROM chap_entries WHERE workspace = %s", (wid,))
+            cur.execute("DELETE FROM chap_objects WHERE workspace = %s", (wid,))
+            base = 0
+        else:
+            held = _held(cur, wid)
+            if held != change.base:
+                raise StoreConflictError(wid, held, change.base)
+            base = change.base
+        if encoded.entries:
+            try:
+                cur.executemany(
+                    "INSERT INTO chap_entries (workspace, seq, data) VALUES (%s, %s, %s)",
+                    [(wid, base + i, text.decode()) for i, text in enumerate(encoded.entries)],
+                )
+            except pg_errors.UniqueViolation:
+                # The backstop; the row lock above makes this unreachable.
+                raise StoreConflictError(wid, base + 1, base) from None
+        gone = [(wid, c, k) for c, k, text in encoded.objects if text is None]
+        kept = [(wid, c, k, text.decode()) for c, k, text in encoded.objects if text is not None]
+        if gone:
+            cur.executemany(
+                "DELETE FROM chap_objects WHERE workspace = %s AND collection = %s AND id = %s",
+                gone,
+            )
+        if kept:
+            cur.executemany(
+                "INSERT INTO chap_objects (workspace, collection, id, data) "
+                "VALUES (%s, %s, %s, %s) ON CONFLICT (workspace, collection, id) "
+                "DO UPDATE SET data = excluded.data",
+                kept,
+            )
+
+    def save(self, record: WorkspaceRecord) -> None:
+        self.apply(change_from_record(record))
+
+    def delete(self, workspace: str) -> None:
+        def work(conn: psycopg.Connection[Any]) -> None:
+            with conn.transaction():
+                conn.execute("SELECT 1 FROM chap_meta WHERE workspace = %s FOR UPDATE", (workspace,))
+                for table in ("chap_entries", "chap_objects", "chap_meta"):
+                    conn.execute(f"DELETE FROM {table} WHERE workspace = %s", (workspace,))
+                conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{self._writer} {workspace}"))
+
+        self._run(work, "deleted")
+
+    # -- reading -----------------------------------------------------------
+
+    def load_held(self, workspace: str | None = None) -> list[HeldWorkspace]:
+        return [held for held, _ in self._load(workspace, entries=False)]
+
+    def load(self, *, entries: bool = True, workspace: str | None = None) -> list[WorkspaceRecord]:
+        out = []
+        for held, log_ in self._load(workspace, entries):
+            try:
+                items = [
+                    (c, k, _value(text, f"object {c}/{k}"))
+                    for c, objs in held.objects.items()
+                    for k, text in objs.items()
+                ]
+            except _Unreadable as exc:
+                _skip(held.id, exc)
+                continue
+            data = assemble_snapshot(held.meta, log_, items)
+            out.append(WorkspaceRecord(held.id, data, held.version, held.updated_at))
+        return out
+
+    def _load(
+        self, workspace: str | None, entries: bool
+    ) -> list[tuple[HeldWorkspace, list[dict[str, Any]] | None]]:
+        only, args = ("", ()) if workspace is None else (" WHERE workspace = %s", (workspace,))
+
+        def work(conn: psycopg.Connection[Any]) -> tuple[list[Any], list[Any], list[Any]]:
+            # One snapshot for all three reads.
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                metas = conn.execute(
+                    f"SELECT workspace, data, version, updated_at FROM chap_meta{only} ORDER BY workspace",
+                    args,
+                ).fetchall()
+                objects = conn.execute(
+                    f"SELECT workspace, collection, id, data FROM chap_objects{only} ORDER BY ord",
+                    args,
+                ).fetchall()
+                if entries:
+                    log_rows = conn.execute(
+                        f"SELECT workspace, seq, data FROM chap_entries{only} ORDER BY workspace, seq",
+                        args,
+                    ).fetchall()
+                else:
+                    log_rows = conn.execute(
+                        f"SELECT workspace, count(*), min(seq), max(seq) FROM chap_entries{only} "
+                        "GROUP BY workspace",
+                        args,
+                    ).fetchall()
+            return metas, objects, log_rows
+
+        metas, object_rows, log_rows = self._run(work, "read")
+        objects: dict[str, dict[str, dict[str, bytes]]] = {}
+        for wid, collection, key, text in object_rows:
+            objects.setdefault(wid, {}).setdefault(collection, {})[key] = text.encode()
+        logs: dict[str, list[tuple[int, bytes]]] = {}
+        shape: dict[str, tuple[int, int, int]] = {}
+        if entries:
+            for wid, seq, text in log_rows:
+                logs.setdefault(wid, []).append((seq, text.encode()))
+        else:
+            shape = {wid: (count, low, high) for wid, count, low, high in log_rows}
+        out = []
+        for wid, meta_text, stored_version, updated_at in metas:
+            try:
+                meta = _object(meta_text.encode(), "its meta row")
+                log_ = None
+                if entries:
+                    log_ = _entries(logs.get(wid, []), "its audit log")
+                    held = len(log_)
+                else:
+                    count, low, high = shape.get(wid, (0, 0, -1))
+                    if count and (low != 0 or high != count - 1):
+                        raise _Unreadable(
+                            f"its audit log holds {count} entries but their seqs "
+                            f"run {low}..{high}, so some seq is missing"
+                        )
+                    held = count
+            except _Unreadable as exc:
+                _skip(wid, exc)
+                continue
+            if stored_version != held:
+                log.warning(
+                    "workspace %r: chap_meta.version is %s but %d entries are held; "
+                    "loading with version %d (the log decides)",
+                    wid, stored_version, held, held,
+                )
+            out.append((HeldWorkspace(wid, meta, held, updated_at, objects.get(wid, {})), log_))
+        return out
+
+    def read_entries(
+        self,
+        workspace: str,
+        start: int = 0,
+        stop: int | None = None,
+        where: EntryFilter | None = None,
+    ) -> list[dict[str, Any]]:
+        sql, args = _range("seq, data", workspace, start, stop)
+        if where is not None:
+            # Push down only string comparisons, which SQL makes as Python
+            # does; entry_matches below has the last word on every row.
+            for field, expr in _FILTER_SQL.items():
+                value = getattr(where, field)
+                if isinstance(value, str):
+                    sql += f" AND {expr} = %s"
+                    args.append(value)
+            if where.outcome in ("accepted", "refused"):
+                sql += f" AND {_REFUSED} = %s"
+                args.append(where.outcome == "refused")
+        sql += " ORDER BY seq"
+        rows = self._run(lambda conn: conn.execute(sql, args).fetchall(), "read")
+        out = []
+        for seq, text in rows:
+            try:
+                entry = _object(text.encode(), f"the entry at seq {seq}")
+            except _Unreadable as exc:
+                raise StoreError(
+                    f"workspace {workspace!r}: {exc}. The log cannot be read past this "
+                    "row; repair or delete the row."
+                ) from None
+            if where is None or entry_matches(entry, where):
+                out.append(entry)
+        return out
+
+    def read_entry_texts(self, workspace: str, start: int = 0, stop: int | None = None) -> list[bytes]:
+        """The stored JSON text of entries `start <= seq < stop`, by seq."""
+        sql, args = _range("data", workspace, start, stop)
+        rows = self._run(lambda conn: conn.execute(sql + " ORDER BY seq", args).fetchall(), "read")
+        return [text.encode() for (text,) in rows]
+
+    # -- other writers -------------------------------------------------------
+
+    def changed(self) -> set[str] | None:
+        """The workspaces other writers changed since the last call, or None
+        when that is unknown (the listening connection was lost meanwhile):
+        then any workspace may have changed. Always empty without `watch`."""
+        if self._listener is None:
+            return set()
+        return self._listener.take()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._listener is not None:
+                self._listener.close()
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+
+def _create_schema(conn: psycopg.Connection[Any]) -> None:
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+        for statement in _SCHEMA:
+            conn.execute(statement)
+
+
+def _held(cur: psycopg.Cursor[Any], wid: str) -> int:
+    cur.execute("SELECT max(seq) FROM chap_entries WHERE workspace = %s", (wid,))
+    row = cur.fetchone()
+    return 0 if row is None or row[0] is None else row[0] + 1
+
+
+def _range(columns: str, workspace: str, start: int, stop: int | None) -> tuple[str, list[Any]]:
+    sql = f"SELECT {columns} FROM chap_entries WHERE workspace = %s AND seq >= %s"
+    args: list[Any] = [workspace, max(start, 0)]
+    if stop is not None:
+        sql += " AND seq < %s"
+        args.append(stop)
+    return sql, args
+
+
+def _server_error(exc: Exception, what: str) -> StoreError:
+    """A StoreError for an error the server reported: its primary message and
+    SQLSTATE only (never the connection string, host or socket path)."""
+    diag = getattr(exc, "diag", None)
+    primary = getattr(diag, "message_primary", None) if diag is not None else None
+    state = getattr(exc, "sqlstate", None)
+    detail = primary or type(exc).__name__
+    return StoreError(
+        f"the PostgreSQL server refused the operation ({detail}"
+        + (f", SQLSTATE {state}" if state else "")
+        + f"), so nothing was {what}. Check the database and retry."
+    )
+
+
+def _skip(wid: str, exc: Exception) -> None:
+    log.warning(
+        "workspace %r skipped while loading: %s; the other workspaces load. "
+        "Repair or delete its rows to load it again.",
+        wid,
+        exc,
+    )
+
+
+class _Listener:
+    """A thread on its own connection that LISTENs for other writers' changes."""
+
+    def __init__(self, connect: Callable[[], psycopg.Connection[Any]], writer: str) -> None:
+        self._connect = connect
+        self._writer = writer
+        self._lock = threading.Lock()
+        self._changed: set[str] = set()
+        self._lost = False  # notifications may have been missed
+        self._stop = threading.Event()
+        self._conn: psycopg.Connection[Any] | None = None
+        self._listen()  # listening before the first write, so nothing is missed
+        self._thread = threading.Thread(target=self._work, name="chap-listen", daemon=True)
+        self._thread.start()
+
+    def _listen(self) -> None:
+        conn = self._connect()
+        conn.execute(f"LISTEN {CHANNEL}")
+        self._conn = conn
+
+    def take(self) -> set[str] | None:
+        with self._lock:
+            if self._lost:
+                self._lost = False
+                self._changed = set()
+                return None
+            changed, self._changed = self._changed, set()
+            return changed
+
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self._conn is None:
+                    self._listen()
+                    with self._lock:
+                        self._lost = True
+                assert self._conn is not None
+                for note in self._conn.notifies(timeout=0.5, stop_after=256):
+                    writer, _, wid = note.payload.partition(" ")
+                    if writer != self._writer:
+                        with self._lock:
+                            self._changed.add(wid)
+            except (psycopg.Error, StoreError):
+                if self._conn is not None:
+                    self._conn.close()
+                    self._conn = None
+                with self._lock:
+                    self._lost = True
+                self._stop.wait(0.5)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        if self._conn is not None:
+            self._conn.close()
