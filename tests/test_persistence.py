@@ -1,6 +1,6 @@
 """Write-ahead persistence, restarts, snapshot/restore, two writers on one
-SQLite file, and batches (SPECIFICATION.md, "Write-ahead persistence" and
-"Batches")."""
+database (a SQLite file, a PostgreSQL schema), and batches (SPECIFICATION.md,
+"Write-ahead persistence" and "Batches")."""
 
 from __future__ import annotations
 
@@ -22,7 +22,19 @@ from support import (
 )
 
 from coordinator import BatchWriteError, RestoreError
-from storage import MemoryStore, SqliteStore, StoreChange, StoreConflictError
+from storage import MemoryStore, PostgresStore, SqliteStore, StoreChange, StoreConflictError
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database(request, tmp_path):
+    """Opens a new store handle on one empty database per test (a SQLite file
+    or a PostgreSQL schema): each call is another connection, as another
+    process or a restart would have."""
+    if request.param == "sqlite":
+        path = str(tmp_path / "store.db")
+        return lambda: SqliteStore(path)
+    dsn = request.getfixturevalue("pg_dsn")
+    return lambda: PostgresStore(dsn)
 
 
 def frm(uri):
@@ -176,16 +188,15 @@ def _workload(c: Client) -> None:
     c.ok("participant.leave", **frm(BOB))
 
 
-def test_restart_from_sqlite_gives_the_same_workspaces(tmp_path):
-    path = str(tmp_path / "restart.db")
-    coord = make(SqliteStore(path))
+def test_restart_from_the_store_gives_the_same_workspaces(database):
+    coord = make(database())
     _workload(Client(coord))
     second = Client(coord, "w2")
     second.ok("participant.join", **frm(ALICE), type="human")
     before = {ws: visible(coord, ws) for ws in (WS, "w2")}
     coord.close()
 
-    again = make(SqliteStore(path))
+    again = make(database())
     assert sorted(again.workspace_ids()) == sorted([WS, "w2"])
     for ws in (WS, "w2"):
         assert visible(again, ws) == before[ws]
@@ -225,9 +236,9 @@ def test_an_unreadable_stored_object_fails_only_the_calls_that_use_it(tmp_path):
     assert again.describe()["audit_count"] == 6
 
 
-def test_memory_and_sqlite_hold_the_same(tmp_path):
+def test_memory_and_durable_stores_hold_the_same(database):
     mem = MemoryStore()
-    sql = SqliteStore(str(tmp_path / "same.db"))
+    sql = database()
     _workload(Client(make(mem)))
     _workload(Client(make(sql)))
     assert stored(mem) == stored(sql)
@@ -353,16 +364,15 @@ def test_restore_refuses_bad_data_and_writes_nothing(source):
 
 
 # =============================================================================
-# Two coordinators on one SQLite file
+# Two coordinators on one database
 # =============================================================================
 
 
-def test_two_coordinators_interleaving_lose_nothing(tmp_path):
-    path = str(tmp_path / "shared.db")
-    first = make(SqliteStore(path))
+def test_two_coordinators_interleaving_lose_nothing(database):
+    first = make(database())
     a = Client(first)
     T = s0(a, extra_humans=(BOB,))
-    second = make(SqliteStore(path))  # loads the workspace as it is now
+    second = make(database())  # loads the workspace as it is now
     b = Client(second)
     b.n = 1000
     rng = random.Random(7)
@@ -389,7 +399,7 @@ def test_two_coordinators_interleaving_lose_nothing(tmp_path):
             assert r["error"]["code"] in (-32011, -32602), r
             if r["error"]["code"] == -32011:
                 refused_ids.append(sent["id"])
-    log = Client(make(SqliteStore(path))).log()
+    log = Client(make(database())).log()
     ids = [(e.get("envelope") or e.get("request"))["id"] for e in log]
     assert [e["seq"] for e in log] == list(range(len(log)))
     # every acknowledged call is in the log exactly once, and so is every
@@ -397,21 +407,20 @@ def test_two_coordinators_interleaving_lose_nothing(tmp_path):
     setup_ids = ids[:5]
     assert sorted(ids[5:]) == sorted(acknowledged + refused_ids)
     assert len(set(ids)) == len(ids) and len(setup_ids) == 5
-    for coord in (first, second, make(SqliteStore(path))):
+    for coord in (first, second, make(database())):
         c = Client(coord)
         c.ok("participant.join", **frm(ALICE), type="human")  # catches up on conflict
         v = c.ok("audit.verify_chain")
         assert v["status"] == "verified"
-    final = Client(make(SqliteStore(path)))
+    final = Client(make(database()))
     assert final.ok("audit.verify_chain")["entries_total"] == len(log) + 3
 
 
-def test_second_coordinator_sees_the_other_writers_state_after_a_conflict(tmp_path):
-    path = str(tmp_path / "two.db")
-    first = make(SqliteStore(path))
+def test_second_coordinator_sees_the_other_writers_state_after_a_conflict(database):
+    first = make(database())
     a = Client(first)
     T = s0(a)
-    second = make(SqliteStore(path))
+    second = make(database())
     b = Client(second)
     b.n = 100
     a.ok("task.update", **frm(BOT), task_id=T, state="in_progress")
@@ -429,17 +438,16 @@ def test_second_coordinator_sees_the_other_writers_state_after_a_conflict(tmp_pa
     assert a.describe()["audit_count"] == 8
 
 
-def test_join_auto_create_race(tmp_path):
-    path = str(tmp_path / "race.db")
-    first, second = make(SqliteStore(path)), make(SqliteStore(path))
+def test_join_auto_create_race(database):
+    first, second = make(database()), make(database())
     a, b = Client(first, "wnew"), Client(second, "wnew")
     b.n = 50
     a.ok("participant.join", **frm(ALICE), type="human")
     # b did not know wnew: its create conflicts, it reloads and re-runs the join
     b.ok("participant.join", **frm(BOB), type="human")
-    d = Client(make(SqliteStore(path)), "wnew").describe()
+    d = Client(make(database()), "wnew").describe()
     assert [m["uri"] for m in d["members"]] == [ALICE, BOB] and d["audit_count"] == 2
-    assert Client(make(SqliteStore(path)), "wnew").ok("audit.verify_chain")["status"] == "verified"
+    assert Client(make(database()), "wnew").ok("audit.verify_chain")["status"] == "verified"
 
 
 # =============================================================================
@@ -552,12 +560,11 @@ def test_a_batch_keeps_the_workspaces_whose_write_succeeded():
     assert d.describe()["members"] == []
 
 
-def test_a_batch_that_conflicts_reruns_its_calls_on_the_fresh_state(tmp_path):
-    path = str(tmp_path / "two.db")
-    first = make(SqliteStore(path))
+def test_a_batch_that_conflicts_reruns_its_calls_on_the_fresh_state(database):
+    first = make(database())
     c1 = Client(first)
     T = s0(c1)
-    second = make(SqliteStore(path))
+    second = make(database())
     c2 = Client(second)
     with first.batch():
         r1 = c1.call("task.update", **frm(BOT), task_id=T, state="in_progress")
@@ -565,7 +572,7 @@ def test_a_batch_that_conflicts_reruns_its_calls_on_the_fresh_state(tmp_path):
         # another writer appends to the same workspace before the batch writes
         c2.ok("participant.join", **frm("human:carol"), type="human")
     assert r1["result"] == {"state": "in_progress"} and r2["result"] == {"joined": True, "as": BOB}
-    fresh = Client(make(SqliteStore(path)))
+    fresh = Client(make(database()))
     log = fresh.log()
     assert [e["envelope"]["method"] for e in log[-3:]] == [
         "participant.join", "task.update", "participant.join",
@@ -660,14 +667,13 @@ def test_a_batch_over_several_workspaces_commits_once(tmp_path):
 # -- findings of the whole-repository review -----------------------------------
 
 
-def test_values_that_would_not_load_again_are_refused(tmp_path):
-    path = str(tmp_path / "typed.db")
-    c = Client(make(SqliteStore(path)))
+def test_values_that_would_not_load_again_are_refused(database):
+    c = Client(make(database()))
     assert c.err("workspace.create", routing_policy_uri=5)["code"] == -32602
     c.ok("workspace.create")
     assert c.err("participant.join", **frm(ALICE), type="human", role=7)["code"] == -32602
     c.ok("participant.join", **frm(ALICE), type="human", role="reviewer")
-    again = Client(make(SqliteStore(path)))
+    again = Client(make(database()))
     assert [m["role"] for m in again.describe()["members"]] == ["reviewer"]
 
 
@@ -691,12 +697,11 @@ def test_a_replay_in_a_failed_batch_is_answered_with_the_error():
     assert c.describe()["task_count"] == 1
 
 
-def test_a_replay_in_a_conflicting_batch_is_run_again(tmp_path):
-    path = str(tmp_path / "replay.db")
-    one = make(SqliteStore(path))
+def test_a_replay_in_a_conflicting_batch_is_run_again(database):
+    one = make(database())
     c1 = Client(one)
     s0(c1)
-    c2 = Client(make(SqliteStore(path)))
+    c2 = Client(make(database()))
     with one.batch():
         first = c1.call("task.create", **frm(ALICE), assignee=BOT, kind="k", input={},
                         idempotency_key="K")
@@ -704,33 +709,31 @@ def test_a_replay_in_a_conflicting_batch_is_run_again(tmp_path):
                          idempotency_key="K")
         c2.ok("participant.join", **frm(BOB), type="human")
     assert first["result"]["task_id"] == replay["result"]["task_id"]
-    fresh = make(SqliteStore(path))
+    fresh = make(database())
     assert fresh.snapshot(WS)["tasks"].keys() >= {first["result"]["task_id"]}
     assert Client(fresh).describe()["task_count"] == 2
 
 
-def test_a_join_in_a_batch_finds_a_workspace_another_writer_created(tmp_path):
+def test_a_join_in_a_batch_finds_a_workspace_another_writer_created(database):
     from coordinator.ids import random_ids
 
-    path = str(tmp_path / "other.db")
-    a = make(SqliteStore(path))
+    a = make(database())
     # a generated id: the workspace is stored with no entries, so only a
     # lookup (not the base check) can tell that it exists
-    b = make(SqliteStore(path), ids=random_ids)
+    b = make(database(), ids=random_ids)
     theirs = Client(b, None).call("workspace.create", mode_ceiling="shadow")["result"]["workspace"]
     with a.batch():
         r = Client(a, theirs).call("participant.join", **frm(ALICE), type="human")
     assert r["result"]["joined"] is True
-    assert Client(make(SqliteStore(path)), theirs).describe()["mode_ceiling"] == "shadow"
+    assert Client(make(database()), theirs).describe()["mode_ceiling"] == "shadow"
 
 
-def test_generated_ids_never_reuse_a_held_one(tmp_path):
+def test_generated_ids_never_reuse_a_held_one(database):
     from coordinator import CounterIds
 
-    path = str(tmp_path / "ids.db")
-    c = Client(make(SqliteStore(path), ids=CounterIds()))
+    c = Client(make(database(), ids=CounterIds()))
     s0(c)
-    again = Client(make(SqliteStore(path), ids=CounterIds()))
+    again = Client(make(database(), ids=CounterIds()))
     again.ok("task.create", **frm(ALICE), assignee=BOT, kind="k", input={})
     assert again.describe()["task_count"] == 2
 
@@ -791,9 +794,8 @@ def test_a_failed_batch_puts_back_what_it_added_and_deleted_in_order():
     assert visible(make(store))["describe"]["members"] == c.describe()["members"]
 
 
-def test_after_a_batch_memory_keeps_objects_in_the_stores_order(tmp_path):
-    path = str(tmp_path / "order.db")
-    coord = make(SqliteStore(path))
+def test_after_a_batch_memory_keeps_objects_in_the_stores_order(database):
+    coord = make(database())
     c = Client(coord)
     s0(c)
     c.ok("participant.join", **frm(BOB), type="human")
@@ -801,7 +803,7 @@ def test_after_a_batch_memory_keeps_objects_in_the_stores_order(tmp_path):
         c.ok("participant.leave", **frm(ALICE))
         c.ok("participant.join", **frm(ALICE), type="human", role="admin")
         c.ok("participant.join", **frm("human:carol"), type="human")
-    fresh = Client(make(SqliteStore(path)))
+    fresh = Client(make(database()))
     assert [m["uri"] for m in c.describe()["members"]] == [ALICE, BOT, BOB, "human:carol"]
     assert c.describe()["members"] == fresh.describe()["members"]
 

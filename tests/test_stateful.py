@@ -1,16 +1,19 @@
 """hypothesis stateful: random call sequences through a coordinator on a
-MemoryStore and one on a SqliteStore, in lockstep, give identical responses
-and identical stored state; a coordinator restarted from the SQLite file shows
-the same describe, chain head and count."""
+MemoryStore and one on a durable store (SQLite, then PostgreSQL), in
+lockstep, give identical responses and identical stored state; a coordinator
+restarted from the durable store shows the same describe, chain head and
+count."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import tempfile
+from typing import Callable
 
 import msgspec
 from hypothesis import HealthCheck, settings
+from hypothesis.stateful import run_state_machine_as_test
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -22,7 +25,7 @@ from hypothesis.stateful import (
 from support import env, make
 
 from coordinator import Coordinator, CounterIds, StepClock
-from storage import MemoryStore, SqliteStore
+from storage import MemoryStore, PostgresStore, SqliteStore, Store
 
 WORKSPACES = ("wa", "wb")
 PEOPLE = ("human:alice", "human:bob", "agent:bot", "agent:two", "human:ghost")
@@ -32,15 +35,24 @@ people = st.sampled_from(PEOPLE)
 workspaces = st.sampled_from(WORKSPACES)
 
 
+def sqlite_database() -> tuple[Callable[[], Store], Callable[[], None]]:
+    """A new SQLite file: how to open a store on it, how to remove it."""
+    directory = tempfile.mkdtemp(prefix="chapline-stateful-")
+    path = os.path.join(directory, "s.db")
+    return (lambda: SqliteStore(path)), (lambda: shutil.rmtree(directory, ignore_errors=True))
+
+
 class LockstepMachine(RuleBasedStateMachine):
     """Every rule sends one envelope to both coordinators and compares."""
 
+    # Makes the durable side's database (a subclass picks another store).
+    database: Callable[[], tuple[Callable[[], Store], Callable[[], None]]] = staticmethod(sqlite_database)
+
     @initialize()
     def start(self):
-        self.dir = tempfile.mkdtemp(prefix="chapline-stateful-")
-        self.path = os.path.join(self.dir, "s.db")
+        self.open_durable, self.remove_durable = self.database()
         self.mem_store = MemoryStore()
-        self.sql_store = SqliteStore(self.path)
+        self.sql_store = self.open_durable()
         self.mem = make(self.mem_store)
         # the SQLite side keeps its clock and ids across restarts
         self.sql_clock, self.sql_ids = StepClock(), CounterIds()
@@ -54,7 +66,7 @@ class LockstepMachine(RuleBasedStateMachine):
     def teardown(self):
         if hasattr(self, "sql_store"):
             self.sql_store.close()
-            shutil.rmtree(self.dir, ignore_errors=True)
+            self.remove_durable()
 
     # -- the lockstep -----------------------------------------------------
 
@@ -164,7 +176,7 @@ class LockstepMachine(RuleBasedStateMachine):
         """Replace the SQLite coordinator by a new one on the same file; the
         lockstep must carry on as if nothing happened."""
         self.sql_store.close()
-        self.sql_store = SqliteStore(self.path)
+        self.sql_store = self.open_durable()
         self.sql = Coordinator(self.sql_store, clock=self.sql_clock, ids=self.sql_ids)
 
     # -- invariants ---------------------------------------------------------
@@ -179,7 +191,7 @@ class LockstepMachine(RuleBasedStateMachine):
     def restart_reproduces(self):
         if not hasattr(self, "sql_store") or self.n % 5:
             return
-        restarted = make(SqliteStore(self.path))
+        restarted = make(self.open_durable())
         try:
             for ws in self.sql.workspace_ids():
                 probe = env("workspace.describe", {"workspace": ws}, id="probe")
@@ -193,9 +205,22 @@ class LockstepMachine(RuleBasedStateMachine):
 
 
 # max_examples comes from the hypothesis profile (tests/conftest.py).
-LockstepMachine.TestCase.settings = settings(
+_SETTINGS = settings(
     stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-test_lockstep = LockstepMachine.TestCase
+
+
+def test_lockstep_sqlite() -> None:
+    run_state_machine_as_test(LockstepMachine, settings=_SETTINGS)
+
+
+def test_lockstep_postgres(pg_schema: Callable[[], str]) -> None:
+    class OnPostgres(LockstepMachine):
+        @staticmethod
+        def database() -> tuple[Callable[[], Store], Callable[[], None]]:
+            dsn = pg_schema()
+            return (lambda: PostgresStore(dsn)), (lambda: None)
+
+    run_state_machine_as_test(OnPostgres, settings=_SETTINGS)
