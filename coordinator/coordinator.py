@@ -33,7 +33,7 @@ from coordinator.compat import (
 from coordinator.envelope import Rejected, Request, read_envelope
 from coordinator.errors import BatchWriteError
 from coordinator.ids import IdSource, random_ids
-from coordinator.incidents import internal_error
+from coordinator.incidents import internal_error, logged
 from coordinator.listeners import (
     AuditListener,
     ChangeListener,
@@ -68,6 +68,7 @@ from coordinator.wire import (
     METHOD_NOT_FOUND,
     NOT_AUTHORISED,
     STORE_CONFLICT,
+    STORE_WRITE_FAILED,
     WORKSPACE_PAUSED,
     RpcError,
     error_response,
@@ -75,7 +76,14 @@ from coordinator.wire import (
 )
 from coordinator.workspace import Workspace
 from coordinator.writes import apply_change
-from storage import SIGNED_CALLS, MemoryStore, Store, StoreChange, StoreConflictError
+from storage import (
+    SIGNED_CALLS,
+    MemoryStore,
+    Store,
+    StoreChange,
+    StoreConflictError,
+    StoreError,
+)
 
 __all__ = ["AuditListener", "BatchWriteError", "Coordinator", "Options"]
 
@@ -224,6 +232,22 @@ class Coordinator:
             if arrived is None:
                 arrived = iso_ms(int(self._clock()))
             return self._dispatch(envelope, arrived, retry)
+        except StoreError as exc:
+            # A store that cannot be reached or read (a database server down)
+            # leaves the call unrun, as a failed write does: retrying helps.
+            # Its own words go to the log only, as for a failed write.
+            req_id = dict.get(envelope, "id") if isinstance(envelope, dict) else None
+            log_id = logged(log, "the store failed while dispatching", exc, self._ids)
+            return error_response(
+                req_id,
+                RpcError(
+                    STORE_WRITE_FAILED,
+                    "The store could not be reached or read, so the call was not run; retry "
+                    f"the call. The server logged the cause as {log_id} (quote it to the "
+                    "operator if the retry fails too).",
+                    {"log_id": log_id},
+                ),
+            )
         except Exception as exc:
             req_id = dict.get(envelope, "id") if isinstance(envelope, dict) else None
             return error_response(

@@ -47,7 +47,7 @@ from storage._encode import EncodedChange, encode_change
 from storage._match import entry_matches
 from storage.sqlite import _entries, _object, _Unreadable, _value
 
-__all__ = ["CHANNEL", "PostgresStore"]
+__all__ = ["CHANNEL", "PostgresStore", "entries_query"]
 
 log = logging.getLogger(__name__)
 
@@ -425,19 +425,7 @@ class PostgresStore:
         stop: int | None = None,
         where: EntryFilter | None = None,
     ) -> list[dict[str, Any]]:
-        sql, args = _range("seq, data", workspace, start, stop)
-        if where is not None:
-            # Push down only string comparisons, which SQL makes as Python
-            # does; entry_matches below has the last word on every row.
-            for field, expr in _FILTER_SQL.items():
-                value = getattr(where, field)
-                if isinstance(value, str):
-                    sql += f" AND {expr} = %s"
-                    args.append(value)
-            if where.outcome in ("accepted", "refused"):
-                sql += f" AND {_REFUSED} = %s"
-                args.append(where.outcome == "refused")
-        sql += " ORDER BY seq"
+        sql, args = entries_query(workspace, start, stop, where)
         rows = self._run(lambda conn: conn.execute(sql, args).fetchall(), "read")
         out = []
         for seq, text in rows:
@@ -500,6 +488,25 @@ def _range(columns: str, workspace: str, start: int, stop: int | None) -> tuple[
         sql += " AND seq < %s"
         args.append(stop)
     return sql, args
+
+
+def entries_query(
+    workspace: str, start: int, stop: int | None, where: EntryFilter | None
+) -> tuple[str, list[Any]]:
+    """The SELECT behind `read_entries`: (seq, data) in seq order, narrowed by
+    the indexed fields of `where`. Only string comparisons are pushed down
+    (SQL makes them as Python does); entry_matches has the last word."""
+    sql, args = _range("seq, data", workspace, start, stop)
+    if where is not None:
+        for field, expr in _FILTER_SQL.items():
+            value = getattr(where, field)
+            if isinstance(value, str):
+                sql += f" AND {expr} = %s"
+                args.append(value)
+        if where.outcome in ("accepted", "refused"):
+            sql += f" AND {_REFUSED} = %s"
+            args.append(where.outcome == "refused")
+    return sql + " ORDER BY seq", args
 
 
 def _server_error(exc: Exception, what: str) -> StoreError:
