@@ -135,8 +135,16 @@ def _opened(target: str, *, create: bool = False) -> Iterator[Store]:
     """The store `target` names. An existing SQLite file is never created by
     mistake, and an old-layout file is not migrated behind the user's back."""
     if _is_uri(target):
-        scheme = target.split("://", 1)[0]
-        raise CommandError(f"no store for {scheme}:// URIs in this version; give a SQLite file path")
+        store = _opened_uri(target)
+    else:
+        store = _opened_file(target, create)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _opened_file(target: str, create: bool) -> Store:
     if not create and not os.path.exists(target):
         raise CommandError(f"no such database file: {target}")
     if os.path.exists(target) and _old_layout(target):
@@ -145,13 +153,23 @@ def _opened(target: str, *, create: bool = False) -> Iterator[Store]:
             "(it keeps a backup)"
         )
     try:
-        store = SqliteStore(target)
+        return SqliteStore(target)
     except (sqlite3.Error, OSError) as exc:
         raise CommandError(f"cannot open {target} as a SQLite database ({exc})") from None
+
+
+def _opened_uri(target: str) -> Store:
+    scheme = target.split("://", 1)[0]
+    if scheme not in ("postgresql", "postgres"):
+        raise CommandError(
+            f"no store for {scheme}:// URIs; give a SQLite file path or a postgresql:// URI"
+        )
+    from storage import PostgresStore, StoreError
+
     try:
-        yield store
-    finally:
-        store.close()
+        return PostgresStore(target)
+    except StoreError as exc:
+        raise CommandError(f"cannot open the PostgreSQL database: {exc}") from None
 
 
 def _tables(path: str) -> set[str]:

@@ -141,6 +141,14 @@ class StoreContract:
         assert light.version == 2
         assert light.data == {k: v for k, v in record.data.items() if k != "audit"}
 
+    def test_workspace_ids(self, store: Store) -> None:
+        assert store.workspace_ids() == []
+        store.apply(change("b", 0, 1))
+        store.apply(change("a", 0, 0, {"tasks": {"T1": {"id": "T1"}}}))
+        assert store.workspace_ids() == ["a", "b"]
+        store.delete("b")
+        assert store.workspace_ids() == ["a"]
+
     def test_load_one_workspace(self, store: Store) -> None:
         store.apply(change("a", 0, 2, {"tasks": {"T1": {"id": "T1"}}}))
         store.apply(change("b", 0, 3))

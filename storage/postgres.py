@@ -330,6 +330,18 @@ class PostgresStore:
 
     # -- reading -----------------------------------------------------------
 
+    def workspace_ids(self) -> list[str]:
+        # Rows of any table name a workspace, so a verifier can report one
+        # whose meta row was lost.
+        rows = self._run(
+            lambda conn: conn.execute(
+                "SELECT workspace FROM chap_meta UNION SELECT workspace FROM chap_entries "
+                "UNION SELECT workspace FROM chap_objects ORDER BY 1"
+            ).fetchall(),
+            "read",
+        )
+        return [wid for (wid,) in rows]
+
     def load_held(self, workspace: str | None = None) -> list[HeldWorkspace]:
         return [held for held, _ in self._load(workspace, entries=False)]
 
