@@ -1,4 +1,6 @@
-"""The `chapline` command: `chapline serve` runs CHAP over HTTP on a SQLite file;
+"""The `chapline` command: `chapline serve` runs CHAP over HTTP on a SQLite file
+or a PostgreSQL database, in one process or several (`copy` moves workspaces
+between databases, copycli);
 `verify`, `inspect`, `export`, `import` and `migrate` work on the log (logcli).
 `token` creates, lists and revokes the bearer tokens `serve --auth` accepts.
 
@@ -23,10 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
-from coordinator import logcli
+from coordinator import copycli, logcli
 from coordinator.options import ENFORCED_BY, Options, unenforced
 from coordinator.profiles import REGISTRY
 from coordinator.registry import profile_name, profile_names
+from coordinator.transports.processes import run_workers
 
 if TYPE_CHECKING:  # imported when used: `chapline --help` stays light
     from coordinator import Coordinator
@@ -63,10 +66,16 @@ class _Failure(Exception):
     """A start-up problem reported as one line on stderr, exit status 1."""
 
 
+class _Usage(Exception):
+    """A bad combination of arguments, reported like argparse's: status 2."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "token":
         return _token(args)
+    if args.command == "copy":
+        return copycli.run(args)
     if args.command not in ("serve", "mcp"):
         return logcli.run(args)
     if args.command == "mcp" and not args.http and args.auth:
@@ -91,7 +100,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.require_signatures,
             oidc,
             projections,
+            getattr(args, "workers", 1),
         )
+    except _Usage as exc:
+        print(f"chapline: {exc}", file=sys.stderr)
+        return 2
     except _Failure as exc:
         print(f"chapline: {exc}", file=sys.stderr)
         return 1
@@ -107,7 +120,17 @@ def _parser() -> argparse.ArgumentParser:
         help="serve CHAP over HTTP (POST /chap)",
         description="Serve CHAP over HTTP: POST one JSON-RPC envelope to /chap.",
     )
-    serve.add_argument("--db", default="chap.db", help="SQLite file to write (default: ./chap.db)")
+    serve.add_argument(
+        "--db",
+        default="chap.db",
+        help="SQLite file to write, or a postgresql:// URI (default: ./chap.db)",
+    )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes sharing the port and the database (default: 1)",
+    )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     serve.add_argument(
         "--port", type=int, default=8080, help="port to listen on, 0 for any free one (default: 8080)"
@@ -181,6 +204,7 @@ def _parser() -> argparse.ArgumentParser:
     for action in (create, listing, revoke):
         action.add_argument("--db", default="chap.db", help="SQLite file (default: ./chap.db)")
     logcli.add_commands(commands)
+    copycli.add_command(commands)
     return parser
 
 
@@ -282,39 +306,99 @@ def _serve(
     require_signatures: bool,
     oidc: OidcVerifier | None,
     projections: list[tuple[str, str]],
+    workers: int = 1,
 ) -> int:
-    # Imported here so `chapline --help` works without loading the coordinator.
-    from coordinator import Coordinator
-    from coordinator.transports import create_app
-    from coordinator.transports.auth import Authenticator, TokenStore
-    from storage import SqliteStore, StoreError
+    from storage import StoreError
+    from storage.target import describe_target, is_postgres, open_store
 
+    if workers < 1:
+        raise _Usage(f"--workers must be at least 1, got {workers}")
+    if workers > 1 and db == ":memory:":
+        raise _Usage("--workers N needs a database the processes share: a file or a postgresql:// URI")
+    if workers > 1 and projections:
+        raise _Usage("--projection runs in one process: serve it with --workers 1")
+    if auth and is_postgres(db):
+        raise _Usage(
+            "--auth keeps its tokens in the SQLite file given as --db, so it cannot be "
+            "used with a postgresql:// database yet"
+        )
     sock = _listen(host, port)
-    tokens = None
     try:
-        try:
-            coord = Coordinator(
-                store=SqliteStore(db),
-                default_profiles=profiles,
-                require_signatures=require_signatures,
-            )
-        except (sqlite3.Error, OSError, StoreError) as exc:
-            raise _Failure(f"cannot open the database {db!r}: {exc}") from None
-        if auth:
-            try:
-                tokens = TokenStore(db)
-            except (sqlite3.Error, ValueError) as exc:
-                coord.close()
-                raise _Failure(f"--auth: {exc}") from None
-        elif not _loopback(sock):
+        if not auth and not _loopback(sock):
             print(
                 f"chapline: warning: listening on {_url(sock)} without --auth: anyone who "
                 "can reach this port may act as any participant",
                 file=sys.stderr,
                 flush=True,
             )
+
+        def announce(workers_text: str, projected: str) -> str:
+            return (
+                f"chapline: serving CHAP on {_url(sock)} ({', '.join(profiles)}), "
+                f"{workers_text}writing {describe_target(db)}"
+                f"{', tokens required' if auth else ''}"
+                f"{', signatures required' if require_signatures else ''}{projected}; "
+                f"MCP on {_url(sock, '/mcp')}, A2A on {_url(sock, '/a2a')}; "
+                f"review desk at {_url(sock, '/')}"
+            )
+
+        def serve_one(projections: list[tuple[str, str]], say: Callable[[str], str] | None) -> int:
+            return _serve_one(
+                db, host, sock, profiles, auth, require_signatures, oidc, projections, say
+            )
+
+        if workers == 1:
+            return serve_one(projections, lambda projected: announce("", projected))
+        # Open it once here: a bad --db fails before any worker starts, and
+        # the schema exists before the workers race to create it.
+        try:
+            open_store(db).close()
+        except (sqlite3.Error, OSError, StoreError) as exc:
+            raise _Failure(f"cannot open the database {_quoted(db)}: {exc}") from None
+        print(announce(f"{workers} workers ", ""), flush=True)
+        return run_workers(workers, lambda: serve_one([], None))
+    finally:
+        sock.close()
+
+
+def _serve_one(
+    db: str,
+    host: str,
+    sock: socket.socket,
+    profiles: tuple[str, ...],
+    auth: bool,
+    require_signatures: bool,
+    oidc: OidcVerifier | None,
+    projections: list[tuple[str, str]],
+    announce: Callable[[str], str] | None,
+) -> int:
+    """One server process: its own coordinator on `db`, serving `sock`;
+    prints `announce(what the projections say)` once it is ready."""
+    # Imported here so `chapline --help` works without loading the coordinator.
+    from coordinator import Coordinator
+    from coordinator.transports import create_app
+    from coordinator.transports.auth import Authenticator, TokenStore
+    from storage import StoreError
+    from storage.target import open_store
+
+    try:
+        # watch: reload a workspace another process (a worker, another
+        # server on the same database) changed before using it.
+        coord = Coordinator(
+            store=open_store(db, watch=True),
+            default_profiles=profiles,
+            require_signatures=require_signatures,
+        )
+    except (sqlite3.Error, OSError, StoreError) as exc:
+        raise _Failure(f"cannot open the database {_quoted(db)}: {exc}") from None
+    tokens = None
+    try:
         authenticator = None
-        if tokens is not None:
+        if auth:
+            try:
+                tokens = TokenStore(db)
+            except (sqlite3.Error, ValueError) as exc:
+                raise _Failure(f"--auth: {exc}") from None
             authenticator = Authenticator(tokens, oidc=oidc, signatures=require_signatures)
         projected = _attach(coord, projections)
         app = create_app(coord, auth=authenticator, host=host, public_url=_url(sock, ""))
@@ -328,25 +412,23 @@ def _serve(
                     timeout_graceful_shutdown=30,
                 )
             )
-            started = (
-                f"chapline: serving CHAP on {_url(sock)} ({', '.join(profiles)}), "
-                f"writing {_where(db)}{', tokens required' if auth else ''}"
-                f"{', signatures required' if require_signatures else ''}{projected}; "
-                f"MCP on {_url(sock, '/mcp')}, A2A on {_url(sock, '/a2a')}; "
-                f"review desk at {_url(sock, '/')}"
-            )
-            _run(server, sock, started)
+            _run(server, sock, None if announce is None else announce(projected))
         finally:
             # The lifespan has normally closed the dispatcher already; a forced
             # stop skips it. Either way every queued call has run and nothing
             # writes any more when the store closes.
             app.state.dispatcher.close()
-            coord.close()
     finally:
+        coord.close()
         if tokens is not None:
             tokens.close()
-        sock.close()
     return 0
+
+
+def _quoted(db: str) -> str:
+    from storage.target import describe_target, is_postgres
+
+    return describe_target(db) if is_postgres(db) else repr(db)
 
 
 def _attach(coord: Coordinator, projections: list[tuple[str, str]]) -> str:
@@ -438,10 +520,10 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _run(server: uvicorn.Server, sock: socket.socket, started: str) -> None:
-    """Print `started`, run until SIGINT or SIGTERM, then return once the
-    server has drained. The line is printed once our handlers are in place,
-    so a signal sent as soon as it is read still stops the server cleanly.
+def _run(server: uvicorn.Server, sock: socket.socket, started: str | None) -> None:
+    """Print `started` (if any), run until SIGINT or SIGTERM, then return once
+    the server has drained. The line is printed once our handlers are in
+    place, so a signal sent as soon as it is read still stops the server cleanly.
 
     uvicorn handles both signals while serving (stop accepting, finish the
     requests in flight, run the lifespan shutdown) and, once stopped, re-sends
@@ -451,7 +533,8 @@ def _run(server: uvicorn.Server, sock: socket.socket, started: str) -> None:
     """
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        print(started, flush=True)
+        if started is not None:
+            print(started, flush=True)
         server.run(sockets=[sock])
     except KeyboardInterrupt:
         pass

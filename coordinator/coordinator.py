@@ -196,6 +196,11 @@ class Coordinator:
             self._listeners.add_audit(on_audit)
         self._workspaces: dict[str, Workspace] = {}
         self._batch: Pending | None = None
+        # Workspaces other processes changed since we loaded them (a store
+        # with `changed()` tells): reloaded before their next use, so our
+        # writes start from the fresh state instead of being refused.
+        self._changed: Callable[[], set[str] | None] | None = getattr(self.store, "changed", None)
+        self._stale: set[str] = set()
         # Objects stay as stored text until used: a fresh collection is young
         # garbage the collector would otherwise scan again and again.
         collecting = gc.isenabled()
@@ -216,6 +221,8 @@ class Coordinator:
         batch = self._batch
         if batch is not None:
             batch.current = None
+        if self._changed is not None:
+            self._note_changes(self._changed)
         response = self._dispatch_safe(envelope, None, retry=True)
         if batch is not None and batch.current is not None:
             # Anything answered from a workspace the batch changed depends on
@@ -595,12 +602,29 @@ class Coordinator:
 
     def _workspace(self, workspace_id: str) -> Workspace | None:
         """The workspace held in memory, or one another writer has since put in
-        the store (so coordinators sharing a store see each other's)."""
+        the store (so coordinators sharing a store see each other's); reloaded
+        first if another writer changed it."""
         ws = self._workspaces.get(workspace_id)
-        if ws is None and (self._batch is None or workspace_id not in self._batch.parts):
+        if (ws is None or workspace_id in self._stale) and (
+            self._batch is None or workspace_id not in self._batch.parts
+        ):
             if self._reload(workspace_id):
                 ws = self._workspaces.get(workspace_id)
+            self._stale.discard(workspace_id)
         return ws
+
+    def _note_changes(self, changed: Callable[[], set[str] | None]) -> None:
+        """Mark the held workspaces the store says others changed (all of
+        them when it cannot say)."""
+        try:
+            ids = changed()
+        except Exception:  # a hint only: the CAS still guards every write
+            log.exception("the store could not tell which workspaces changed")
+            ids = None
+        if ids is None:
+            self._stale.update(self._workspaces)
+        elif ids:
+            self._stale.update(wid for wid in ids if wid in self._workspaces)
 
     def _reload(self, workspace_id: str) -> bool:
         """Replace memory's copy of one workspace with the store's."""

@@ -27,7 +27,7 @@ from coordinator.errors import ChaplineError
 from coordinator.verification import verify_store
 from storage import SqliteStore, Store, assemble_snapshot
 
-__all__ = ["COMMANDS", "add_commands"]
+__all__ = ["COMMANDS", "CommandError", "add_commands", "opened_store", "progress_bar"]
 
 
 class CommandError(ChaplineError):
@@ -131,7 +131,7 @@ def _is_uri(target: str) -> bool:
 
 
 @contextlib.contextmanager
-def _opened(target: str, *, create: bool = False) -> Iterator[Store]:
+def opened_store(target: str, *, create: bool = False) -> Iterator[Store]:
     """The store `target` names. An existing SQLite file is never created by
     mistake, and an old-layout file is not migrated behind the user's back."""
     if _is_uri(target):
@@ -206,7 +206,7 @@ def _table(title: str, columns: list[str], rows: list[list[str]]) -> None:
 
 
 @contextlib.contextmanager
-def _progress(description: str) -> Iterator[Callable[[str, int, int], None]]:
+def progress_bar(description: str) -> Iterator[Callable[[str, int, int], None]]:
     """A progress callback `(item, done, total)`: a bar on a terminal's
     stderr, nothing otherwise (pipes and CI logs stay clean)."""
     if not sys.stderr.isatty():
@@ -232,10 +232,10 @@ def _short(digest: str | None) -> str:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    with _opened(args.db) as store:
+    with opened_store(args.db) as store:
         if args.workspace is not None and args.workspace not in store.workspace_ids():
             raise CommandError(f"{args.db} holds no workspace {args.workspace!r}")
-        with _progress("verifying") as progress:
+        with progress_bar("verifying") as progress:
             reports = verify_store(store, args.workspace, progress)
     broken = [r for r in reports if not r.ok]
     if args.json:
@@ -264,7 +264,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    with _opened(args.db) as store:
+    with opened_store(args.db) as store:
         rows = []
         unreadable = []
         for wid in store.workspace_ids():
@@ -346,7 +346,7 @@ def _snapshot(store: Store, wid: str) -> dict[str, Any]:
 
 
 def _export(args: argparse.Namespace) -> int:
-    with _opened(args.db) as store:
+    with opened_store(args.db) as store:
         ids = store.workspace_ids()
         if args.workspace is not None:
             if args.workspace not in ids:
@@ -410,7 +410,7 @@ def _import(args: argparse.Namespace) -> int:
     from coordinator.snapshot import RestoreError
 
     kind, items = _parse_import(_read_input(args.file), args.file)
-    with _opened(args.db, create=True) as store:
+    with opened_store(args.db, create=True) as store:
         held = set(store.workspace_ids())
         ids = [i.get("id") if isinstance(i, dict) else None for i in items] if kind == "snapshot" else list(items)
         clash = [wid for wid in ids if wid in held]

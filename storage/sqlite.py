@@ -159,8 +159,15 @@ class SqliteStore(Store):
     threads; several instances and processes may share one file.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, wal: bool = True) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, wal: bool = True, watch: bool = False
+    ) -> None:
         self.path = os.fspath(path)
+        # With `watch`: the file's data_version and each workspace's
+        # (version, updated_at) as last seen, for `changed()`.
+        self._watch = watch
+        self._data_version: int | None = None
+        self._seen: dict[str, tuple[int, str]] = {}
         # isolation_level=None: we issue BEGIN ourselves, so a read-then-write
         # (the base check, then the insert) is one transaction.
         self._db = sqlite3.connect(
@@ -176,6 +183,8 @@ class SqliteStore(Store):
             # WAL on every commit.
             self._db.execute("PRAGMA synchronous=FULL")
             self._prepare()
+            if watch:
+                self.changed()  # the baseline: what is there now is not news
         except BaseException:
             self._db.close()
             raise
@@ -271,6 +280,8 @@ class SqliteStore(Store):
         encoded = encode_change(change)
         with self._write():
             self._apply_encoded(change, encoded)
+        if self._watch:
+            self._saw([change])
 
     def apply_many(self, changes: Iterable[StoreChange]) -> list[Exception | None]:
         """Apply several changes with one commit (one disk sync).
@@ -301,6 +312,8 @@ class SqliteStore(Store):
                     results[i] = exc
                     self._db.execute("ROLLBACK TO change")
                 self._db.execute("RELEASE change")
+        if self._watch:
+            self._saw([c for c, r in zip(changes, results) if r is None])
         return results
 
     def _apply_encoded(self, change: StoreChange, encoded: EncodedChange) -> None:
@@ -367,6 +380,38 @@ class SqliteStore(Store):
         with self._write():
             for table in ("chap_entries", "chap_objects", "chap_meta"):
                 self._db.execute(f"DELETE FROM {table} WHERE workspace = ?", (workspace,))
+        self._seen.pop(workspace, None)
+
+    # -- other writers -------------------------------------------------------
+
+    def changed(self) -> set[str] | None:
+        """The workspaces other connections changed since the last call
+        (always empty without `watch`).
+
+        `PRAGMA data_version` moves only when another connection commits, so
+        the common case costs one pragma; when it moved, the meta rows are
+        compared with what was last seen (our own writes are noted as we
+        make them)."""
+        if not self._watch:
+            return set()
+        with self._lock:
+            self._check_open()
+            (version,) = self._db.execute("PRAGMA data_version").fetchone()
+            if version == self._data_version:
+                return set()
+            self._data_version = version
+            rows = self._db.execute("SELECT workspace, version, updated_at FROM chap_meta").fetchall()
+            seen = {wid: (held, updated_at) for wid, held, updated_at in rows}
+            changed = {wid for wid, state in seen.items() if self._seen.get(wid) != state}
+            changed |= self._seen.keys() - seen.keys()
+            self._seen = seen
+        return changed
+
+    def _saw(self, changes: list[StoreChange]) -> None:
+        """Note our own committed writes, so `changed()` does not report them."""
+        with self._lock:
+            for change in changes:
+                self._seen[change.id] = (change.version, change.updated_at)
 
     # -- reading -----------------------------------------------------------
 

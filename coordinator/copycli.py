@@ -1,0 +1,116 @@
+"""`chapline copy SOURCE TARGET`: every workspace from one database to another.
+
+SOURCE and TARGET are each a SQLite file or a `postgresql://` URI, so this
+moves a deployment from SQLite to PostgreSQL and back. Each workspace is
+written to the target whole (one replace, one transaction) and then verified
+there as `chapline verify` would: its rows, its chain, its head and count,
+and a replay of its log against its objects. A target that already holds
+workspaces is refused unless `--replace` is given (then the workspaces being
+copied replace those with the same id; others are kept). Exit status: 0 when
+every workspace arrived and verifies, 1 otherwise (one line on stderr per
+problem), 2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from coordinator.logcli import CommandError, opened_store, progress_bar
+from coordinator.verification import verify_workspace
+from storage import Store
+
+__all__ = ["add_command", "run"]
+
+
+def add_command(commands: Any) -> None:
+    copy = commands.add_parser(
+        "copy",
+        help="copy every workspace from one database to another (SQLite <-> PostgreSQL)",
+        description=(
+            "Copy every workspace from SOURCE to TARGET (each a SQLite file or a "
+            "postgresql:// URI) and verify each on arrival. A TARGET that holds "
+            "workspaces is refused unless --replace is given."
+        ),
+    )
+    copy.add_argument("source", metavar="SOURCE", help="a SQLite file or a postgresql:// URI")
+    copy.add_argument("target", metavar="TARGET", help="a SQLite file or a postgresql:// URI")
+    copy.add_argument(
+        "--replace",
+        action="store_true",
+        help="write into a TARGET that holds workspaces: those with a copied id are "
+        "replaced, the others kept",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _copy(args.source, args.target, args.replace)
+    except CommandError as exc:
+        print(f"chapline copy: {exc}", file=sys.stderr)
+        return 1
+
+
+def _copy(source_name: str, target_name: str, replace: bool) -> int:
+    if _same(source_name, target_name):
+        raise CommandError("SOURCE and TARGET are the same database; nothing was copied")
+    with opened_store(source_name) as source, opened_store(target_name, create=True) as target:
+        held = target.workspace_ids()
+        if held and not replace:
+            raise CommandError(
+                f"TARGET already holds {len(held)} workspace(s); nothing was copied. "
+                "Pass --replace to write into it (workspaces with a copied id are "
+                "replaced, the others kept), or give an empty TARGET."
+            )
+        ids = source.workspace_ids()
+        failed = 0
+        entries = 0
+        with progress_bar("copying") as progress:
+            for done, wid in enumerate(ids, 1):
+                problem, count = _copy_one(source, target, wid)
+                if problem is not None:
+                    failed += 1
+                    print(f"chapline copy: workspace {wid}: {problem}", file=sys.stderr)
+                entries += count
+                progress(wid, done, len(ids))
+    print(
+        f"copied {len(ids) - failed} of {len(ids)} workspaces ({entries} audit entries), "
+        "each verified in TARGET"
+    )
+    return 1 if failed else 0
+
+
+def _copy_one(source: Store, target: Store, wid: str) -> tuple[str | None, int]:
+    """Copy one workspace and verify it on arrival; (problem or None, entries)."""
+    records = source.load(workspace=wid)
+    if not records:
+        return "cannot be read in SOURCE (see the warning above); not copied", 0
+    (record,) = records
+    target.save(record)
+    arrived = verify_workspace(target, wid)
+    if arrived.ok:
+        return None, record.version
+    first = arrived.first()
+    at_source = verify_workspace(source, wid)
+    if not at_source.ok and [f.describe() for f in at_source.findings] == [
+        f.describe() for f in arrived.findings
+    ]:
+        # Copied faithfully: it did not verify in SOURCE either.
+        return (
+            f"copied as it is, but it does not verify in SOURCE either "
+            f"({first.describe() if first else 'see chapline verify'})",
+            record.version,
+        )
+    return (
+        f"does not verify in TARGET after the copy "
+        f"({first.describe() if first else 'see chapline verify'}); check TARGET",
+        record.version,
+    )
+
+
+def _same(a: str, b: str) -> bool:
+    if "://" in a or "://" in b:
+        return a == b
+    return os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)
