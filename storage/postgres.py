@@ -6,17 +6,18 @@ exact text written (chain verification hashes it). Many processes and
 machines may share one database; the rules that make that safe are in
 SPECIFICATION.md, "PostgreSQL":
 
-- A write locks its workspace's `chap_meta` row first (an upsert, which also
-  makes two creators of one new workspace take turns), and only then counts
-  the entries held, in a later statement, so the compare-and-swap on `base`
-  sees every commit before it. The primary key on (workspace, seq) is the
-  backstop.
+- A write locks its workspace's `chap_meta` row first (an UPDATE; for a new
+  workspace an INSERT, where two creators take turns on the primary key),
+  and only then counts the entries held, in a later statement, so the
+  compare-and-swap on `base` sees every commit before it. The primary key on
+  (workspace, seq) is the backstop. A `create` change is refused when the
+  row was already there.
 - A write that reaches the database sends a notification (channel
   `chapline_changes`, payload "<writer> <workspace>") that other processes
   use to refresh a workspace before their next write to it.
 - A broken connection is replaced on the next call. A call that fails
-  because the server is unreachable raises StoreError with a message that
-  names no host, path or credential. A read, and a write that failed before
+  because the server is unreachable raises StoreUnavailableError with a
+  message that names no host, path or credential. A read, and a write that failed before
   its COMMIT was sent, is tried once more on a fresh connection; a write whose
   COMMIT got no answer is not (it may have been committed, and the CAS makes
   the caller find out by reloading).
@@ -29,23 +30,25 @@ import threading
 import uuid
 from typing import Any, Callable, Iterable, TypeVar
 
-import msgspec
 import psycopg
 from psycopg import errors as pg_errors
 
-from storage import (
+from storage._encode import EncodedChange, encode_change
+from storage.match import entry_matches
+from storage.records import assemble_snapshot, change_from_record
+from storage.sqlite import _entries, _object, _Unreadable, _value
+from storage.types import (
     EntryFilter,
     HeldWorkspace,
+    MalformedChangeError,
+    Store,
     StoreChange,
     StoreConflictError,
     StoreError,
+    StoreUnavailableError,
+    WorkspaceExistsError,
     WorkspaceRecord,
-    assemble_snapshot,
-    change_from_record,
 )
-from storage._encode import EncodedChange, encode_change
-from storage._match import entry_matches
-from storage.sqlite import _entries, _object, _Unreadable, _value
 
 __all__ = ["CHANNEL", "PostgresStore", "entries_query"]
 
@@ -112,7 +115,7 @@ class _Ambiguous(Exception):
     """The connection broke after COMMIT was sent: the write may have landed."""
 
 
-class PostgresStore:
+class PostgresStore(Store):
     """A store in the PostgreSQL database named by `dsn` (a libpq URI or
     key=value string).
 
@@ -143,7 +146,7 @@ class PostgresStore:
         try:
             return psycopg.connect(self._dsn, autocommit=True, connect_timeout=self._timeout)
         except psycopg.OperationalError:
-            raise StoreError(_UNREACHABLE.format(what="read or written")) from None
+            raise StoreUnavailableError("", _UNREACHABLE.format(what="read or written")) from None
 
     def _connection(self) -> psycopg.Connection[Any]:
         conn = self._conn
@@ -172,7 +175,8 @@ class PostgresStore:
                 try:
                     return work(conn)
                 except _Ambiguous:
-                    raise StoreError(
+                    raise StoreUnavailableError(
+                        "",
                         "the connection to the PostgreSQL server was lost while committing, "
                         "so this write may or may not have been stored. Reload the workspace "
                         "from the store (a coordinator does so on its next write) and retry."
@@ -183,7 +187,7 @@ class PostgresStore:
                     self._conn = None
                     conn.close()
                     if attempt == 2:
-                        raise StoreError(_UNREACHABLE.format(what=what)) from None
+                        raise StoreUnavailableError("", _UNREACHABLE.format(what=what)) from None
                 except (psycopg.Error, UnicodeError) as exc:
                     if conn.broken:
                         self._conn = None
@@ -193,7 +197,9 @@ class PostgresStore:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise StoreError("this PostgresStore is closed; open a new PostgresStore to use the database")
+            raise StoreUnavailableError(
+                "", "this PostgresStore is closed; open a new PostgresStore to use the database"
+            )
 
     # -- writing ---------------------------------------------------------
 
@@ -215,7 +221,7 @@ class PostgresStore:
         for i, change in enumerate(changes):
             try:
                 todo.append((i, change, encode_change(change)))
-            except (ValueError, TypeError, msgspec.EncodeError) as exc:
+            except MalformedChangeError as exc:
                 results[i] = exc
         todo.sort(key=lambda item: item[1].id)
         if todo:
@@ -248,7 +254,7 @@ class PostgresStore:
                     cur.execute("SAVEPOINT change")
                     try:
                         self._write_one(cur, change, encoded)
-                    except StoreConflictError as exc:
+                    except StoreConflictError as exc:  # WorkspaceExistsError too
                         cur.execute("ROLLBACK TO SAVEPOINT change")
                         conflicts[position] = exc
                     cur.execute("RELEASE SAVEPOINT change")
@@ -274,14 +280,9 @@ class PostgresStore:
 
     def _write_one(self, cur: psycopg.Cursor[Any], change: StoreChange, encoded: EncodedChange) -> None:
         wid = change.id
-        # The upsert locks the workspace's row (or waits for a concurrent
-        # creator to finish), so the count below sees every earlier commit.
-        cur.execute(
-            "INSERT INTO chap_meta (workspace, data, version, updated_at) "
-            "VALUES (%s, %s, %s, %s) ON CONFLICT (workspace) DO UPDATE SET "
-            "data = excluded.data, version = excluded.version, updated_at = excluded.updated_at",
-            (wid, encoded.meta.decode(), change.version, change.updated_at),
-        )
+        existed = _lock_meta(cur, wid, encoded.meta.decode(), change.version, change.updated_at)
+        if existed and encoded.create:
+            raise WorkspaceExistsError(wid, _held(cur, wid), change.base)
         if change.replace:
             cur.execute("DELETE FROM chap_entries WHERE workspace = %s", (wid,))
             cur.execute("DELETE FROM chap_objects WHERE workspace = %s", (wid,))
@@ -444,7 +445,8 @@ class PostgresStore:
             try:
                 entry = _object(text.encode(), f"the entry at seq {seq}")
             except _Unreadable as exc:
-                raise StoreError(
+                raise StoreUnavailableError(
+                    "",
                     f"workspace {workspace!r}: {exc}. The log cannot be read past this "
                     "row; repair or delete the row."
                 ) from None
@@ -487,6 +489,30 @@ def _create_schema(conn: psycopg.Connection[Any]) -> None:
             conn.execute(statement)
 
 
+def _lock_meta(cur: psycopg.Cursor[Any], wid: str, meta: str, version: int, updated_at: str) -> bool:
+    """Write the workspace's meta row, holding its lock until the transaction
+    ends; True if the row was there before. Every writer of one workspace
+    queues here, and the statements after this one see every earlier commit."""
+    args = (meta, version, updated_at, wid)
+    for _ in range(2):
+        cur.execute(
+            "UPDATE chap_meta SET data = %s, version = %s, updated_at = %s WHERE workspace = %s",
+            args,
+        )
+        if cur.rowcount:
+            return True
+        # New here; a concurrent creator makes this wait for its commit, and
+        # then the row is there: update (and lock) it after all.
+        cur.execute(
+            "INSERT INTO chap_meta (data, version, updated_at, workspace) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (workspace) DO NOTHING",
+            args,
+        )
+        if cur.rowcount:
+            return False
+    raise AssertionError("a chap_meta row neither updated nor inserted")
+
+
 def _held(cur: psycopg.Cursor[Any], wid: str) -> int:
     cur.execute("SELECT max(seq) FROM chap_entries WHERE workspace = %s", (wid,))
     row = cur.fetchone()
@@ -521,14 +547,15 @@ def entries_query(
     return sql + " ORDER BY seq", args
 
 
-def _server_error(exc: Exception, what: str) -> StoreError:
+def _server_error(exc: Exception, what: str) -> StoreUnavailableError:
     """A StoreError for an error the server reported: its primary message and
     SQLSTATE only (never the connection string, host or socket path)."""
     diag = getattr(exc, "diag", None)
     primary = getattr(diag, "message_primary", None) if diag is not None else None
     state = getattr(exc, "sqlstate", None)
     detail = primary or type(exc).__name__
-    return StoreError(
+    return StoreUnavailableError(
+        "",
         f"the PostgreSQL server refused the operation ({detail}"
         + (f", SQLSTATE {state}" if state else "")
         + f"), so nothing was {what}. Check the database and retry."

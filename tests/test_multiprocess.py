@@ -238,14 +238,18 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def test_workers_need_a_shared_database() -> None:
+@pytest.mark.parametrize("args, named", [
+    (["--db", ":memory:", "--workers", "2"], "--workers"),
+    (["--workers", "0"], "--workers"),
+    (["--db", "postgresql://chap@127.0.0.1:1/chap", "--auth"], "--auth"),
+])
+def test_bad_serve_arguments_exit_2(args: list[str], named: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "coordinator", "serve", "--db", ":memory:", "--workers", "2",
-         "--port", "0"],
+        [sys.executable, "-m", "coordinator", "serve", "--port", "0", *args],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 2
-    assert "--workers" in result.stderr and "Traceback" not in result.stderr
+    assert named in result.stderr and "Traceback" not in result.stderr
 
 
 
