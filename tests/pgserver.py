@@ -144,15 +144,18 @@ class PgServer:
 
     # -- the server ---------------------------------------------------------
 
-    def start(self) -> None:
-        # fsync=off: the tests stop the server, never the machine; every
-        # commit still reaches the OS before it is acknowledged, which is what
-        # an immediate stop (or a killed server) can observe.
+    def start(self, *, durable: bool = False) -> None:
+        """Start the server. Unless `durable`, with fsync=off: the tests stop
+        the server, never the machine, and every commit still reaches the OS
+        before it is acknowledged, which is all an immediate stop (or a killed
+        server) can observe. Benchmarks want `durable`: a sync per commit."""
         options = (
             f"-c listen_addresses=127.0.0.1 -c port={self.port} "
-            f"-c unix_socket_directories={self.socket_dir} -c fsync=off "
-            "-c full_page_writes=off -c max_connections=200 -c shared_buffers=64MB"
+            f"-c unix_socket_directories={self.socket_dir} "
+            "-c max_connections=200 -c shared_buffers=64MB"
         )
+        if not durable:
+            options += " -c fsync=off -c full_page_writes=off"
         self._run(
             "pg_ctl", "start", "-w", "-t", "60", "-D", str(self.data),
             "-l", str(self.dir / "server.log"), "-o", options,
