@@ -164,7 +164,8 @@ def _opened_uri(target: str) -> Store:
         raise CommandError(
             f"no store for {scheme}:// URIs; give a SQLite file path or a postgresql:// URI"
         )
-    from storage import PostgresStore, StoreError
+    from storage import StoreError
+    from storage.postgres import PostgresStore
 
     try:
         return PostgresStore(target)

@@ -28,7 +28,8 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from typing import Any, Callable, Iterable, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -230,8 +231,8 @@ class PostgresStore(Store):
                 lambda conn: self._write(conn, [(c, e) for _, c, e in todo], conflicts),
                 "written",
             )
-            for position, exc in conflicts.items():
-                results[todo[position][0]] = exc
+            for position, conflict in conflicts.items():
+                results[todo[position][0]] = conflict
         return results
 
     def _write(

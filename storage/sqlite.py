@@ -313,7 +313,7 @@ class SqliteStore(Store):
                     self._db.execute("ROLLBACK TO change")
                 self._db.execute("RELEASE change")
         if self._watch:
-            self._saw([c for c, r in zip(changes, results) if r is None])
+            self._saw([c for c, r in zip(changes, results, strict=True) if r is None])
         return results
 
     def _apply_encoded(self, change: StoreChange, encoded: EncodedChange) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings

@@ -9,10 +9,10 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from support import BOB, BOT, Client, make, s0
 
 from coordinator.cli import main
 from storage import PostgresStore, SqliteStore
-from support import ALICE, BOB, BOT, Client, make, s0
 
 
 def _workload(path: str) -> dict[str, dict]:

@@ -23,10 +23,10 @@ from typing import Any
 
 import httpx
 import pytest
+from support import ALICE, BOT
 
 from coordinator import Coordinator
 from storage.target import open_store
-from support import ALICE, BOT
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = "wsp_shared"

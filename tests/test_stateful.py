@@ -9,11 +9,10 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from typing import Callable
+from collections.abc import Callable
 
 import msgspec
 from hypothesis import HealthCheck, settings
-from hypothesis.stateful import run_state_machine_as_test
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -21,6 +20,7 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
+    run_state_machine_as_test,
 )
 from support import env, make
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from typing import Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest

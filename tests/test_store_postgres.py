@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
-
 from pgserver import PgServer
+from support import ALICE, BOT, Client, make, s0
+
 from storage import EntryFilter, PostgresStore, StoreChange, StoreError
 from storage.contract import change, entry
 from storage.postgres import entries_query
-from support import ALICE, BOT, Client, make, s0
 
 SECRET = "s3cret-pw"
 

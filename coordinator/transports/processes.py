@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Callable
 from types import FrameType
-from typing import Callable
 
 __all__ = ["run_workers"]
 
