@@ -1,6 +1,6 @@
 """Several coordinator processes on one database: PostgreSQL and SQLite.
 
-    ./run bench-multi            # or: .venv/bin/python -m bench.multiprocess [--cycles N]
+    .venv/bin/python -m bench.multiprocess [--cycles N] [--shared-calls N] [--json PATH]
 
 Starts its own PostgreSQL server (tests/pgserver.py, with fsync on, so a
 commit costs what it costs in production) and a SQLite file in the temp dir,
