@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
+from pgserver import PgServer, stop_stale_servers
 
 # `chapline serve` as a process, for the transport tests.
 from servers import served, served_with_auth  # noqa: F401
-from pgserver import PgServer, stop_stale_servers
 
 settings.register_profile(
     "ci",
