@@ -450,19 +450,20 @@ def _mcp_stdio(
     """MCP on stdin/stdout until the client closes it (or SIGINT/SIGTERM)."""
     from coordinator import Coordinator
     from coordinator.transports.mcp import run_stdio
-    from storage import SqliteStore, StoreError
+    from storage import StoreError
+    from storage.target import describe_target, open_store
 
     try:
         coord = Coordinator(
-            store=SqliteStore(args.db),
+            store=open_store(args.db),
             default_profiles=profiles,
             require_signatures=args.require_signatures,
         )
     except (sqlite3.Error, OSError, StoreError) as exc:
-        raise _Failure(f"cannot open the database {args.db!r}: {exc}") from None
+        raise _Failure(f"cannot open the database {_quoted(args.db)}: {exc}") from None
     projected = _attach(coord, projections)
     print(
-        f"chapline: serving CHAP as MCP tools on stdio, writing {_where(args.db)}{projected}",
+        f"chapline: serving CHAP as MCP tools on stdio, writing {describe_target(args.db)}{projected}",
         file=sys.stderr,
         flush=True,
     )
