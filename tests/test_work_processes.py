@@ -1,4 +1,5 @@
-"""x-chapline-work/1.0 across processes on one SQLite file: four workers
+"""x-chapline-work/1.0 across processes on one database (a SQLite file, and
+PostgreSQL): four workers
 drain one plan (every task completed exactly once, capacity never exceeded,
 nothing acknowledged lost, checked by replaying the log), and a worker
 SIGKILLed holding a claim (its lease expires, another completes the task,
@@ -15,11 +16,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from support import ALICE, Client, make
 
 from coordinator import Coordinator
 from coordinator.clock import epoch_ms
-from storage import SqliteStore
+from storage.target import open_store
 
 WORKER = str(Path(__file__).parent / "work_worker.py")
 WS = "wsp_shared"
@@ -27,8 +29,18 @@ AGENTS = [f"agent:w{i}" for i in range(4)]
 PROFILES = ["core/1.0", "review/1.0", "x-chapline-work/1.0"]
 
 
-def start(path: Path) -> Client:
-    c = Client(Coordinator(SqliteStore(path)), WS)
+@pytest.fixture(params=["sqlite", "postgresql"])
+def shared(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The database the processes share: a SQLite file, or a fresh database
+    on the test suite's PostgreSQL server."""
+    if request.param == "sqlite":
+        return str(tmp_path / "shared.db")
+    server = request.getfixturevalue("pg_server")
+    return str(server.uri(server.new_database()))
+
+
+def start(target: str) -> Client:
+    c = Client(Coordinator(open_store(target)), WS)
     c.ok("workspace.create", profiles=PROFILES, mode="production")
     c.ok("participant.join", **{"from": ALICE}, type="human", role="admin")
     for agent in AGENTS:
@@ -52,9 +64,10 @@ class ReplayClock:
         return self.now
 
 
-def test_four_processes_drain_one_plan_exactly_once_within_capacity(tmp_path: Path) -> None:
-    path = tmp_path / "shared.db"
-    c = start(path)
+def test_four_processes_drain_one_plan_exactly_once_within_capacity(
+    tmp_path: Path, shared: str
+) -> None:
+    c = start(shared)
     tasks, edges = plan_tasks(30)
     ids = c.ok("x-chapline.plan.submit", **{"from": ALICE}, plan="shared", tasks=tasks, edges=edges)["tasks"]
     c.ok("x-chapline.work.set_capacity", **{"from": ALICE}, workspace_max=3, agent_max=1)
@@ -62,7 +75,7 @@ def test_four_processes_drain_one_plan_exactly_once_within_capacity(tmp_path: Pa
     c.target.close()
 
     outs = [tmp_path / f"{agent[6:]}.json" for agent in AGENTS]
-    procs = [subprocess.Popen([sys.executable, WORKER, "drain", str(path), WS, agent, str(out)])
+    procs = [subprocess.Popen([sys.executable, WORKER, "drain", shared, WS, agent, str(out)])
              for agent, out in zip(AGENTS, outs, strict=True)]
     try:
         for p in procs:
@@ -76,7 +89,7 @@ def test_four_processes_drain_one_plan_exactly_once_within_capacity(tmp_path: Pa
              for d in json.loads(out.read_text())["done"]]
     # Every task completed exactly once, by the worker whose report was acknowledged.
     assert sorted(d["task_id"] for d in acked) == sorted(ids.values())
-    final = Coordinator(SqliteStore(path))
+    final = Coordinator(open_store(shared))
     snap = final.snapshot(WS)
     for d in acked:
         task = snap["tasks"][d["task_id"]]
@@ -105,15 +118,14 @@ def test_four_processes_drain_one_plan_exactly_once_within_capacity(tmp_path: Pa
     assert replayed["x_chapline_work"] == snap["x_chapline_work"]
 
 
-def test_a_killed_holder_loses_its_task_and_its_late_report(tmp_path: Path) -> None:
-    path = tmp_path / "kill.db"
-    c = start(path)
+def test_a_killed_holder_loses_its_task_and_its_late_report(tmp_path: Path, shared: str) -> None:
+    c = start(shared)
     task = {"key": "only", "kind": "k", "input": {}, "role": "worker",
             "retry": {"max_attempts": 3, "backoff_ms": 50, "max_backoff_ms": 50}}
     tid = c.ok("x-chapline.plan.submit", **{"from": ALICE}, plan="k", tasks=[task])["tasks"]["only"]
     c.target.close()
     out = tmp_path / "held.json"
-    holder = subprocess.Popen([sys.executable, WORKER, "hold", str(path), WS, AGENTS[0], tid, str(out)])
+    holder = subprocess.Popen([sys.executable, WORKER, "hold", shared, WS, AGENTS[0], tid, str(out)])
     try:
         deadline = time.monotonic() + 60
         while not out.exists() and time.monotonic() < deadline:
@@ -125,7 +137,7 @@ def test_a_killed_holder_loses_its_task_and_its_late_report(tmp_path: Path) -> N
         holder.wait()
     assert holder.returncode == -signal.SIGKILL
 
-    survivor = Client(Coordinator(SqliteStore(path)), WS)
+    survivor = Client(Coordinator(open_store(shared)), WS)
     deadline = time.monotonic() + 60
     while True:  # held until the one-second lease ends, then the backoff
         got = survivor.ok("x-chapline.work.claim", **{"from": AGENTS[1]}, task_id=tid)

@@ -18,14 +18,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from coordinator import Coordinator  # noqa: E402
-from storage import SqliteStore  # noqa: E402
+from storage.target import open_store  # noqa: E402
 
 CONFLICT = -32901
 
 
 class Worker:
     def __init__(self, db: str, workspace: str, agent: str) -> None:
-        self.coord = Coordinator(SqliteStore(db))
+        self.coord = Coordinator(open_store(db))
         self.workspace, self.agent, self.n = workspace, agent, 0
 
     def envelope(self, method: str, **params: Any) -> dict[str, Any]:
