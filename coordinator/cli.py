@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
-import os
 import re
 import signal
 import socket
@@ -50,13 +49,14 @@ DEFAULT_PROFILES = ("core/1.0", "review/1.0")
 ALL_PROFILES = tuple(p for p in REGISTRY.advertisable if profile_name(p) not in ENFORCED_BY)
 
 
-def _analytics(path: str) -> Any:
+def _analytics(target: str) -> Any:
     from coordinator.projections import AnalyticsProjection
 
-    return AnalyticsProjection(path)
+    return AnalyticsProjection(target)
 
 
-# The projections `serve --projection NAME=PATH` can run.
+# The projections `serve --projection NAME=TARGET` can run (TARGET: a SQLite
+# path or a postgresql:// URI).
 PROJECTIONS: dict[str, Callable[[str], Any]] = {"analytics": _analytics}
 
 _PROFILE = re.compile(r"^[a-z][a-z0-9_-]*/\d+\.\d+$")
@@ -159,11 +159,11 @@ def _parser() -> argparse.ArgumentParser:
         "--projection",
         action="append",
         default=[],
-        metavar="NAME=PATH",
+        metavar="NAME=TARGET",
         help=(
             "run a projection, caught up from the database at start and then fed "
-            "every call; repeatable. NAME is 'analytics' (tables in the SQLite file "
-            "PATH, which may be the --db file)"
+            "every call; repeatable. NAME is 'analytics': tables in TARGET, a SQLite "
+            "file or a postgresql:// URI (either may be the --db database)"
         ),
     )
     oidc = serve.add_argument_group(
@@ -251,7 +251,7 @@ def _projections(specs: Sequence[str]) -> list[tuple[str, str]]:
         name, _, path = spec.partition("=")
         if name not in PROJECTIONS or not path:
             raise ValueError(
-                f"--projection {spec!r}: expected NAME=PATH with NAME one of "
+                f"--projection {spec!r}: expected NAME=TARGET with NAME one of "
                 f"{', '.join(sorted(PROJECTIONS))}"
             )
         out.append((name, path))
@@ -433,14 +433,20 @@ def _quoted(db: str) -> str:
 
 def _attach(coord: Coordinator, projections: list[tuple[str, str]]) -> str:
     """Attach each projection (caught up before serving); what the start-up line says of them."""
+    from coordinator.projections import ProjectionError
+    from storage.target import describe_target
+
     said = ""
-    for name, path in projections:
+    for name, target in projections:
         try:
-            attachment = coord.attach(PROJECTIONS[name](path))
+            attachment = coord.attach(PROJECTIONS[name](target))
+        except ProjectionError as exc:
+            coord.close()
+            raise _Failure(f"cannot open the {name} projection's target: {exc}") from None
         except (sqlite3.Error, OSError) as exc:
             coord.close()
-            raise _Failure(f"cannot open the {name} projection's file {path!r}: {exc}") from None
-        said += f", projecting {name} into {_where(path)} ({attachment.state})"
+            raise _Failure(f"cannot open the {name} projection's target {_quoted(target)}: {exc}") from None
+        said += f", projecting {name} into {describe_target(target)} ({attachment.state})"
     return said
 
 
@@ -553,7 +559,3 @@ def _url(sock: socket.socket, path: str = "/chap") -> str:
     if ":" in host:
         host = f"[{host}]"
     return f"http://{host}:{port}{path}"
-
-
-def _where(db: str) -> str:
-    return db if db == ":memory:" else os.path.abspath(db)

@@ -295,7 +295,7 @@ def test_a_callback_projection_delivers_at_least_once_with_seq(tmp_path: Path) -
 # -- the analytics projection ------------------------------------------------
 
 
-def tables(connection: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:
+def tables(connection: Any) -> dict[str, list[tuple[Any, ...]]]:
     out = {}
     for table in ("analytics_tasks", "analytics_reviews", "analytics_decision_log", "analytics_counts"):
         out[table] = sorted(connection.execute(f"SELECT * FROM {table}").fetchall(), key=repr)
@@ -382,17 +382,24 @@ def _iso(series: pd.Series) -> list[Any]:
             for v in pd.to_datetime(series, utc=True)]
 
 
+def frame(connection: Any, sql: str) -> pd.DataFrame:
+    """A query's rows on a sqlite3 or psycopg connection."""
+    cursor = connection.execute(sql)
+    return pd.DataFrame(cursor.fetchall(), columns=[d[0] for d in cursor.description])
+
+
 def assert_matches_chap_analytics(
-    connection: sqlite3.Connection, frames: chap_analytics.Frames, log: list[dict[str, Any]]
+    connection: Any, frames: chap_analytics.Frames, log: list[dict[str, Any]]
 ) -> None:
     """Our tables give chap-analytics' figures. One deliberate difference: a
     review opened by task.complete (review_required) is dated at that call,
     as the coordinator's review object dates it; chap-analytics 0.2.4 dates
     some of those passes at their first decision instead (latency 0 in the
     fixed desk), so for those decisions ours is checked against the log."""
-    ours = pd.read_sql(
+    ours = frame(
+        connection,
         "SELECT seq, task_id, reviewer, kind, ts, requested_at, latency_s FROM analytics_decisions "
-        "WHERE kind != 'escalate' ORDER BY seq", connection)
+        "WHERE kind != 'escalate' ORDER BY seq")
     theirs = frames.decisions.sort_values("seq").reset_index(drop=True)
     assert list(ours["seq"]) == [int(s) for s in theirs["seq"]]
     assert list(ours["task_id"]) == list(theirs["task_id"])
@@ -407,23 +414,23 @@ def assert_matches_chap_analytics(
             assert _iso(ours["requested_at"])[i] == _times(theirs["requested_at"])[i]
             assert float(ours["latency_s"][i]) == pytest.approx(float(theirs["latency_s"][i]))
     # escalations: one row per successor task chap-analytics shows
-    escalated = pd.read_sql(
-        "SELECT task_id, ts FROM analytics_decisions WHERE kind = 'escalate' ORDER BY task_id",
-        connection)
+    escalated = frame(
+        connection, "SELECT task_id, ts FROM analytics_decisions WHERE kind = 'escalate' ORDER BY task_id")
     successors = frames.tasks[frames.tasks["supersedes"].notna()].sort_values("supersedes")
     assert list(escalated["task_id"]) == list(successors["supersedes"])
     assert _iso(escalated["ts"]) == _times(successors["created_at"])
-    tasks = pd.read_sql(
+    tasks = frame(
+        connection,
         "SELECT task_id, kind, delegator, assignee, state, created_at, decided_at "
-        "FROM analytics_tasks ORDER BY task_id", connection)
+        "FROM analytics_tasks ORDER BY task_id")
     ref = frames.tasks.sort_values("task_id").reset_index(drop=True)
     for column in ("task_id", "kind", "delegator", "assignee", "state"):
         assert list(tasks[column]) == list(ref[column]), column
     assert _iso(tasks["created_at"]) == _times(ref["created_at"])
     assert _iso(tasks["decided_at"]) == _times(ref["settled_at"])
     # the headline rates read from our tables equal chap-analytics'
-    mine = pd.read_sql("SELECT kind, count(*) AS n FROM analytics_decisions "
-                       "WHERE kind != 'escalate' GROUP BY kind", connection)
+    mine = frame(connection, "SELECT kind, count(*) AS n FROM analytics_decisions "
+                 "WHERE kind != 'escalate' GROUP BY kind")
     assert dict(zip(mine["kind"], mine["n"], strict=True)) == theirs["kind"].value_counts().to_dict()
     counts = connection.execute("SELECT sum(refused) FROM analytics_counts").fetchone()[0]
     assert counts == len(frames.refusals)
@@ -499,10 +506,10 @@ import random, sys
 sys.path.insert(0, {root!r})
 from coordinator import Coordinator
 from coordinator.projections import AnalyticsProjection
-from storage import SqliteStore
+from storage.target import open_store
 from tests import projection_workload as wl
 db, target, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
-coord = Coordinator(SqliteStore(db))
+coord = Coordinator(open_store(db, watch=True))  # watch: another worker may share the workspace
 coord.attach(AnalyticsProjection(target))
 if wl.WS not in coord.workspaces:
     wl.setup(coord)
@@ -657,4 +664,4 @@ def test_serve_runs_the_analytics_projection_and_catches_it_up_at_start(tmp_path
         [sys.executable, "-m", "coordinator", "serve", "--db", str(db), "--projection", "charts=x"],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )
-    assert bad.returncode == 2 and "expected NAME=PATH with NAME one of analytics" in bad.stderr
+    assert bad.returncode == 2 and "expected NAME=TARGET with NAME one of analytics" in bad.stderr

@@ -25,22 +25,17 @@ the store, and the catch-up reads them from there.
 from __future__ import annotations
 
 import logging
-import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from coordinator.listeners import Change
+from coordinator.projections.sql import SqliteTarget
 
 if TYPE_CHECKING:
     from coordinator.coordinator import Coordinator
 
-__all__ = [
-    "Attachment",
-    "CallbackProjection",
-    "Projection",
-    "SqliteCursors",
-]
+__all__ = ["Attachment", "CallbackProjection", "Projection"]
 
 log = logging.getLogger("chapline")
 
@@ -62,54 +57,6 @@ class Projection(Protocol):
     def close(self) -> None: ...
 
 
-class SqliteCursors:
-    """Cursors in a table `chapline_cursors(projection, workspace, next_seq)`
-    of a SQLite connection, to advance inside the caller's transaction."""
-
-    SCHEMA = (
-        "CREATE TABLE IF NOT EXISTS chapline_cursors ("
-        "projection TEXT NOT NULL, workspace TEXT NOT NULL, next_seq INTEGER NOT NULL, "
-        "PRIMARY KEY (projection, workspace))"
-    )
-
-    def __init__(self, connection: sqlite3.Connection, name: str) -> None:
-        self.connection = connection
-        self.name = name
-        connection.execute(self.SCHEMA)
-
-    def load(self) -> dict[str, int]:
-        rows = self.connection.execute(
-            "SELECT workspace, next_seq FROM chapline_cursors WHERE projection = ?", (self.name,)
-        )
-        return {workspace: seq for workspace, seq in rows}
-
-    def advance(self, changes: Sequence[Change]) -> None:
-        """Move each workspace's cursor past its last change (in the open transaction)."""
-        last: dict[str, int] = {}
-        for change in changes:
-            last[change.workspace] = change.entry.seq + 1
-        self.connection.executemany(
-            "INSERT INTO chapline_cursors (projection, workspace, next_seq) VALUES (?, ?, ?) "
-            "ON CONFLICT (projection, workspace) DO UPDATE SET next_seq = excluded.next_seq",
-            [(self.name, workspace, seq) for workspace, seq in last.items()],
-        )
-
-
-def open_sqlite(path: str) -> sqlite3.Connection:
-    """A connection for a projection's target: explicit transactions, WAL,
-    and patience with the coordinator's own writes.
-
-    Commits are atomic but not synced one by one (WAL, synchronous=NORMAL):
-    a power cut may take back the last few, and their cursor with them, so
-    the projection reads those entries from the store again. The store, not
-    the projection, is what must be durable."""
-    connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
-    if path != ":memory:":
-        connection.execute("PRAGMA journal_mode=WAL")
-        connection.execute("PRAGMA synchronous=NORMAL")
-    return connection
-
-
 class CallbackProjection:
     """`fn(changes)` for each page and each live call, at least once: the
     cursor is saved in the SQLite file `cursor_path` after `fn` returns, so
@@ -118,24 +65,19 @@ class CallbackProjection:
     def __init__(self, name: str, fn: Callable[[Sequence[Change]], None], cursor_path: str) -> None:
         self.name = name
         self._fn = fn
-        self._connection = open_sqlite(cursor_path)
-        self._cursors = SqliteCursors(self._connection, name)
+        self._db = SqliteTarget(cursor_path)
+        self._db.create((), {})
 
     def cursors(self) -> dict[str, int]:
-        return self._cursors.load()
+        return self._db.load_cursors(self.name)
 
     def apply(self, changes: Sequence[Change]) -> None:
         self._fn(changes)
-        self._connection.execute("BEGIN IMMEDIATE")
-        try:
-            self._cursors.advance(changes)
-        except BaseException:
-            self._connection.execute("ROLLBACK")
-            raise
-        self._connection.execute("COMMIT")
+        with self._db.transaction():
+            self._db.advance_cursors(self.name, {c.workspace: c.entry.seq + 1 for c in changes})
 
     def close(self) -> None:
-        self._connection.close()
+        self._db.close()
 
 
 class Attachment:
