@@ -21,6 +21,9 @@ Each carries its facts as attributes, and its message (and the class's
      │                             with each other, at import: method (registry.py)
      ├── UnsupportedOptionError    a 0.3.3 option chapline does not take (compat.py)
      ├── CommandError              a log command cannot run        (logcli.py)
+     ├── ProjectionError           a projection's target cannot be opened or
+     │                             written, or its cursor does not fit: target
+     │                             (projections/sql.py)
      ├── InwardCallError           recording outside work: a call was refused:
      │                             step, error (also a RuntimeError) (inward.py)
      ├── DispatcherClosed          the serving worker stopped taking calls

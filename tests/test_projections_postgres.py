@@ -10,6 +10,7 @@ or in the database a PostgresStore writes, as the test says."""
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import random
 import re
@@ -259,6 +260,26 @@ def test_two_processes_killed_at_random_moments_equal_a_rebuilt_projection(
         assert len(snapshot["audit"]) > 20
         assert tables(resumed.projection.connection) == tables(rebuilt.projection.connection)
         assert tables(resumed.projection.connection) == fold(snapshot)
+
+
+def test_a_broken_connection_is_reported_and_replaced_on_the_retry(
+    fresh_database: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    coord = make()
+    attachment = coord.attach(AnalyticsProjection(fresh_database))
+    wl.setup(coord)
+    with psycopg.connect(fresh_database, autocommit=True) as admin:  # as a server restart would
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    with caplog.at_level(logging.ERROR, logger="chapline"):
+        wl.run(coord, [("create", 0, 0), ("start", 0, 0)])
+    assert attachment.state == "behind" and "ProjectionError" in str(attachment.error)
+    assert len(caplog.records) == 1  # once, not once per call
+    assert attachment.catch_up() == 2  # on a new connection, from the cursor
+    assert tables(attachment.projection.connection) == fold(coord.snapshot(wl.WS))
+    coord.close()
 
 
 def test_an_unreachable_target_is_a_projection_error_that_names_no_secret() -> None:

@@ -237,13 +237,22 @@ class PostgresTarget(SqlTarget):
                 self.where, f"{self.where}: {detail}{state}; nothing was {what}"
             ) from None
 
-    @contextmanager
-    def transaction(self) -> Iterator[None]:
+    def _reconnect_if_broken(self) -> None:
+        """Between transactions only: a connection the server or the network
+        broke is replaced (the failed transaction was rolled back with it)."""
         if self.connection.closed or self.connection.broken:
             self.connection.close()
             self.connection = self._connect()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        self._reconnect_if_broken()
         with self._errors("written"), self.connection.transaction():
             yield
+
+    def load_cursors(self, projection: str) -> dict[str, int]:
+        self._reconnect_if_broken()
+        return super().load_cursors(projection)
 
     def execute(self, sql: str, params: Row = ()) -> list[tuple[Any, ...]]:
         with self._errors("read or written"):
