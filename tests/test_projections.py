@@ -231,6 +231,19 @@ def test_catch_up_reads_every_workspace_in_pages_then_follows_live(tmp_path: Pat
     assert rec.closed
 
 
+def test_a_batch_reaches_a_projection_as_one_apply() -> None:
+    coord = make()
+    rec = Recording()
+    coord.attach(rec)
+    join(coord, "human:a")
+    with coord.batch():
+        for who in ("human:b", "human:c", "human:d"):
+            join(coord, who)
+        join(coord, "human:e", "wsp_other")
+    assert rec.calls == 2  # the lone call, then the batch's four changes at once
+    assert rec.seen == [("wsp_l", 0), ("wsp_l", 1), ("wsp_l", 2), ("wsp_l", 3), ("wsp_other", 0)]
+
+
 def test_a_failing_projection_is_retried_with_backoff_and_reported_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -153,9 +153,10 @@ class Attachment:
             return
         try:
             fresh: list[Change] = []
+            after: dict[str, int] = {}  # the next seq per workspace, counting `fresh`
             for change in changes:
                 wid, seq = change.workspace, change.entry.seq
-                expected = self._next.get(wid, 0)
+                expected = after.get(wid, self._next.get(wid, 0))
                 if seq < expected:
                     continue  # already applied (caught up past it)
                 if seq > expected:  # a gap: entries another writer appended
@@ -164,6 +165,7 @@ class Attachment:
                         fresh = []
                     self._catch_up_workspace(wid, seq)
                 fresh.append(change)
+                after[wid] = seq + 1
             if fresh:
                 self._apply(fresh)
         except Exception as exc:
