@@ -216,13 +216,14 @@ class AnalyticsProjection:
         with db.transaction():
             held = db.lock_cursors(self.name, {change.workspace for change in changes})
             rows = _fold(_unapplied(changes, held, db.where))
-            db.executemany(_ADD_COUNTS, [(w, *n) for w, n in sorted(rows.counts.items())])
-            db.executemany(_PUT_DECISION, rows.decisions)
             tasks = sorted(rows.tasks.items())
-            db.executemany(_PUT_TASK, [_task_row(wid, task) for (wid, _), task in tasks])
-            db.executemany(_DROP_REVIEWS, [key for key, _ in tasks])
-            db.executemany(_PUT_REVIEW, [p for (wid, _), task in tasks for p in _passes(wid, task)])
-            db.advance_cursors(self.name, rows.next_seqs)
+            with db.writes():
+                db.executemany(_ADD_COUNTS, [(w, *n) for w, n in sorted(rows.counts.items())])
+                db.executemany(_PUT_DECISION, rows.decisions)
+                db.executemany(_PUT_TASK, [_task_row(wid, task) for (wid, _), task in tasks])
+                db.executemany(_DROP_REVIEWS, [key for key, _ in tasks])
+                db.executemany(_PUT_REVIEW, [p for (wid, _), task in tasks for p in _passes(wid, task)])
+                db.advance_cursors(self.name, rows.next_seqs)
 
     def close(self) -> None:
         self.db.close()

@@ -25,7 +25,7 @@ from __future__ import annotations
 import sqlite3
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from coordinator.errors import ChaplineError
@@ -104,6 +104,12 @@ class SqlTarget(ABC):
     def create(self, tables: Sequence[str], views: dict[str, str]) -> None:
         """Create what is missing: `tables` (CREATE TABLE IF NOT EXISTS
         statements) and the cursors table, then each view `name AS body`."""
+
+    def writes(self) -> Any:
+        """A context manager around statements whose results nobody reads
+        (inside a transaction): PostgreSQL sends them without waiting for
+        each answer; its errors arrive by the end of the block."""
+        return nullcontext()
 
     @abstractmethod
     def lock_cursors(self, projection: str, workspaces: Iterable[str]) -> dict[str, int]:
@@ -218,7 +224,13 @@ class PostgresTarget(SqlTarget):
         import psycopg
 
         with self._errors("opened"):
-            return psycopg.connect(self.target, autocommit=True, connect_timeout=self._timeout)
+            connection = psycopg.connect(self.target, autocommit=True, connect_timeout=self._timeout)
+            # As on SQLite (open_sqlite): commits are atomic but not waited on
+            # to reach the disk. A server crash may take back the last few,
+            # their cursor with them, and the entries are read from the store
+            # again. This session only: the store's connection is unaffected.
+            connection.execute("SET synchronous_commit = off")
+            return connection
 
     @contextmanager
     def _errors(self, what: str) -> Iterator[None]:
@@ -248,6 +260,11 @@ class PostgresTarget(SqlTarget):
     def transaction(self) -> Iterator[None]:
         self._reconnect_if_broken()
         with self._errors("written"), self.connection.transaction():
+            yield
+
+    @contextmanager
+    def writes(self) -> Iterator[None]:
+        with self._errors("written"), self.connection.pipeline():
             yield
 
     def load_cursors(self, projection: str) -> dict[str, int]:
