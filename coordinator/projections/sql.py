@@ -113,8 +113,9 @@ class SqlTarget(ABC):
 
     @abstractmethod
     def lock_cursors(self, projection: str, workspaces: Iterable[str]) -> dict[str, int]:
-        """Inside a transaction: the cursors of `workspaces` (absent: not in
-        the result), held so that no other writer moves them until commit."""
+        """Inside a transaction: the cursors of `workspaces` (one without a
+        cursor is absent, or 0), held so that no other writer moves them
+        until commit."""
 
     @abstractmethod
     def close(self) -> None: ...
