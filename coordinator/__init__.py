@@ -10,6 +10,7 @@ from coordinator.ids import CounterIds
 from coordinator.listeners import Change, Listening
 from coordinator.signing import SignatureError, public_jwk, sign_envelope
 from coordinator.snapshot import RestoreError, UnknownWorkspaceError
+from coordinator.sweeps import Swept
 from coordinator.wire import RpcError
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "RpcError",
     "SignatureError",
     "StepClock",
+    "Swept",
     "UnknownWorkspaceError",
     "UnsupportedOptionError",
     "WorkspaceState",

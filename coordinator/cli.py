@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
+import math
 import re
 import signal
 import socket
@@ -41,6 +42,8 @@ __all__ = ["ALL_PROFILES", "DEFAULT_PROFILES", "main"]
 # `task.complete` does in a trial-mode workspace, which the harness does not
 # expect (see SPECIFICATION.md, "HTTP binding").
 DEFAULT_PROFILES = ("core/1.0", "review/1.0")
+# How often serve reclaims expired work leases and lapses whispers on its own.
+DEFAULT_SWEEP_INTERVAL = 1.0
 
 # `--profiles all`: every profile chapline implements (the registry's
 # advertisable ones), core first, but those only an option enforces:
@@ -85,6 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         profiles = _profiles(args.profiles, args.require_signatures)
         oidc = _oidc(args)
         projections = _projections(args.projection)
+        if not 0 <= args.sweep_interval < math.inf:
+            raise ValueError(
+                f"--sweep-interval must be 0 (no timer) or a number of seconds, got {args.sweep_interval}"
+            )
     except ValueError as exc:
         print(f"chapline: {exc}", file=sys.stderr)
         return 2
@@ -101,6 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             oidc,
             projections,
             getattr(args, "workers", 1),
+            args.sweep_interval,
         )
     except _Usage as exc:
         print(f"chapline: {exc}", file=sys.stderr)
@@ -130,6 +138,15 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="server processes sharing the port and the database (default: 1)",
+    )
+    serve.add_argument(
+        "--sweep-interval",
+        type=float,
+        default=DEFAULT_SWEEP_INTERVAL,
+        metavar="SECONDS",
+        help="reclaim expired work leases and lapse overdue whispers this often, in every "
+        "workspace (0: never; every write still reclaims the leases it would touch) "
+        "(default: %(default)s)",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     serve.add_argument(
@@ -307,6 +324,7 @@ def _serve(
     oidc: OidcVerifier | None,
     projections: list[tuple[str, str]],
     workers: int = 1,
+    sweep_interval: float = DEFAULT_SWEEP_INTERVAL,
 ) -> int:
     from storage import StoreError
     from storage.target import describe_target, is_postgres, open_store
@@ -344,7 +362,8 @@ def _serve(
 
         def serve_one(projections: list[tuple[str, str]], say: Callable[[str], str] | None) -> int:
             return _serve_one(
-                db, host, sock, profiles, auth, require_signatures, oidc, projections, say
+                db, host, sock, profiles, auth, require_signatures, oidc, projections, say,
+                sweep_interval,
             )
 
         if workers == 1:
@@ -371,6 +390,7 @@ def _serve_one(
     oidc: OidcVerifier | None,
     projections: list[tuple[str, str]],
     announce: Callable[[str], str] | None,
+    sweep_interval: float,
 ) -> int:
     """One server process: its own coordinator on `db`, serving `sock`;
     prints `announce(what the projections say)` once it is ready."""
@@ -401,7 +421,13 @@ def _serve_one(
                 raise _Failure(f"--auth: {exc}") from None
             authenticator = Authenticator(tokens, oidc=oidc, signatures=require_signatures)
         projected = _attach(coord, projections)
-        app = create_app(coord, auth=authenticator, host=host, public_url=_url(sock, ""))
+        app = create_app(
+            coord,
+            auth=authenticator,
+            host=host,
+            public_url=_url(sock, ""),
+            sweep_interval=sweep_interval,
+        )
         try:
             server = _Server(
                 uvicorn.Config(
@@ -475,7 +501,7 @@ def _mcp_stdio(
     )
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        run_stdio(coord)
+        run_stdio(coord, coord.sweep, args.sweep_interval)
     except KeyboardInterrupt:
         pass
     finally:

@@ -64,6 +64,7 @@ from coordinator.snapshot import (
     snapshot_of,
     workspace_from_held,
 )
+from coordinator.sweeps import Swept, sweep_all
 from coordinator.wire import (
     METHOD_NOT_FOUND,
     NOT_AUTHORISED,
@@ -339,6 +340,16 @@ class Coordinator:
             if not self._reload(change.id) or change.id not in self._workspaces:
                 raise RestoreError(f"workspace {change.id!r} was written but cannot be loaded")
         return [change.id for change in changes]
+
+    def sweep(self) -> list[Swept]:
+        """Make every decision that time alone has made due, in every held
+        workspace: reclaim expired work leases (x-chapline-work/1.0; one
+        `x-chapline.work.sweep` entry) and lapse overdue whispers
+        (`check_whisper_lapses`), at the clock's time. Returns what was done
+        where something was; a workspace with nothing due is not written.
+        Safe beside other processes sweeping the same store (a lost race
+        writes nothing twice); see coordinator/sweeps.py."""
+        return sweep_all(self)
 
     def check_whisper_lapses(self, workspace_id: str, now: str | None = None) -> list[dict[str, Any]]:
         """Lapse the workspace's pending whispers whose deadline is at or

@@ -65,6 +65,7 @@ def test_extension_profiles_and_methods_are_namespaced_and_checked() -> None:
         "x-chapline.plan.submit", "x-chapline.plan.describe", "x-chapline.work.ready",
         "x-chapline.work.claim", "x-chapline.work.heartbeat", "x-chapline.work.release",
         "x-chapline.work.report", "x-chapline.work.unblock", "x-chapline.work.set_capacity",
+        "x-chapline.work.sweep",
     }
     assert not names & set(CHAP_0_3)
     assert all(m.extension and m.profile == "x-chapline-work/1.0" for m in REGISTRY.extension_methods())

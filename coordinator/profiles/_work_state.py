@@ -133,8 +133,10 @@ def check_token(call: Call, task_id: str, token: Any, now: int) -> dict[str, Any
 
 def sweep(call: Call, now: int) -> list[str]:
     """Reclaim every expired lease (recorded on the task and in this call's
-    entry); the ids of the tasks reclaimed."""
+    entry), earliest expiry first, then by task id; the ids of the tasks
+    reclaimed."""
     expired = [(tid, c) for tid, c in call.items(CLAIMS) if c["expires_ms"] <= now]
+    expired.sort(key=lambda item: (item[1]["expires_ms"], item[0]))
     for tid, claim in expired:
         rec = record(call, tid)
         release_claim(call, tid)

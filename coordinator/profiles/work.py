@@ -43,8 +43,9 @@ from coordinator.wire import (
     RpcError,
     invalid_params,
 )
+from coordinator.workspace import Workspace
 
-__all__ = ["PROFILE"]
+__all__ = ["PROFILE", "SWEEPER", "next_expiry"]
 
 PROFILE = Profile("x-chapline-work/1.0")
 
@@ -509,6 +510,32 @@ def work_unblock(call: Call) -> dict[str, Any]:
     call.put("tasks", tid, call.advance(task, task.state, {"unblocked_by": human.uri,
                                                           "answer": call.params.get("answer")}))
     return {"task_id": tid, "status": "ready"}
+
+
+SWEEPER = "service:coordinator"
+
+
+@PROFILE.method(
+    "x-chapline.work.sweep",
+    params=schema(["workspace"], from_=FROM),
+    title="Reclaim expired leases",
+    description="Reclaim every expired lease now, as any write would first; recorded only when "
+    "one had expired. `Coordinator.sweep()` (and so `chapline serve` on its timer) sends it "
+    f"from {SWEEPER}.",
+)
+def work_sweep(call: Call) -> dict[str, Any]:
+    call.require("workspace")
+    call.workspace()
+    reclaimed = sweep(call, now_ms(call))
+    if not reclaimed:
+        call.answer_without_recording()  # nothing was due (or another writer swept first)
+    return {"reclaimed": reclaimed}
+
+
+def next_expiry(ws: Workspace) -> int | None:
+    """The earliest lease expiry (epoch ms) among the workspace's stored
+    claims, or None: whether a sweep would reclaim anything yet."""
+    return min((c["expires_ms"] for c in ws.values(CLAIMS)), default=None)
 
 
 CAP = {"type": ["integer", "null"], "minimum": 0}

@@ -31,7 +31,7 @@ from coordinator.transports.a2a import A2A_PATH, a2a_routes
 from coordinator.transports.auth import Authenticator
 from coordinator.transports.desk import DeskTarget, EventHub, desk_routes
 from coordinator.transports.mcp import create_mcp_server
-from coordinator.transports.worker import DispatcherClosed, SerialDispatcher
+from coordinator.transports.worker import DispatcherClosed, SerialDispatcher, sweep_every
 from coordinator.wire import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
@@ -68,6 +68,7 @@ def create_app(
     auth: Authenticator | None = None,
     host: str = "127.0.0.1",
     public_url: str = "http://127.0.0.1:8080",
+    sweep_interval: float = 0,
 ) -> Starlette:
     """An ASGI app serving `target` (a Coordinator) over HTTP: CHAP at
     POST /chap, MCP (streamable HTTP) at /mcp, A2A at /a2a with its Agent
@@ -83,6 +84,11 @@ def create_app(
     held to the same rules. Without it, anyone who can reach the port may act
     as any participant.
 
+    With `sweep_interval` > 0 (seconds), the lifespan also runs
+    `target.sweep()` that often, on the dispatcher's thread between calls
+    (expired work leases reclaimed, overdue whispers lapsed), and stops it
+    before the dispatcher closes.
+
     Calls are run one at a time, off the event loop, by a SerialDispatcher
     (`app.state.dispatcher`) that the app's lifespan starts and closes. The
     app never closes `target`: its owner does, after the server has stopped,
@@ -91,6 +97,8 @@ def create_app(
     """
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes must be positive, got {max_body_bytes}")
+    if not sweep_interval >= 0:
+        raise ValueError(f"sweep_interval must be 0 (no timer) or positive, got {sweep_interval}")
     dispatcher = SerialDispatcher(target)
     methods = REGISTRY.methods() + REGISTRY.extension_methods()
     mcp_server = create_mcp_server(dispatcher.dispatch, methods, auth=auth)
@@ -123,10 +131,17 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         dispatcher.start()
+        timer = None
+        if sweep_interval > 0:
+            timer = asyncio.create_task(sweep_every(dispatcher, target.sweep, sweep_interval))
         try:
             async with mcp_server.session_manager.run():
                 yield
         finally:
+            if timer is not None:
+                timer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await timer
             # Runs after the server stopped taking requests: finish the calls
             # already queued, off the loop, so their writes reach the store.
             await asyncio.to_thread(dispatcher.close)

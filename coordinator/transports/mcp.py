@@ -19,6 +19,8 @@ revision with `server/discover`.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import json
 from collections.abc import Awaitable, Callable, Mapping
@@ -31,7 +33,7 @@ from mcp.server import Server, ServerRequestContext
 
 from coordinator.registry import Method
 from coordinator.transports.auth import Authenticator
-from coordinator.transports.worker import Dispatcher, SerialDispatcher
+from coordinator.transports.worker import Dispatcher, SerialDispatcher, sweep_every
 from coordinator.wire import INVALID_PARAMS, METHOD_NOT_FOUND
 
 __all__ = [
@@ -252,10 +254,12 @@ def _authorization(headers: Mapping[str, str] | None) -> str | None:
     return None if headers is None else headers.get("authorization")
 
 
-def run_stdio(target: Dispatcher) -> None:
+def run_stdio(target: Dispatcher, sweep: Callable[[], object] | None = None, sweep_interval: float = 0) -> None:
     """Serve `target` (a Coordinator) as MCP on stdin/stdout until the client
     closes the stream. Calls run one at a time on one worker thread, as in
-    `chapline serve`; every call answered has been written when this returns."""
+    `chapline serve`; every call answered has been written when this returns.
+    With `sweep` and `sweep_interval` > 0, `sweep()` (`Coordinator.sweep`)
+    runs that often on the same thread."""
     from mcp.server.stdio import stdio_server
 
     from coordinator.profiles import REGISTRY
@@ -264,8 +268,17 @@ def run_stdio(target: Dispatcher) -> None:
     server = create_mcp_server(dispatcher.dispatch, REGISTRY.methods() + REGISTRY.extension_methods())
 
     async def serve() -> None:
-        async with stdio_server() as (read, write):
-            await server.run(read, write, server.create_initialization_options())
+        timer = None
+        if sweep is not None and sweep_interval > 0:
+            timer = asyncio.create_task(sweep_every(dispatcher, sweep, sweep_interval))
+        try:
+            async with stdio_server() as (read, write):
+                await server.run(read, write, server.create_initialization_options())
+        finally:
+            if timer is not None:
+                timer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await timer
 
     dispatcher.start()
     try:

@@ -32,7 +32,7 @@ from coordinator.errors import ChaplineError
 from coordinator.incidents import internal_error
 from coordinator.wire import error_response
 
-__all__ = ["Dispatcher", "DispatcherClosed", "SerialDispatcher"]
+__all__ = ["Dispatcher", "DispatcherClosed", "SerialDispatcher", "sweep_every"]
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +88,9 @@ class SerialDispatcher:
     async def run(self, read: Callable[[], _T]) -> _T:
         """Run `read` on the worker thread, after the calls queued before it.
 
-        For reads only: it runs outside any batch, and an exception it raises
-        is raised here.
+        For reads, and for writes that must not run inside a batch
+        (`Coordinator.sweep`): it runs outside any batch, and an exception
+        it raises is raised here.
         """
         result: _T = await self._submit(read)
         return result
@@ -183,6 +184,22 @@ class SerialDispatcher:
             # dispatch promises not to raise; if it does, the caller still
             # gets a JSON-RPC answer and the worker keeps serving.
             return error_response(None, internal_error(log, "dispatch raised; answering -32603", exc))
+
+
+async def sweep_every(dispatcher: SerialDispatcher, sweep: Callable[[], object], seconds: float) -> None:
+    """Run `sweep` (`Coordinator.sweep`) on the dispatcher's thread every
+    `seconds`, between calls, until cancelled or the dispatcher closes. A
+    failing sweep is logged and tried again next time (a store that is down
+    now may be back then). Cancelling abandons only the wait: a sweep
+    already queued still runs before the dispatcher stops."""
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            await dispatcher.run(sweep)
+        except DispatcherClosed:
+            return
+        except Exception:
+            log.exception("the timed sweep failed; it runs again in %s s", seconds)
 
 
 def _post(
