@@ -19,6 +19,7 @@ import signal
 import socket
 import sqlite3
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -520,6 +521,11 @@ class _Server(uvicorn.Server):
         app.state.events.close()
         super().handle_exit(sig, frame)
 
+    async def on_tick(self, counter: int) -> bool:
+        if _signalled.is_set():  # a stop `_interrupt` saw but could not deliver
+            self.handle_exit(signal.SIGTERM, None)
+        return await super().on_tick(counter)
+
 
 def _loopback(sock: socket.socket) -> bool:
     return _loopback_address(sock.getsockname()[0])
@@ -564,6 +570,7 @@ def _run(server: uvicorn.Server, sock: socket.socket, started: str | None) -> No
     so the signal ends up as a KeyboardInterrupt we catch here instead of the
     default SIGTERM action killing the process before the store is closed.
     """
+    _signalled.clear()
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         if started is not None:
@@ -576,7 +583,13 @@ def _run(server: uvicorn.Server, sock: socket.socket, started: str | None) -> No
             signal.signal(sig, handler)
 
 
+# Set by `_interrupt`: the KeyboardInterrupt it raises is dropped when it
+# lands in a finalizer or a weakref callback, so the server checks this too.
+_signalled = threading.Event()
+
+
 def _interrupt(signum: int, frame: FrameType | None) -> None:
+    _signalled.set()
     raise KeyboardInterrupt
 
 
