@@ -334,8 +334,11 @@ def _serve(
         raise _Usage(f"--workers must be at least 1, got {workers}")
     if workers > 1 and db == ":memory:":
         raise _Usage("--workers N needs a database the processes share: a file or a postgresql:// URI")
-    if workers > 1 and projections:
-        raise _Usage("--projection runs in one process: serve it with --workers 1")
+    if workers > 1 and any(target == ":memory:" for _, target in projections):
+        raise _Usage(
+            "--projection NAME=:memory: would give each worker tables of its own: with "
+            "--workers N, name a file or a postgresql:// URI the workers share"
+        )
     if auth and is_postgres(db):
         raise _Usage(
             "--auth keeps its tokens in the SQLite file given as --db, so it cannot be "
@@ -375,8 +378,16 @@ def _serve(
             open_store(db).close()
         except (sqlite3.Error, OSError, StoreError) as exc:
             raise _Failure(f"cannot open the database {_quoted(db)}: {exc}") from None
-        print(announce(f"{workers} workers ", ""), flush=True)
-        return run_workers(workers, lambda: serve_one([], None))
+        # Likewise each projection's target: its tables exist before the
+        # workers attach to it, each catching up and feeding it; its cursors,
+        # decided inside each transaction, make them take turns.
+        for name, target in projections:
+            _open_projection(name, target).close()
+        projected = "".join(
+            f", projecting {name} into {describe_target(target)}" for name, target in projections
+        )
+        print(announce(f"{workers} workers ", projected), flush=True)
+        return run_workers(workers, lambda: serve_one(projections, None))
     finally:
         sock.close()
 
@@ -458,21 +469,29 @@ def _quoted(db: str) -> str:
     return describe_target(db) if is_postgres(db) else repr(db)
 
 
+def _open_projection(name: str, target: str) -> Any:
+    from coordinator.projections import ProjectionError
+
+    try:
+        return PROJECTIONS[name](target)
+    except ProjectionError as exc:
+        raise _Failure(f"cannot open the {name} projection's target: {exc}") from None
+    except (sqlite3.Error, OSError) as exc:
+        raise _Failure(f"cannot open the {name} projection's target {_quoted(target)}: {exc}") from None
+
+
 def _attach(coord: Coordinator, projections: list[tuple[str, str]]) -> str:
     """Attach each projection (caught up before serving); what the start-up line says of them."""
-    from coordinator.projections import ProjectionError
     from storage.target import describe_target
 
     said = ""
     for name, target in projections:
         try:
-            attachment = coord.attach(PROJECTIONS[name](target))
-        except ProjectionError as exc:
+            projection = _open_projection(name, target)
+        except _Failure:
             coord.close()
-            raise _Failure(f"cannot open the {name} projection's target: {exc}") from None
-        except (sqlite3.Error, OSError) as exc:
-            coord.close()
-            raise _Failure(f"cannot open the {name} projection's target {_quoted(target)}: {exc}") from None
+            raise
+        attachment = coord.attach(projection)
         said += f", projecting {name} into {describe_target(target)} ({attachment.state})"
     return said
 

@@ -24,8 +24,10 @@ from typing import Any
 import httpx
 import pytest
 from support import ALICE, BOT
+from test_projections import fold, tables
 
 from coordinator import Coordinator
+from coordinator.projections import AnalyticsProjection
 from storage.target import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -179,12 +181,14 @@ def test_sigkill_at_random_moments_loses_nothing_acknowledged(target: str) -> No
 
 
 def test_serve_with_several_workers_on_one_database(target: str) -> None:
+    """Every worker also feeds one analytics projection, in the database
+    itself: each entry is counted once, whichever worker wrote it."""
     workers, clients, calls = 4, 8, 20
     workspaces = [SHARED] + [f"wsp_own{i}" for i in range(clients)]
     _set_up(target, workspaces)
     proc = subprocess.Popen(
         [sys.executable, "-m", "coordinator", "serve", "--db", target, "--port", "0",
-         "--workers", str(workers)],
+         "--workers", str(workers), "--projection", f"analytics={target}"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -221,6 +225,16 @@ def test_serve_with_several_workers_on_one_database(target: str) -> None:
     acknowledged = [rid for rid, r in answers if "result" in r]
     assert len(acknowledged) >= clients * calls // 2
     _check(target, workspaces, acknowledged, [rid for rid, r in answers if "error" in r])
+    with Coordinator(open_store(target)) as coord:
+        expected: dict[str, list[Any]] = {}
+        for ws in workspaces:
+            for table, rows in fold(coord.snapshot(ws)).items():
+                expected[table] = sorted([*expected.get(table, []), *rows], key=repr)
+        projection = AnalyticsProjection(target)
+        try:
+            assert tables(projection.connection) == expected
+        finally:
+            projection.close()
 
 
 def _children(pid: int) -> list[int]:
@@ -242,7 +256,7 @@ def _children(pid: int) -> list[int]:
     (["--db", ":memory:", "--workers", "2"], "--workers"),
     (["--workers", "0"], "--workers"),
     (["--db", "postgresql://chap@127.0.0.1:1/chap", "--auth"], "--auth"),
-    (["--workers", "2", "--projection", "analytics=a.db"], "--projection"),
+    (["--workers", "2", "--projection", "analytics=:memory:"], "--projection"),
 ])
 def test_bad_serve_arguments_exit_2(args: list[str], named: str) -> None:
     result = subprocess.run(
