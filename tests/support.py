@@ -1,20 +1,20 @@
-"""Shared test helpers: envelopes, a client that numbers its requests, the
-standard setup, the differential runner, and real store subclasses."""
+"""Shared test helpers: envelopes, deterministic coordinators, the standard
+setup, the differential runner, and real store subclasses (the client is in
+client.py)."""
 
 from __future__ import annotations
 
-import copy
 import re
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
 import chap_coordinator
 import msgspec
+from client import WS, Client
 
 from coordinator import Coordinator, CounterIds, StepClock
 from storage import MemoryStore, StoreChange
 
-WS = "wsp_t"
 ALICE = "human:alice"
 BOT = "agent:bot"
 BOB = "human:bob"
@@ -34,45 +34,6 @@ def make(store: Any = None, **kw: Any) -> Coordinator:
     kw.setdefault("clock", StepClock())
     kw.setdefault("ids", CounterIds())
     return Coordinator(store, **kw)
-
-
-class Client:
-    """Sends numbered requests to anything with `dispatch(envelope)`."""
-
-    def __init__(self, target: Any, ws: str = WS) -> None:
-        self.target = target
-        self.ws = ws
-        self.n = 0
-
-    def envelope(self, method: str, **params: Any) -> dict[str, Any]:
-        self.n += 1
-        params.setdefault("workspace", self.ws)
-        return env(method, params, id=f"r{self.n}")
-
-    def send(self, envelope: Any) -> dict[str, Any]:
-        return self.target.dispatch(envelope)
-
-    def call(self, method: str, **params: Any) -> dict[str, Any]:
-        return self.send(self.envelope(method, **params))
-
-    def ok(self, method: str, **params: Any) -> Any:
-        r = self.call(method, **params)
-        assert "error" not in r, (method, params, r)
-        return r["result"]
-
-    def err(self, method: str, **params: Any) -> dict[str, Any]:
-        r = self.call(method, **params)
-        assert "error" in r, (method, params, r)
-        return r["error"]
-
-    def code(self, method: str, **params: Any) -> int:
-        return self.err(method, **params)["code"]
-
-    def describe(self) -> dict[str, Any]:
-        return self.ok("workspace.describe")
-
-    def log(self, **params: Any) -> list[dict[str, Any]]:
-        return self.ok("audit.read", **params)["entries"]
 
 
 def s0(c: Client, *, profiles: list[str] | None = None, extra_humans: tuple[str, ...] = ()) -> str:
@@ -118,9 +79,8 @@ def state_of(coord: Coordinator, ws: str = WS) -> dict[str, Any]:
     return {"describe": c.describe(), "log": c.log()}
 
 
-# -- review/modes helpers and the differential runner ---------------------------
+# -- the differential runner ------------------------------------------------------
 #
-# `ReviewClient` takes `frm=` for the `from` param and asserts codes in `err`.
 # `run_both` drives chapline and chap-coordinator 0.3.3 (used only by calling
 # it) with the same script and returns both runs in a comparable form.
 
@@ -144,101 +104,19 @@ def reference(profiles: tuple[str, ...] = REVIEW_PROFILES) -> Any:
     )
 
 
-class ReviewClient:
-    """Calls on one workspace. `frm=` stands for the `from` param.
-
-    `call` returns the whole response; `ok` asserts a result and returns it;
-    `err(code, ...)` asserts an error with that code and returns it.
-    """
-
-    def __init__(self, coord: Any, workspace: str = WS) -> None:
-        self.coord = coord
-        self.workspace = workspace
-        self.n = 0
-
-    def call(self, method: str, frm: str | None = None, **params: Any) -> dict[str, Any]:
-        self.n += 1
-        body: dict[str, Any] = {"workspace": self.workspace}
-        if frm is not None:
-            body["from"] = frm
-        body.update(params)
-        return self.coord.dispatch(env(method, body, id=f"r{self.n}"))
-
-    def ok(self, method: str, frm: str | None = None, **params: Any) -> Any:
-        response = self.call(method, frm, **params)
-        assert "error" not in response, f"{method} refused: {response['error']}"
-        return response["result"]
-
-    def err(self, code: int, method: str, frm: str | None = None, **params: Any) -> dict[str, Any]:
-        response = self.call(method, frm, **params)
-        assert "error" in response, f"{method} accepted, expected {code}: {response['result']}"
-        assert response["error"]["code"] == code, response["error"]
-        return response["error"]
-
-    def describe(self) -> dict[str, Any]:
-        return self.ok("workspace.describe")
-
-    def log(self) -> list[dict[str, Any]]:
-        return self.ok("audit.read")["entries"]
-
-    def count(self) -> int:
-        return self.describe()["audit_count"]
-
-    def last(self) -> dict[str, Any]:
-        return self.log()[-1]
-
-    def task(self, task_id: str) -> dict[str, Any]:
-        """The stored task, as chapline's snapshot holds it."""
-        return self.coord.snapshot(self.workspace)["tasks"][task_id]
-
-    def overrides(self) -> dict[str, Any]:
-        return self.coord.snapshot(self.workspace)["overrides"]
-
-    def setup(
-        self,
-        members: tuple[str, ...] = ("human:alice", "agent:bot", "human:bob", "human:carol"),
-        **create: Any,
-    ) -> None:
-        """Create the workspace and join `members` (the first one as admin)."""
-        self.ok("workspace.create", **create)
-        for i, uri in enumerate(members):
-            extra = {"role": "admin"} if i == 0 else {}
-            self.ok("participant.join", frm=uri, type=uri.split(":")[0], **extra)
-
-    def new_task(self, frm: str = ALICE, assignee: str = BOT, **params: Any) -> str:
-        params.setdefault("kind", "draft")
-        params.setdefault("input", {})
-        return self.ok("task.create", frm=frm, assignee=assignee, **params)["task_id"]
-
-
 # A script is a list of (method, params) steps. A string "$<n>" anywhere in
 # params is replaced by the first generated id in the result of step n.
 Script = list[tuple[str, dict[str, Any]]]
 
 
 def run_script(coord: Any, steps: Script) -> dict[str, Any]:
-    saved: dict[str, str] = {}
-    responses = []
-    for index, (method, params) in enumerate(steps):
-        body = _substitute(copy.deepcopy(params), saved)
-        response = coord.dispatch(env(method, body, id=f"s{index}"))
-        responses.append(response)
-        found = ID_PATTERN.findall(repr(response.get("result")))
-        if found:
-            saved[f"${index}"] = found[0]
     workspace = steps[0][1].get("workspace", WS)
-    log = coord.dispatch(env("audit.read", {"workspace": workspace}, id="log"))["result"]["entries"]
-    return {"responses": responses, "log": log, "tasks": _tasks(coord, workspace)}
-
-
-def _substitute(value: Any, saved: dict[str, str]) -> Any:
-    if isinstance(value, str) and value in saved:
-        return saved[value]
-    if isinstance(value, dict):
-        return {k: _substitute(v, saved) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_substitute(v, saved) for v in value]
-    return value
+    c = Client(coord, workspace, prefix="s")
+    for index, step in enumerate(steps):
+        found = ID_PATTERN.findall(repr(c.run(step).get("result")))
+        if found:
+            c.names[f"${index}"] = found[0]
+    return {"responses": c.responses, "log": c.log(), "tasks": _tasks(coord, workspace)}
 
 
 def _tasks(coord: Any, workspace: str) -> dict[str, Any]:

@@ -16,8 +16,9 @@ import msgspec
 import pytest
 from chap_analytics import briefs
 from chap_coordinator.storage.sqlite import SqliteStore as ReferenceStore
+from client import Client
 from profile_diff import ALL_PROFILES, log_of
-from support import FailingStore, ReviewClient, make
+from support import FailingStore, make
 
 from coordinator import BatchWriteError, Coordinator
 from coordinator.verification import verify_workspace
@@ -28,14 +29,14 @@ A, BOT, B2, BOB = "human:alice", "agent:bot", "agent:b2", "human:bob"
 PROFILES = (*ALL_PROFILES, "modes/1.0")
 
 
-def client(store: Any = None, **options: Any) -> ReviewClient:
-    c = ReviewClient(make(store, default_profiles=PROFILES, **options), W)
+def client(store: Any = None, **options: Any) -> Client:
+    c = Client(make(store, default_profiles=PROFILES, **options), W)
     c.setup(members=(A, BOT, B2, BOB))
     return c
 
 
-def state(c: ReviewClient) -> dict[str, Any]:
-    return {"describe": c.describe(), "held": c.coord.snapshot(W)}
+def state(c: Client) -> dict[str, Any]:
+    return {"describe": c.describe(), "held": c.target.snapshot(W)}
 
 
 # -- cross-effects ---------------------------------------------------------------
@@ -47,8 +48,8 @@ def test_pause_refuses_updates_and_resume_returns_to_the_prior_state():
     c.ok("task.update", BOT, task_id=t, state="in_progress")
     c.ok("control.pause", A, task_id=t)
     assert c.task(t)["paused_from"] == "in_progress"
-    c.err(-32602, "task.update", BOT, task_id=t, state="completed")
-    c.err(-32602, "task.complete", BOT, task_id=t)
+    c.fail(-32602, "task.update", BOT, task_id=t, state="completed")
+    c.fail(-32602, "task.complete", BOT, task_id=t)
     assert c.ok("control.resume", A, task_id=t)["state"] == "in_progress"
     assert (c.task(t)["paused"], c.task(t)["paused_from"]) == (False, None)
     assert c.ok("task.complete", BOT, task_id=t, output={"o": 1})["state"] == "review_requested"
@@ -59,8 +60,8 @@ def test_a_paused_workspace_refuses_and_records_then_resumes():
     t = c.new_task()
     c.ok("control.pause", A, scope="workspace")
     before = c.count()
-    c.err(-32063, "task.update", BOT, task_id=t, state="in_progress")
-    c.err(-32063, "control.snapshot", A)
+    c.fail(-32063, "task.update", BOT, task_id=t, state="in_progress")
+    c.fail(-32063, "control.snapshot", A)
     assert c.count() == before + 2 and c.last()["outcome"] == {"status": "refused", "code": -32063}
     assert c.ok("control.resume", A, scope="workspace")["state"] == "active"
     assert c.ok("task.update", BOT, task_id=t, state="in_progress") == {"state": "in_progress"}
@@ -69,7 +70,7 @@ def test_a_paused_workspace_refuses_and_records_then_resumes():
 def test_a_paused_member_gets_no_new_work_until_resumed():
     c = client()
     c.ok("control.pause", A, scope="participant", participant_uri=B2)
-    c.err(-32063, "task.create", A, assignee=B2, kind="k", input={})
+    c.fail(-32063, "task.create", A, assignee=B2, kind="k", input={})
     route = c.ok("task.route", A, task_id=c.new_task(), candidates=[B2, BOT])
     assert route["selected"] == BOT
     c.ok("control.resume", A, scope="participant", participant_uri=B2)
@@ -113,9 +114,9 @@ def test_supersede_refuses_the_old_task_and_the_successor_works():
     new = c.ok("control.supersede", A, task_id=t, successor_task={"kind": "k2", "input": {"v": 2}})["new_task_id"]
     assert (c.task(t)["state"], c.task(t)["superseded_by"]) == ("superseded", new)
     assert c.task(new)["supersedes"] == t
-    c.err(-32602, "task.update", BOT, task_id=t, state="in_progress")
-    c.err(-32061, "control.pause", A, task_id=t)
-    c.err(-32061, "control.cancel", A, task_id=t)
+    c.fail(-32602, "task.update", BOT, task_id=t, state="in_progress")
+    c.fail(-32061, "control.pause", A, task_id=t)
+    c.fail(-32061, "control.cancel", A, task_id=t)
     c.ok("task.update", BOT, task_id=new, state="in_progress")
     assert c.ok("task.complete", BOT, task_id=new, output={}) == {"state": "completed"}
 
@@ -125,7 +126,7 @@ def test_route_sets_the_assignee_and_stores_a_decision():
     t = c.new_task(routing_hints={"criticality": "high"})
     out = c.ok("task.route", A, task_id=t, candidates=["agent:none", B2])
     assert c.task(t)["assignee"] == B2
-    decision = c.coord.snapshot(W)["route_decisions"][out["decision_artefact"]]
+    decision = c.target.snapshot(W)["route_decisions"][out["decision_artefact"]]
     assert decision["outcome"] == B2 and decision["hints_observed"] == {"criticality": "high"}
 
 
@@ -147,7 +148,7 @@ CALLS = [
 ]
 
 
-def _prepared(store: Any) -> tuple[ReviewClient, dict[str, str]]:
+def _prepared(store: Any) -> tuple[Client, dict[str, str]]:
     c = client(store)
     names = {"$T": c.new_task(mode="production", routing_hints={"criticality": "critical"})}
     names["$S"] = c.ok("control.snapshot", A)["snapshot_artefact_id"]
@@ -165,7 +166,7 @@ def test_a_failed_write_answers_32900_and_changes_nothing(method, params):
     c, names = _prepared(store)
     before, held = state(c), msgspec.to_builtins(store.load())
     store.failing = True
-    c.err(-32900, method, A, **_bind(params, names))
+    c.fail(-32900, method, A, **_bind(params, names))
     store.failing = False
     assert state(c) == before
     assert msgspec.to_builtins(store.load()) == held
@@ -180,7 +181,7 @@ def test_a_rollback_in_a_failed_batch_is_undone_with_the_rest():
     before = state(c)
     store.failing = True
     with pytest.raises(BatchWriteError):
-        with c.coord.batch():
+        with c.target.batch():
             r1 = c.call("control.rollback", A, to_snapshot_artefact_id=names["$S"])
             assert r1["result"]["restored"] == ["mode_ceiling", "members"]
             assert c.describe()["mode_ceiling"] == "production"  # seen inside the batch
@@ -188,7 +189,7 @@ def test_a_rollback_in_a_failed_batch_is_undone_with_the_rest():
     store.failing = False
     assert r1["error"]["code"] == r2["error"]["code"] == -32900
     assert state(c) == before
-    with c.coord.batch():
+    with c.target.batch():
         c.ok("control.rollback", A, to_snapshot_artefact_id=names["$S"])
         c.ok("control.supersede", A, task_id=names["$T"], successor_task={"kind": "k"})
     assert c.describe()["mode_ceiling"] == "production"
@@ -199,7 +200,7 @@ def test_an_abandoned_batch_undoes_a_snapshot_and_a_route():
     c, names = _prepared(None)
     before = state(c)
     with pytest.raises(RuntimeError):
-        with c.coord.batch():
+        with c.target.batch():
             c.ok("control.snapshot", A)
             c.ok("task.route", A, task_id=names["$T"], candidates=[B2])
             raise RuntimeError("caller gave up")
@@ -212,10 +213,10 @@ def test_a_hook_that_raises_changes_nothing_and_is_recorded():
 
     c = client(routing_policy=broken)
     t = c.new_task()
-    before = c.coord.snapshot(W)
-    error = c.err(-32515, "task.route", A, task_id=t, candidates=[BOT])
+    before = c.target.snapshot(W)
+    error = c.fail(-32515, "task.route", A, task_id=t, candidates=[BOT])
     assert "unreachable" in error["message"]
-    after = c.coord.snapshot(W)
+    after = c.target.snapshot(W)
     assert after["tasks"] == before["tasks"] and after["route_decisions"] == {}
     assert after["audit"][-1]["outcome"] == {"status": "refused", "code": -32515}
 
@@ -225,7 +226,7 @@ def test_a_hook_that_raises_changes_nothing_and_is_recorded():
 
 def session(coord: Any) -> dict[str, str]:
     """A control/routing session: snapshots, rollback, pause, supersede, routes."""
-    c = ReviewClient(coord, W)
+    c = Client(coord, W)
     c.setup(members=(A, BOT, B2, BOB), profiles=list(PROFILES))
     t = c.new_task(mode="production", routing_hints={"criticality": "critical", "confidence": "0.4"})
     u = c.new_task(mode="production")
@@ -238,7 +239,7 @@ def session(coord: Any) -> dict[str, str]:
     c.ok("control.pause", A, scope="participant", participant_uri=BOB)
     new = c.ok("control.supersede", A, task_id=t, successor_task={"kind": "k2"}, reason="r")["new_task_id"]
     c.ok("control.set_mode_ceiling", A, new_ceiling="trial")
-    c.err(-32062, "control.rollback", A, to_snapshot_artefact_id="art_missing")
+    c.fail(-32062, "control.rollback", A, to_snapshot_artefact_id="art_missing")
     c.ok("control.rollback", A, to_snapshot_artefact_id=snap, what_to_restore=["mode_ceiling"])
     c.ok("control.set_mode_ceiling", A, new_ceiling="shadow")
     return {"t": t, "u": u, "snap": snap, "new": new}
@@ -270,7 +271,7 @@ def test_ours_loads_and_continues_a_file_the_reference_wrote(tmp_path: Path):
     held = ours.snapshot(W)
     assert len(held["snapshots"]) == 1 and len(held["route_decisions"]) == 3
     assert held["tasks"][names["u"]]["paused_from"] == "in_progress"
-    c = ReviewClient(ours, W)
+    c = Client(ours, W)
     # the reference's snapshot, paused task and member work here
     assert c.ok("control.rollback", A, to_snapshot_artefact_id=names["snap"])["restored"] == [
         "mode_ceiling", "members"]
@@ -302,7 +303,7 @@ def test_the_reference_loads_and_continues_a_file_we_wrote(tmp_path: Path):
     live = ref.get_workspace(W)
     assert list(live.snapshots) == [names["snap"]] and len(live.route_decisions) == 3
     assert live.tasks[names["u"]].paused_from == "in_progress"
-    c = ReviewClient(ref, W)
+    c = Client(ref, W)
     c.n = 1000
     assert c.ok("control.rollback", A, to_snapshot_artefact_id=names["snap"])["restored"] == [
         "mode_ceiling", "members"]
@@ -321,7 +322,7 @@ def test_snapshot_and_restore_carry_the_profile_collections(shape):
     target = make(default_profiles=PROFILES)
     assert target.restore(data) == [W]
     assert target.snapshot(W) == source.snapshot(W)
-    c = ReviewClient(target, W)
+    c = Client(target, W)
     c.n = 1000
     c.ok("control.rollback", A, to_snapshot_artefact_id=names["snap"])
     assert c.describe()["mode_ceiling"] == "production"
@@ -332,7 +333,7 @@ def test_chap_analytics_loads_such_a_file_without_a_warning(tmp_path: Path, capl
     path = tmp_path / "analytics.db"
     ours = make(SqliteStore(path), default_profiles=PROFILES)
     session(ours)
-    count = ReviewClient(ours, W).count()
+    count = Client(ours, W).count()
     ours.close()
     with caplog.at_level(logging.WARNING), warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -356,7 +357,7 @@ def test_a_hook_that_mutates_its_arguments_changes_nothing_held():
     before = c.task(t)
     assert c.ok("review.depth", A, task_id=t)["depth"] == "full"
     assert c.task(t) == before
-    decision = next(iter(c.coord.snapshot(W)["route_decisions"].values()))
+    decision = next(iter(c.target.snapshot(W)["route_decisions"].values()))
     assert decision["hints_observed"] == {"criticality": "high"}
 
 
@@ -367,9 +368,9 @@ def test_verify_replays_snapshots_and_route_decisions_to_their_stored_ids(tmp_pa
     path = tmp_path / "verify.db"
     coord = make(SqliteStore(path), default_profiles=PROFILES)
     names = session(coord)
-    other = ReviewClient(coord, "wsp_other")
+    other = Client(coord, "wsp_other")
     other.setup(members=(A, BOT))
-    c = ReviewClient(coord, W)
+    c = Client(coord, W)
     c.n = 500
     for _ in range(2):  # interleave artefact ids of two workspaces
         x = other.new_task()
@@ -389,11 +390,11 @@ def test_two_coordinators_on_one_file_reload_and_rerun_control_calls(tmp_path: P
     workspace and runs its control call again on the fresh state."""
     path = tmp_path / "shared.db"
     first = make(SqliteStore(path), default_profiles=PROFILES)
-    a = ReviewClient(first, W)
+    a = Client(first, W)
     a.setup(members=(A, BOT, B2, BOB))
     t = a.new_task()
     second = Coordinator(SqliteStore(path))
-    b = ReviewClient(second, W)
+    b = Client(second, W)
     b.n = 1000
     snap = a.ok("control.snapshot", A)["snapshot_artefact_id"]  # second has not seen it
     a.ok("control.set_mode_ceiling", A, new_ceiling="shadow")
@@ -402,7 +403,7 @@ def test_two_coordinators_on_one_file_reload_and_rerun_control_calls(tmp_path: P
     assert a.ok("control.pause", A, task_id=t)["state"] == "paused"  # first reloads in turn
     assert b.ok("control.resume", A, task_id=t)["state"] == "created"
     assert b.ok("task.route", A, task_id=t, candidates=[B2])["selected"] == B2
-    fresh = ReviewClient(Coordinator(SqliteStore(path)), W)
+    fresh = Client(Coordinator(SqliteStore(path)), W)
     assert fresh.describe() == b.describe()  # the second wrote last
     assert fresh.describe()["mode_ceiling"] == "production"
     assert fresh.task(t)["assignee"] == B2

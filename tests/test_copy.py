@@ -9,7 +9,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from support import BOB, BOT, Client, make, s0
+from client import Client
+from support import BOB, BOT, make, s0
 
 from coordinator.cli import main
 from storage import PostgresStore, SqliteStore

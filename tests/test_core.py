@@ -14,12 +14,12 @@ import sqlite3
 
 import pytest
 import rfc8785
+from client import Client
 from support import (
     ALICE,
     BOB,
     BOT,
     WS,
-    Client,
     FailingStore,
     edit_workspace,
     env,

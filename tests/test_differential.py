@@ -9,13 +9,13 @@ compared after mapping chapline's ids to the reference's.
 
 from __future__ import annotations
 
-import copy
 import re
 from typing import Any
 
 import pytest
 from chap_coordinator import Coordinator as Reference
 from chap_coordinator.storage.sqlite import SqliteStore as ReferenceSqlite
+from client import Client
 from support import env, make
 
 from coordinator import Coordinator
@@ -28,36 +28,7 @@ def reference(**kw: Any) -> Any:
     return Reference(deterministic_ids=True, deterministic_clock=True, enable_chain=True, **kw)
 
 
-class Side:
-    """One implementation, with its own table of generated ids."""
-
-    def __init__(self, coord: Any) -> None:
-        self.coord = coord
-        self.names: dict[str, str] = {}  # "$name" -> generated id
-
-    def build(self, value: Any) -> Any:
-        if isinstance(value, str) and value.startswith("$"):
-            return self.names[value]
-        if isinstance(value, dict):
-            return {k: self.build(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self.build(v) for v in value]
-        return value
-
-    def run(self, step: tuple) -> dict[str, Any]:
-        method, params, save = (*step, None)[:3]
-        envelope = env(method, self.build(copy.deepcopy(params)), id=f"s{self.n}")
-        self.n += 1
-        response = self.coord.dispatch(envelope)
-        if save:
-            key, name = save
-            self.names[name] = response["result"][key]
-        return response
-
-    n = 0
-
-
-def id_map(ours: Side, theirs: Side) -> dict[str, str]:
+def id_map(ours: Client, theirs: Client) -> dict[str, str]:
     assert ours.names.keys() == theirs.names.keys()
     mapping = {ours.names[k]: theirs.names[k] for k in ours.names}
     assert len(set(mapping.values())) == len(mapping)
@@ -82,18 +53,9 @@ def shape(response: dict[str, Any]) -> Any:
     return {"result": response["result"]}
 
 
-def read_all(coord: Any, workspace: str) -> list[dict[str, Any]]:
-    r = coord.dispatch(env("audit.read", {"workspace": workspace}, id="log"))
-    return r["result"]["entries"]
-
-
-def describe(coord: Any, workspace: str) -> dict[str, Any]:
-    return coord.dispatch(env("workspace.describe", {"workspace": workspace}, id="d"))["result"]
-
-
-def drive(steps: list[tuple], ours: Any = None, theirs: Any = None) -> tuple[Side, Side, list, list]:
-    a = Side(ours if ours is not None else make())
-    b = Side(theirs if theirs is not None else reference())
+def drive(steps: list[tuple], ours: Any = None, theirs: Any = None) -> tuple[Client, Client, list, list]:
+    a = Client(ours if ours is not None else make())
+    b = Client(theirs if theirs is not None else reference())
     ra, rb = [], []
     for step in steps:
         ra.append(a.run(step))
@@ -206,9 +168,9 @@ def test_core_workload_same_responses():
 def test_core_workload_same_recorded_entries():
     a, b, mapping = _compare(CORE)
     for ws in ("$W",):
-        ours = read_all(a.coord, a.names[ws])
-        theirs = read_all(b.coord, b.names[ws])
-        assert len(ours) == len(theirs) == describe(b.coord, b.names[ws])["audit_count"]
+        ours = Client(a.target, a.names[ws]).log()
+        theirs = Client(b.target, b.names[ws]).log()
+        assert len(ours) == len(theirs) == Client(b.target, b.names[ws]).describe()["audit_count"]
         for x, y in zip(ours, theirs, strict=True):
             assert set(x) == set(y)
             x = {k: v for k, v in x.items() if k != "prev_hash"}
@@ -216,8 +178,8 @@ def test_core_workload_same_recorded_entries():
             assert mapped(x, mapping) == y
         outcomes = [e["outcome"]["code"] for e in theirs if "outcome" in e]
         assert outcomes == [-32011, -32011, -32601, -32011]  # the workload has recorded refusals
-    assert read_all(a.coord, "wsp_auto") == read_all(b.coord, "wsp_auto")
-    assert describe(a.coord, "wsp_auto") == describe(b.coord, "wsp_auto")
+    assert Client(a.target, "wsp_auto").log() == Client(b.target, "wsp_auto").log()
+    assert Client(a.target, "wsp_auto").describe() == Client(b.target, "wsp_auto").describe()
 
 
 def test_create_with_a_generated_id_is_not_recorded(tmp_path):
@@ -237,13 +199,13 @@ def test_create_with_a_generated_id_is_not_recorded(tmp_path):
     )
     mapping = id_map(a, b)
     assert [mapped(shape(x), mapping) for x in ra] == [shape(y) for y in rb]
-    ours, theirs = read_all(a.coord, a.names["$G"]), read_all(b.coord, b.names["$G"])
+    ours, theirs = Client(a.target, a.names["$G"]).log(), Client(b.target, b.names["$G"]).log()
     assert [e["envelope"]["method"] for e in theirs] == ["participant.join"]
     assert [mapped(e, mapping) for e in ours] == theirs
-    assert describe(a.coord, a.names["$G"])["audit_count"] == 1
+    assert Client(a.target, a.names["$G"]).describe()["audit_count"] == 1
     # durable all the same
     again = Coordinator(SqliteStore(path))
-    assert describe(again, a.names["$G"])["audit_count"] == 1
+    assert Client(again, a.names["$G"]).describe()["audit_count"] == 1
 
 
 # An id-free workload: no generated id ever reaches an envelope, so every
@@ -271,21 +233,21 @@ def test_id_free_workload_gives_byte_identical_heads():
     a, b, ra, rb = drive(ID_FREE)
     mapping = id_map(a, b)
     assert [mapped(shape(x), mapping) for x in ra] == [shape(y) for y in rb]
-    ours, theirs = describe(a.coord, W), describe(b.coord, W)
+    ours, theirs = Client(a.target, W).describe(), Client(b.target, W).describe()
     assert ours["evidence_head"] == theirs["evidence_head"]
     assert ours == theirs
-    assert read_all(a.coord, W) == read_all(b.coord, W)  # prev_hash included
-    va = a.coord.dispatch(env("audit.verify_chain", {"workspace": W}))
-    vb = b.coord.dispatch(env("audit.verify_chain", {"workspace": W}))
+    assert Client(a.target, W).log() == Client(b.target, W).log()  # prev_hash included
+    va = a.target.dispatch(env("audit.verify_chain", {"workspace": W}))
+    vb = b.target.dispatch(env("audit.verify_chain", {"workspace": W}))
     assert va == vb and va["result"]["status"] == "verified"
 
 
 def test_id_free_heads_after_every_step():
-    a, b = Side(make()), Side(reference())
+    a, b = Client(make()), Client(reference())
     for step in ID_FREE:
         a.run(step)
         b.run(step)
-        da, db = describe(a.coord, W), describe(b.coord, W)
+        da, db = Client(a.target, W).describe(), Client(b.target, W).describe()
         assert (da["audit_count"], da["evidence_head"]) == (db["audit_count"], db["evidence_head"])
 
 
@@ -310,11 +272,11 @@ def test_id_free_heads_after_every_step():
 def test_deliberate_differences(method, params, ours_code, theirs):
     setup = ID_FREE[:3]
     a, b, _, _ = drive(setup)
-    ra = a.coord.dispatch(env(method, params, id="x"))
-    rb = b.coord.dispatch(env(method, params, id="x"))
+    ra = a.target.dispatch(env(method, params, id="x"))
+    rb = b.target.dispatch(env(method, params, id="x"))
     assert ra["error"]["code"] == ours_code
     assert (rb["error"]["code"] if "error" in rb else "ok") == theirs
-    assert describe(a.coord, W)["audit_count"] == 3  # ours recorded nothing
+    assert Client(a.target, W).describe()["audit_count"] == 3  # ours recorded nothing
 
 
 def test_chain_is_on_by_default_in_chapline_only():
@@ -322,8 +284,8 @@ def test_chain_is_on_by_default_in_chapline_only():
     theirs = Reference(deterministic_ids=True, deterministic_clock=True)
     for c in (ours, theirs):
         c.dispatch(env("workspace.create", {"workspace": W}))
-    assert describe(ours, W)["evidence_head"].startswith("sha256:")
-    assert "evidence_head" not in describe(theirs, W)
+    assert Client(ours, W).describe()["evidence_head"].startswith("sha256:")
+    assert "evidence_head" not in Client(theirs, W).describe()
 
 
 # -- a file the reference wrote -------------------------------------------------
@@ -332,7 +294,7 @@ def test_chain_is_on_by_default_in_chapline_only():
 def test_reference_sqlite_file_loads_with_the_same_describe_and_chain(tmp_path):
     path = str(tmp_path / "ref.db")
     chained = reference(store=ReferenceSqlite(path))
-    b = Side(chained)
+    b = Client(chained)
     for step in CORE:
         b.run(step)
     wid = b.names["$W"]
@@ -353,8 +315,8 @@ def test_reference_sqlite_file_loads_with_the_same_describe_and_chain(tmp_path):
     ours = Coordinator(SqliteStore(path))
     assert sorted(ours.workspace_ids()) == sorted([wid, "wsp_auto", "wsp_mid"])
     for ws in (wid, "wsp_auto", "wsp_mid"):
-        assert describe(ours, ws) == describe(fresh, ws)
-        assert read_all(ours, ws) == read_all(fresh, ws)
+        assert Client(ours, ws).describe() == Client(fresh, ws).describe()
+        assert Client(ours, ws).log() == Client(fresh, ws).log()
         va = ours.dispatch(env("audit.verify_chain", {"workspace": ws}))
         vb = fresh.dispatch(env("audit.verify_chain", {"workspace": ws}))
         assert va == vb, ws

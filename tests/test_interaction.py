@@ -10,27 +10,28 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from client import Client
 from interaction_diff import B2, BOT, INTERACTION, A, B, C, Pair, W, reference_ids
-from support import FailingStore, ReviewClient, env, make
+from support import FailingStore, env, make
 
 from coordinator import BatchWriteError, Coordinator
 from storage import SqliteStore
 
 
-def client(coord: Any = None) -> ReviewClient:
-    return ReviewClient(coord if coord is not None else ours(), W)
+def client(coord: Any = None) -> Client:
+    return Client(coord if coord is not None else ours(), W)
 
 
 def ours(store: Any = None, **options: Any) -> Coordinator:
     return make(store, enable_chain=True, default_profiles=INTERACTION, **options)
 
 
-def setup(c: ReviewClient) -> str:
+def setup(c: Client) -> str:
     c.setup((A, BOT, B, B2, C))
     return c.new_task()
 
 
-def ask(c: ReviewClient, task: str, whisper_id: str = "w", **params: Any) -> Any:
+def ask(c: Client, task: str, whisper_id: str = "w", **params: Any) -> Any:
     params.setdefault("to", A)
     params.setdefault("deadline_ms", 60_000)
     params.setdefault("default_if_lapsed", "d")
@@ -96,10 +97,10 @@ def test_a_held_id_is_never_overwritten():
     t = setup(c)
     ask(c, t, "w", options=[{"id": "a"}])
     c.ok("whisper.answer", A, whisper_id="w", answer_option="a")
-    err = c.err(-32602, "whisper.ask", BOT, to=A, task_id=t, question="q2", deadline_ms=1,
+    err = c.fail(-32602, "whisper.ask", BOT, to=A, task_id=t, question="q2", deadline_ms=1,
                 default_if_lapsed="d", whisper_id="w")
     assert "already in use" in err["message"]
-    assert c.coord.snapshot(W)["whispers"]["w"]["state"] == "answered"
+    assert c.target.snapshot(W)["whispers"]["w"]["state"] == "answered"
 
 
 # -- cross-effects -----------------------------------------------------------------
@@ -110,12 +111,12 @@ def test_an_accepted_handoff_moves_the_work_to_the_acceptor():
     t = setup(c)
     c.ok("task.update", BOT, task_id=t, state="in_progress")
     c.ok("handoff.propose", BOT, to=B2, tasks=[{"task_id": t}], handoff_id="h")
-    c.err(-32050, "handoff.propose", B2, to=BOT, tasks=[{"task_id": t}])  # not B2's yet
+    c.fail(-32050, "handoff.propose", B2, to=BOT, tasks=[{"task_id": t}])  # not B2's yet
     c.ok("handoff.accept", B2, handoff_id="h")
     task = c.task(t)
     assert (task["assignee"], task["state"]) == (B2, "in_progress")
     assert task["history"][-1]["note"] == f"handoff accepted from {BOT}"
-    c.err(-32050, "handoff.propose", BOT, to=B, tasks=[{"task_id": t}])   # no longer BOT's
+    c.fail(-32050, "handoff.propose", BOT, to=B, tasks=[{"task_id": t}])   # no longer BOT's
     c.ok("handoff.propose", B2, to=BOT, tasks=[{"task_id": t}], handoff_id="back")
     c.ok("handoff.accept", BOT, handoff_id="back")
     assert c.task(t)["assignee"] == BOT
@@ -125,11 +126,11 @@ def test_a_lapsed_whisper_applies_its_default_and_refuses_answers():
     c = client()
     t = setup(c)
     ask(c, t, "w", deadline_ms=1, default_if_lapsed={"ship": False})
-    notices = c.coord.check_whisper_lapses(W)
+    notices = c.target.check_whisper_lapses(W)
     assert [n["params"]["default_applied"] for n in notices] == [{"ship": False}]
-    held = c.coord.snapshot(W)["whispers"]["w"]
+    held = c.target.snapshot(W)["whispers"]["w"]
     assert (held["state"], held["default_applied"]) == ("lapsed", {"ship": False})
-    c.err(-32021, "whisper.answer", A, whisper_id="w", answer="too late")
+    c.fail(-32021, "whisper.answer", A, whisper_id="w", answer="too late")
     entry = c.log()[-2]
     assert entry["envelope"]["method"] == "notify.message"
     assert entry["envelope"]["params"]["task_id"] == t
@@ -141,8 +142,8 @@ def test_the_sweep_reads_the_injected_clock():
     t = setup(c)
     ask(c, t, "soon", deadline_ms=2000)
     ask(c, t, "later", deadline_ms=10**9)
-    asked = c.coord.snapshot(W)["whispers"]["soon"]["asked_at"]
-    notices = c.coord.check_whisper_lapses(W)  # StepClock: +1 s per read
+    asked = c.target.snapshot(W)["whispers"]["soon"]["asked_at"]
+    notices = c.target.check_whisper_lapses(W)  # StepClock: +1 s per read
     assert [n["params"]["whisper_id"] for n in notices] == ["soon"]
     assert notices[0]["params"]["ts"] > asked
 
@@ -152,16 +153,16 @@ def test_a_sweep_with_an_unreadable_now_raises_and_changes_nothing(now: Any):
     c = client()
     t = setup(c)
     ask(c, t, "w", deadline_ms=1)
-    before = c.coord.snapshot(W)
+    before = c.target.snapshot(W)
     with pytest.raises(ValueError, match="now"):
-        c.coord.check_whisper_lapses(W, now)
-    assert c.coord.snapshot(W) == before
+        c.target.check_whisper_lapses(W, now)
+    assert c.target.snapshot(W) == before
 
 
 # -- write-ahead ---------------------------------------------------------------------
 
 
-def _script(c: ReviewClient, t: str) -> list[tuple[str, str, dict[str, Any]]]:
+def _script(c: Client, t: str) -> list[tuple[str, str, dict[str, Any]]]:
     return [
         ("whisper.ask", BOT, {"to": A, "task_id": t, "question": "q", "deadline_ms": 1,
                               "default_if_lapsed": "d", "whisper_id": "w2"}),
@@ -177,7 +178,7 @@ def _script(c: ReviewClient, t: str) -> list[tuple[str, str, dict[str, Any]]]:
     ]
 
 
-def _prepared(store: Any) -> tuple[ReviewClient, str]:
+def _prepared(store: Any) -> tuple[Client, str]:
     c = client(ours(store))
     t = setup(c)
     ask(c, t, "w")
@@ -191,41 +192,41 @@ def test_a_failed_write_changes_nothing(step: int):
     store = FailingStore()
     c, t = _prepared(store)
     method, frm, params = _script(c, t)[step]
-    before = c.coord.snapshot(W)
+    before = c.target.snapshot(W)
     store.failing = True
-    c.err(-32900, method, frm, **params)
-    assert c.coord.snapshot(W) == before
+    c.fail(-32900, method, frm, **params)
+    assert c.target.snapshot(W) == before
     store.failing = False
     response = c.call(method, frm, **params)  # and the same call then goes through
     assert response.get("error", {}).get("code") in (None, -32030)
-    assert c.coord.snapshot(W) != before
+    assert c.target.snapshot(W) != before
 
 
 def test_a_failed_sweep_raises_and_changes_nothing():
     store = FailingStore()
     c, t = _prepared(store)
     ask(c, t, "soon", deadline_ms=1)
-    before = c.coord.snapshot(W)
+    before = c.target.snapshot(W)
     store.failing = True
     with pytest.raises(OSError, match="disk full"):
-        c.coord.check_whisper_lapses(W)
-    assert c.coord.snapshot(W) == before
+        c.target.check_whisper_lapses(W)
+    assert c.target.snapshot(W) == before
     store.failing = False
-    assert [n["params"]["whisper_id"] for n in c.coord.check_whisper_lapses(W)] == ["soon"]
+    assert [n["params"]["whisper_id"] for n in c.target.check_whisper_lapses(W)] == ["soon"]
 
 
 def test_a_failed_batch_undoes_every_call_of_the_workspace():
     store = FailingStore()
     c, t = _prepared(store)
-    before = c.coord.snapshot(W)
+    before = c.target.snapshot(W)
     store.fail_next = 1
     responses = []
     with pytest.raises(BatchWriteError):
-        with c.coord.batch():
+        with c.target.batch():
             for method, frm, params in _script(c, t)[:8]:
                 responses.append(c.call(method, frm, **params))
     assert all(r["error"]["code"] == -32900 for r in responses)
-    assert c.coord.snapshot(W) == before
+    assert c.target.snapshot(W) == before
 
 
 def test_a_second_coordinator_on_the_same_store_reloads_and_reruns(tmp_path: Path):
@@ -233,7 +234,7 @@ def test_a_second_coordinator_on_the_same_store_reloads_and_reruns(tmp_path: Pat
     c, t = _prepared(SqliteStore(path))
     other = client(ours(SqliteStore(path)))
     other.ok("deliberate.vote", A, deliberation_id="d", vote="yea")   # written by the other
-    c.err(-32031, "deliberate.vote", A, deliberation_id="d", vote="nay")  # re-run on fresh state
+    c.fail(-32031, "deliberate.vote", A, deliberation_id="d", vote="nay")  # re-run on fresh state
     assert c.ok("deliberate.close", B, deliberation_id="d")["outcome"] == "approved"
 
 
@@ -253,12 +254,12 @@ def test_a_restart_carries_on_where_it_stopped(tmp_path: Path):
     snapshot = first.snapshot(W)
     first.close()
     again = client(ours(SqliteStore(path)))
-    assert again.coord.snapshot(W) == snapshot
-    again.err(-32022, "whisper.answer", A, whisper_id="w", answer_option=True)
+    assert again.target.snapshot(W) == snapshot
+    again.fail(-32022, "whisper.answer", A, whisper_id="w", answer_option=True)
     again.ok("whisper.answer", A, whisper_id="w", answer_option=1)
-    lapsed = again.coord.check_whisper_lapses(W, "2030-01-01T00:00:00Z")
+    lapsed = again.target.check_whisper_lapses(W, "2030-01-01T00:00:00Z")
     assert [n["params"]["whisper_id"] for n in lapsed] == ["gone"]
-    again.err(-32031, "deliberate.vote", A, deliberation_id="d", vote="nay")
+    again.fail(-32031, "deliberate.vote", A, deliberation_id="d", vote="nay")
     again.ok("deliberate.close", B, deliberation_id="d")
     again.ok("handoff.accept", B2, handoff_id="h")
     assert again.ok("audit.verify_chain")["status"] == "verified"
@@ -268,7 +269,7 @@ def test_snapshot_and_restore_carry_the_interaction_objects():
     c, t = _prepared(None)
     c.ok("whisper.answer", A, whisper_id="w", answer="x")
     c.ok("deliberate.vote", A, deliberation_id="d", vote="yea")
-    data = c.coord.snapshot(W)
+    data = c.target.snapshot(W)
     assert set(data["whispers"]) == {"w"} and set(data["deliberations"]) == {"d"}
     assert set(data["handoffs"]) == {"h"}
     fresh = ours()
@@ -287,7 +288,7 @@ def test_the_new_profiles_are_advertisable_and_gated_by_name():
     c = client(make())  # library default: core + review
     c.setup((A, BOT))
     t = c.new_task()
-    c.err(-32601, "whisper.ask", BOT, to=A, task_id=t, question="q", deadline_ms=1,
+    c.fail(-32601, "whisper.ask", BOT, to=A, task_id=t, question="q", deadline_ms=1,
           default_if_lapsed="d")
     c.ok("workspace.set_profiles", A, profiles=["whisper/1.0", "deliberation/1.0", "handoff/1.0"])
     ask(c, t)

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import ALICE, BOB, BOT, ReviewClient
+from client import Client
+from support import ALICE, BOB, BOT
 
 from coordinator import Coordinator, CounterIds, StepClock
 from coordinator.cli import main
@@ -26,7 +27,7 @@ def workload(path: Path) -> dict[str, Any]:
     recorded refusals, and a second workspace created with a generated id.
     Returns what the test needs to find again."""
     coord = Coordinator(SqliteStore(path), clock=StepClock(), ids=CounterIds())
-    c = ReviewClient(coord)
+    c = Client(coord)
     c.setup()
     approved = c.new_task()
     c.ok("task.update", frm=BOT, task_id=approved, state="in_progress")
@@ -44,11 +45,11 @@ def workload(path: Path) -> dict[str, Any]:
     rejected = c.new_task()
     c.ok("review.request", frm=BOT, task_id=rejected, artefact={"text": "no"}, to=[ALICE])
     c.ok("decide.reject", frm=ALICE, task_id=rejected)
-    c.err(-32010, "decide.approve", frm=ALICE, task_id=rejected)  # recorded refusal
+    c.fail(-32010, "decide.approve", frm=ALICE, task_id=rejected)  # recorded refusal
     other = coord.dispatch(
         {"jsonrpc": "2.0", "id": 1, "method": "workspace.create", "params": {}}
     )["result"]["workspace"]
-    ReviewClient(coord, other).ok("participant.join", frm=ALICE, type="human", role="admin")
+    Client(coord, other).ok("participant.join", frm=ALICE, type="human", role="admin")
     count = c.count()
     coord.close()
     return {"count": count, "approved": approved, "overridden": overridden, "other": other}
@@ -369,14 +370,14 @@ def test_verify_passes_a_file_the_reference_wrote(tmp_path, capsys) -> None:
         deterministic_ids=True, deterministic_clock=True, enable_chain=True,
         default_profiles=["core/1.0", "review/1.0"], store=ReferenceSqlite(str(path)),
     )
-    c = ReviewClient(theirs)
+    c = Client(theirs)
     c.setup()
     for verdict in ("decide.approve", "decide.reject", "decide.override"):
         task = c.new_task()
         c.ok("review.request", frm=BOT, task_id=task, artefact={"text": "draft"}, to=[ALICE])
         extra = {"diff": [{"op": "replace", "path": "/text", "value": "v"}], "rationale": "r"}
         c.ok(verdict, frm=ALICE, task_id=task, **(extra if verdict == "decide.override" else {}))
-    c.err(-32010, "decide.approve", frm=ALICE, task_id=task)
+    c.fail(-32010, "decide.approve", frm=ALICE, task_id=task)
     revised = c.new_task()
     c.ok("task.update", frm=BOT, task_id=revised, state="in_progress")
     c.ok("review.request", frm=BOT, task_id=revised, artefact={"text": "v1"}, to=[ALICE, BOB])

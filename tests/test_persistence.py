@@ -8,12 +8,12 @@ import copy
 import random
 
 import pytest
+from client import Client
 from support import (
     ALICE,
     BOB,
     BOT,
     WS,
-    Client,
     FailingStore,
     env,
     make,

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support import ALICE, WS, Client, env, make, s0
+from client import Client
+from support import ALICE, WS, env, make, s0
 
 from coordinator.profiles import REGISTRY
 from coordinator.registry import CHAP_0_3, Profile, Registry, RegistryError, schema

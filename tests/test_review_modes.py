@@ -11,9 +11,9 @@ import hashlib
 from typing import Any
 
 import pytest
+from client import Client
 from hypothesis import given
 from hypothesis import strategies as st
-from support import ReviewClient as Client
 from support import ours, run_both
 
 from coordinator import canonical_bytes
@@ -59,9 +59,9 @@ def set_state(c: Client, mutate: Any) -> None:
     paused tasks, paused members, a lowered ceiling), which chapline does
     not implement yet.
     """
-    snapshot = c.coord.snapshot(c.workspace)
+    snapshot = c.target.snapshot(c.workspace)
     mutate(snapshot)
-    c.coord.restore(snapshot)
+    c.target.restore(snapshot)
 
 
 def refusal(entry: dict[str, Any]) -> int | None:
@@ -105,7 +105,7 @@ def test_review_request_needs_to(c: Client, to: Any) -> None:
     task = c.new_task()
     before = c.count()
     params = {} if to is None else {"to": to}
-    c.err(-32602, "review.request", frm=BOT, task_id=task, artefact=ART, **params)
+    c.fail(-32602, "review.request", frm=BOT, task_id=task, artefact=ART, **params)
     # "" is accepted by the reference (it stores [""]); chapline refuses it.
     assert c.count() == before and c.task(task)["state"] == "created"
 
@@ -115,7 +115,7 @@ def test_review_request_to_must_be_uris(c: Client, to: Any) -> None:
     # The reference crashes (-32603) on 5 and stores [5]; chapline refuses both.
     task = c.new_task()
     before, held = c.count(), c.task(task)
-    c.err(-32602, "review.request", frm=BOT, task_id=task, artefact=ART, to=to)
+    c.fail(-32602, "review.request", frm=BOT, task_id=task, artefact=ART, to=to)
     assert c.count() == before and c.task(task) == held  # nothing recorded or changed
 
 
@@ -133,7 +133,7 @@ def test_review_rules_accepted(c: Client, rule: str) -> None:
 def test_review_rules_refused(c: Client, rule: Any) -> None:
     task = c.new_task()
     before = c.count()
-    error = c.err(-32602, "review.request", frm=BOT, task_id=task, artefact=ART, to=[ALICE], rule=rule)
+    error = c.fail(-32602, "review.request", frm=BOT, task_id=task, artefact=ART, to=[ALICE], rule=rule)
     assert "any_one_approves" in error["message"]  # says what is accepted
     assert c.count() == before
 
@@ -141,14 +141,14 @@ def test_review_rules_refused(c: Client, rule: Any) -> None:
 def test_review_request_argument_checks_in_order(c: Client) -> None:
     task = c.new_task()
     before = c.count()
-    c.err(-32602, "review.request", frm=BOT, artefact=ART, to=[ALICE])  # no task_id
-    c.err(-32602, "review.request", frm=BOT, task_id=task, to=[ALICE])  # no artefact
-    c.err(-32602, "review.request", task_id=task, artefact=ART, to=[ALICE])  # no from
-    c.err(-32011, "review.request", frm="human:ghost", task_id="tsk_x", artefact=ART)
-    c.err(-32602, "review.request", frm=BOT, task_id="tsk_nope", artefact=ART, to=[ALICE])
+    c.fail(-32602, "review.request", frm=BOT, artefact=ART, to=[ALICE])  # no task_id
+    c.fail(-32602, "review.request", frm=BOT, task_id=task, to=[ALICE])  # no artefact
+    c.fail(-32602, "review.request", task_id=task, artefact=ART, to=[ALICE])  # no from
+    c.fail(-32011, "review.request", frm="human:ghost", task_id="tsk_x", artefact=ART)
+    c.fail(-32602, "review.request", frm=BOT, task_id="tsk_nope", artefact=ART, to=[ALICE])
     assert c.count() == before  # -32602 and a non-member's -32011 are never recorded
-    ghost = Client(c.coord, "wsp_nope")
-    ghost.err(-32602, "review.request", frm=BOT, task_id=task, artefact=ART, to=[ALICE])
+    ghost = Client(c.target, "wsp_nope")
+    ghost.fail(-32602, "review.request", frm=BOT, task_id=task, artefact=ART, to=[ALICE])
 
 
 def test_amendment_widens_the_reviewer_set(c: Client) -> None:
@@ -190,7 +190,7 @@ def test_open_review_refuses_a_different_artefact_or_rule(c: Client) -> None:
         {"artefact": ART, "to": [BOB], "rule": "any_one_approves"},
     ):
         before = c.count()
-        c.err(-32014, "review.request", frm=BOT, task_id=task, **params)
+        c.fail(-32014, "review.request", frm=BOT, task_id=task, **params)
         assert_recorded_refusal(c, before, -32014, "review.request")
     assert c.task(task) == before_task
 
@@ -205,7 +205,7 @@ def test_review_request_refused_on_stopped_tasks(c: Client, state: str) -> None:
     set_state(c, stop)
     before = c.count()
     # -32010 comes before the rule check.
-    c.err(-32010, "review.request", frm=BOT, task_id=task, artefact=ART, to=[ALICE], rule="bogus")
+    c.fail(-32010, "review.request", frm=BOT, task_id=task, artefact=ART, to=[ALICE], rule="bogus")
     assert_recorded_refusal(c, before, -32010, "review.request")
     assert c.task(task)["state"] == state
 
@@ -231,7 +231,7 @@ def test_review_methods_are_gated_by_profile() -> None:
     before = c.count()
     for method in ("review.request", "decide.approve", "decide.reject", "decide.override",
                    "abstain.declare", "escalate.raise"):
-        error = c.err(-32601, method, frm=ALICE, task_id=task)
+        error = c.fail(-32601, method, frm=ALICE, task_id=task)
         assert error["data"] == {"profile": "review/1.0", "advertised": ["core/1.0"]}
     assert c.count() == before  # not privileged: never recorded
 
@@ -276,7 +276,7 @@ def test_quorum_counts_distinct_approvers(c: Client) -> None:
     assert c.ok("decide.approve", frm=ALICE, task_id=task)["state"] == "review_requested"
     assert c.ok("decide.approve", frm=ALICE, task_id=task)["state"] == "review_requested"
     assert c.ok("decide.approve", frm=CAROL, task_id=task)["state"] == "completed"
-    c.err(-32010, "decide.approve", frm=BOB, task_id=task)
+    c.fail(-32010, "decide.approve", frm=BOB, task_id=task)
 
 
 def test_only_addressed_reviewers_decide(c: Client) -> None:
@@ -289,10 +289,10 @@ def test_only_addressed_reviewers_decide(c: Client) -> None:
     ):
         before = c.count()
         # The reviewer check comes before the digest check.
-        c.err(-32011, method, frm=BOB, task_id=task, approved_artefact_digest="sha256:00", **extra)
+        c.fail(-32011, method, frm=BOB, task_id=task, approved_artefact_digest="sha256:00", **extra)
         assert_recorded_refusal(c, before, -32011, method)
         before = c.count()
-        c.err(-32011, method, frm="human:ghost", task_id=task, **extra)
+        c.fail(-32011, method, frm="human:ghost", task_id=task, **extra)
         assert c.count() == before  # a non-member's refusal is not recorded
     assert c.task(task)["review"]["decisions"] == []
 
@@ -306,20 +306,20 @@ def test_decisions_need_an_open_review(c: Client) -> None:
         ("abstain.declare", {"reason": "r"}),
     ):
         before = c.count()
-        c.err(-32010, method, frm=ALICE, task_id=task, **extra)
+        c.fail(-32010, method, frm=ALICE, task_id=task, **extra)
         assert_recorded_refusal(c, before, -32010, method)
 
 
 def test_decide_argument_checks(c: Client) -> None:
     task = open_review(c)
     before = c.count()
-    c.err(-32602, "decide.approve", frm=ALICE)
-    c.err(-32602, "decide.approve", task_id=task)
-    c.err(-32602, "decide.approve", frm=ALICE, task_id="tsk_nope")
-    c.err(-32602, "decide.approve", frm=ALICE, task_id=task, tags="x")
-    c.err(-32602, "decide.approve", frm=ALICE, task_id=task, tags=[1])
-    c.err(-32602, "decide.reject", frm=ALICE, task_id=task, tags=[None])
-    c.err(-32602, "decide.approve", frm=ALICE, task_id=task, approved_artefact_digest=5)
+    c.fail(-32602, "decide.approve", frm=ALICE)
+    c.fail(-32602, "decide.approve", task_id=task)
+    c.fail(-32602, "decide.approve", frm=ALICE, task_id="tsk_nope")
+    c.fail(-32602, "decide.approve", frm=ALICE, task_id=task, tags="x")
+    c.fail(-32602, "decide.approve", frm=ALICE, task_id=task, tags=[1])
+    c.fail(-32602, "decide.reject", frm=ALICE, task_id=task, tags=[None])
+    c.fail(-32602, "decide.approve", frm=ALICE, task_id=task, approved_artefact_digest=5)
     assert c.count() == before and c.task(task)["state"] == "review_requested"
 
 
@@ -328,11 +328,11 @@ def test_approved_artefact_digest_binds_the_artefact(c: Client) -> None:
     wrong = sha({**ART, "body": "tampered"})
     for method in ("decide.approve", "decide.reject"):
         before = c.count()
-        error = c.err(-32074, method, frm=ALICE, task_id=task, approved_artefact_digest=wrong)
+        error = c.fail(-32074, method, frm=ALICE, task_id=task, approved_artefact_digest=wrong)
         assert error["data"] == {"declared": wrong, "actual": sha(ART)}
         assert_recorded_refusal(c, before, -32074, method)
     # Case matters: the digest is lowercase hex.
-    c.err(-32074, "decide.approve", frm=ALICE, task_id=task, approved_artefact_digest=sha(ART).upper())
+    c.fail(-32074, "decide.approve", frm=ALICE, task_id=task, approved_artefact_digest=sha(ART).upper())
     assert c.task(task)["state"] == "review_requested" and c.task(task)["review"]["decisions"] == []
     assert c.ok("decide.approve", frm=ALICE, task_id=task, approved_artefact_digest=sha(ART)) == {
         "state": "completed"
@@ -341,7 +341,7 @@ def test_approved_artefact_digest_binds_the_artefact(c: Client) -> None:
 
 def test_override_digest_is_checked_too(c: Client) -> None:
     task = open_review(c)
-    error = c.err(
+    error = c.fail(
         -32074, "decide.override", frm=ALICE, task_id=task, diff=[], rationale="r",
         approved_artefact_digest="sha256:" + "1" * 64,
     )
@@ -363,7 +363,7 @@ def test_reject_with_revision_returns_to_in_progress(c: Client) -> None:
     assert stored["review"]["decisions"] == [
         {"reviewer": ALICE, "kind": "reject", "ts": c.last()["arrived"], "comment": "redo", "tags": []}
     ]
-    c.err(-32010, "decide.reject", frm=ALICE, task_id=task)
+    c.fail(-32010, "decide.reject", frm=ALICE, task_id=task)
 
 
 @pytest.mark.parametrize("extra", [{}, {"request_revision": False}, {"request_revision": None}])
@@ -383,7 +383,7 @@ def test_request_revision_must_be_boolean(c: Client) -> None:
     # The reference reads any truthy value ("yes", 1) as true; chapline refuses.
     task = open_review(c)
     before, held = c.count(), c.task(task)
-    c.err(-32602, "decide.reject", frm=ALICE, task_id=task, request_revision="yes")
+    c.fail(-32602, "decide.reject", frm=ALICE, task_id=task, request_revision="yes")
     assert c.count() == before and c.task(task) == held  # nothing recorded or changed
 
 
@@ -453,7 +453,7 @@ def test_override_patch_failure_changes_nothing(c: Client, diff: list[Any]) -> N
     task = open_review(c)
     before_task = c.task(task)
     before = c.count()
-    error = c.err(-32012, "decide.override", frm=ALICE, task_id=task, diff=diff, rationale="r")
+    error = c.fail(-32012, "decide.override", frm=ALICE, task_id=task, diff=diff, rationale="r")
     assert isinstance(error["data"]["op_index"], int)  # where it failed
     assert_recorded_refusal(c, before, -32012, "decide.override")
     assert c.task(task) == before_task and c.overrides() == {}
@@ -462,12 +462,12 @@ def test_override_patch_failure_changes_nothing(c: Client, diff: list[Any]) -> N
 def test_override_argument_checks(c: Client) -> None:
     task = open_review(c)
     before = c.count()
-    c.err(-32602, "decide.override", frm=ALICE, task_id=task, diff=[])  # no rationale
-    c.err(-32602, "decide.override", frm=ALICE, task_id=task, rationale="r")  # no diff
-    c.err(-32602, "decide.override", frm=ALICE, task_id=task, rationale="r", diff={"op": "add"})
-    c.err(-32602, "decide.override", frm=ALICE, task_id=task, rationale=5, diff=[])
-    c.err(-32602, "decide.override", frm=ALICE, task_id=task, rationale="r", diff=[], tags=[1])
-    c.err(-32602, "decide.override", frm=ALICE, task_id=task, rationale="r", diff=[], policy_refs="x")
+    c.fail(-32602, "decide.override", frm=ALICE, task_id=task, diff=[])  # no rationale
+    c.fail(-32602, "decide.override", frm=ALICE, task_id=task, rationale="r")  # no diff
+    c.fail(-32602, "decide.override", frm=ALICE, task_id=task, rationale="r", diff={"op": "add"})
+    c.fail(-32602, "decide.override", frm=ALICE, task_id=task, rationale=5, diff=[])
+    c.fail(-32602, "decide.override", frm=ALICE, task_id=task, rationale="r", diff=[], tags=[1])
+    c.fail(-32602, "decide.override", frm=ALICE, task_id=task, rationale="r", diff=[], policy_refs="x")
     assert c.count() == before and c.overrides() == {}
 
 
@@ -493,10 +493,10 @@ def test_abstain_records_the_category(c: Client, category: str | None) -> None:
 def test_abstain_argument_checks(c: Client) -> None:
     task = open_review(c)
     before, held = c.count(), c.task(task)
-    c.err(-32602, "abstain.declare", frm=ALICE, task_id=task)  # reason is required
+    c.fail(-32602, "abstain.declare", frm=ALICE, task_id=task)  # reason is required
     # The reference stores any category; chapline holds to the five defined.
-    c.err(-32602, "abstain.declare", frm=ALICE, task_id=task, reason="r", category="bogus")
-    c.err(-32602, "abstain.declare", frm=ALICE, task_id=task, reason=5)
+    c.fail(-32602, "abstain.declare", frm=ALICE, task_id=task, reason="r", category="bogus")
+    c.fail(-32602, "abstain.declare", frm=ALICE, task_id=task, reason=5)
     assert c.count() == before and c.task(task) == held  # nothing recorded or changed
 
 
@@ -548,27 +548,27 @@ def test_escalate_refused_from_finished_states(c: Client, how: str) -> None:
 
     set_state(c, put)
     before = c.count()
-    c.err(-32602, "escalate.raise", frm=ALICE, original_task_id=task, new_task={"assignee": BOT})
+    c.fail(-32602, "escalate.raise", frm=ALICE, original_task_id=task, new_task={"assignee": BOT})
     assert c.count() == before and c.task(task)["state"] == how
 
 
 def test_escalate_argument_checks(c: Client) -> None:
     task = c.new_task()
     before = c.count()
-    c.err(-32602, "escalate.raise", frm=ALICE, original_task_id=task)
-    c.err(-32602, "escalate.raise", frm=ALICE, new_task={"assignee": BOT})
-    c.err(-32602, "escalate.raise", original_task_id=task, new_task={"assignee": BOT})
-    c.err(-32011, "escalate.raise", frm="human:ghost", original_task_id=task, new_task={"assignee": BOT})
-    c.err(-32602, "escalate.raise", frm=ALICE, original_task_id="tsk_nope", new_task={"assignee": BOT})
-    c.err(-32602, "escalate.raise", frm=ALICE, original_task_id=5, new_task={"assignee": BOT})
-    c.err(-32602, "escalate.raise", frm=ALICE, original_task_id=task, new_task="x")
-    c.err(-32602, "escalate.raise", frm=ALICE, original_task_id=task, new_task={})
-    c.err(-32602, "escalate.raise", frm=ALICE, original_task_id=task, new_task={"assignee": 5})
-    c.err(-32602, "escalate.raise", frm=ALICE, original_task_id=task, new_task={"assignee": "agent:ghost"})
-    c.err(-32602, "escalate.raise", frm=ALICE, original_task_id=task, new_task={"assignee": BOT, "mode": 5})
+    c.fail(-32602, "escalate.raise", frm=ALICE, original_task_id=task)
+    c.fail(-32602, "escalate.raise", frm=ALICE, new_task={"assignee": BOT})
+    c.fail(-32602, "escalate.raise", original_task_id=task, new_task={"assignee": BOT})
+    c.fail(-32011, "escalate.raise", frm="human:ghost", original_task_id=task, new_task={"assignee": BOT})
+    c.fail(-32602, "escalate.raise", frm=ALICE, original_task_id="tsk_nope", new_task={"assignee": BOT})
+    c.fail(-32602, "escalate.raise", frm=ALICE, original_task_id=5, new_task={"assignee": BOT})
+    c.fail(-32602, "escalate.raise", frm=ALICE, original_task_id=task, new_task="x")
+    c.fail(-32602, "escalate.raise", frm=ALICE, original_task_id=task, new_task={})
+    c.fail(-32602, "escalate.raise", frm=ALICE, original_task_id=task, new_task={"assignee": 5})
+    c.fail(-32602, "escalate.raise", frm=ALICE, original_task_id=task, new_task={"assignee": "agent:ghost"})
+    c.fail(-32602, "escalate.raise", frm=ALICE, original_task_id=task, new_task={"assignee": BOT, "mode": 5})
     # The reference accepts these and stores them; chapline holds successors to task.create's rules.
-    c.err(-32602, "escalate.raise", frm=ALICE, original_task_id=task, new_task={"assignee": BOT, "kind": 5})
-    c.err(-32602, "escalate.raise", frm=ALICE, original_task_id=task, new_task={"assignee": BOT, "input": "x"})
+    c.fail(-32602, "escalate.raise", frm=ALICE, original_task_id=task, new_task={"assignee": BOT, "kind": 5})
+    c.fail(-32602, "escalate.raise", frm=ALICE, original_task_id=task, new_task={"assignee": BOT, "input": "x"})
     assert c.count() == before and c.task(task)["state"] == "created"
 
 
@@ -580,7 +580,7 @@ def test_escalate_to_a_paused_assignee(c: Client) -> None:
 
     set_state(c, pause)
     before = c.count()
-    c.err(-32063, "escalate.raise", frm=ALICE, original_task_id=task, new_task={"assignee": BOB})
+    c.fail(-32063, "escalate.raise", frm=ALICE, original_task_id=task, new_task={"assignee": BOB})
     assert_recorded_refusal(c, before, -32063, "escalate.raise")
     assert c.task(task)["state"] == "created"
 
@@ -593,7 +593,7 @@ def test_escalate_respects_the_current_ceiling(m: Client) -> None:
 
     set_state(m, lower)
     before = m.count()
-    m.err(-32040, "escalate.raise", frm=ALICE, original_task_id=task, new_task={"assignee": BOT})
+    m.fail(-32040, "escalate.raise", frm=ALICE, original_task_id=task, new_task={"assignee": BOT})
     assert_recorded_refusal(m, before, -32040, "escalate.raise")
     new = m.ok("escalate.raise", frm=ALICE, original_task_id=task,
                new_task={"assignee": BOT, "mode": "shadow"})["new_task_id"]
@@ -653,7 +653,7 @@ def test_complete_without_an_eligible_reviewer_is_refused() -> None:
     m.setup(members=(ALICE, BOT, "agent:x"))
     task = m.new_task()
     before = m.count()
-    m.err(-32011, "task.complete", frm=ALICE, task_id=task, output={"o": 1})
+    m.fail(-32011, "task.complete", frm=ALICE, task_id=task, output={"o": 1})
     assert_recorded_refusal(m, before, -32011, "task.complete")
     assert m.task(task)["state"] == "created"
     m.ok("task.complete", frm="agent:x", task_id=task, output={"o": 1})
@@ -664,8 +664,8 @@ def test_override_needs_an_artefact(m: Client) -> None:
     task = m.new_task()
     m.ok("task.complete", frm=BOT, task_id=task)  # no output: nothing to patch or digest
     before, held = m.count(), m.task(task)
-    m.err(-32602, "decide.override", frm=ALICE, task_id=task, diff=[], rationale="r")
-    m.err(-32602, "decide.approve", frm=ALICE, task_id=task, approved_artefact_digest=sha(None))
+    m.fail(-32602, "decide.override", frm=ALICE, task_id=task, diff=[], rationale="r")
+    m.fail(-32602, "decide.approve", frm=ALICE, task_id=task, approved_artefact_digest=sha(None))
     assert m.count() == before and m.task(task) == held  # nothing recorded or changed
     assert m.ok("decide.approve", frm=ALICE, task_id=task) == {"state": "completed"}
 
@@ -674,7 +674,7 @@ def test_update_cannot_complete_a_review_required_task(m: Client) -> None:
     task = m.new_task()
     m.ok("task.update", frm=BOT, task_id=task, state="in_progress")
     before = m.count()
-    m.err(-32602, "task.update", frm=BOT, task_id=task, state="completed")
+    m.fail(-32602, "task.update", frm=BOT, task_id=task, state="completed")
     assert m.count() == before and m.task(task)["state"] == "in_progress"
 
 
@@ -699,15 +699,15 @@ def test_mode_ceiling(profiles: tuple[str, ...]) -> None:
     assert (described["mode"], described["mode_ceiling"]) == ("trial", "trial")
     for mode in ("production", "bogus"):
         before = c.count()
-        error = c.err(-32040, "task.create", frm=ALICE, assignee=BOT, kind="k", input={}, mode=mode)
+        error = c.fail(-32040, "task.create", frm=ALICE, assignee=BOT, kind="k", input={}, mode=mode)
         assert "trial" in error["message"]
         assert_recorded_refusal(c, before, -32040, "task.create")
-    c.err(-32602, "task.create", frm=ALICE, assignee=BOT, kind="k", input={}, mode=5)
-    c.err(-32602, "task.create", frm=ALICE, assignee=BOT, kind="k", input={}, review_required="yes")
+    c.fail(-32602, "task.create", frm=ALICE, assignee=BOT, kind="k", input={}, mode=5)
+    c.fail(-32602, "task.create", frm=ALICE, assignee=BOT, kind="k", input={}, review_required="yes")
     assert c.task(c.new_task(mode="shadow"))["mode"] == "shadow"
     assert c.task(c.new_task(mode=None))["mode"] == "trial"
     before = c.count()
-    c.err(-32011, "task.create", frm="human:ghost", assignee=BOT, kind="k", input={}, mode="production")
+    c.fail(-32011, "task.create", frm="human:ghost", assignee=BOT, kind="k", input={}, mode="production")
     assert c.count() == before
 
 

@@ -12,8 +12,9 @@ from typing import Any
 
 import psycopg
 import pytest
+from client import Client
 from pgserver import PgServer
-from support import ALICE, BOT, Client, make, s0
+from support import ALICE, BOT, make, s0
 
 from storage import EntryFilter, PostgresStore, StoreChange, StoreError
 from storage.contract import change, entry

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from chap_coordinator import Coordinator as Reference
 from chap_coordinator.storage.sqlite import SqliteStore as ReferenceStore
-from support import ALICE, BOT, Client, make
+from client import Client
+from support import ALICE, BOT, make
 
 from coordinator import Coordinator, CounterIds
 from coordinator.profiles import REGISTRY

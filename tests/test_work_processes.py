@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import ALICE, Client, make
+from client import Client
+from support import ALICE, make
 
 from coordinator import Coordinator
 from coordinator.clock import epoch_ms

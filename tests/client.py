@@ -1,0 +1,197 @@
+"""The one test client: numbered JSON-RPC calls on one workspace, over any
+transport.
+
+A transport is anything with `dispatch(envelope) -> response`: chapline's
+Coordinator, chap-coordinator 0.3.3's, or `Http` (CHAP over HTTP, which also
+checks that the status mirrors the body).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+__all__ = ["WS", "Client", "Http", "now"]
+
+WS = "wsp_t"
+
+
+def now() -> str:
+    """The wall clock as CHAP writes `ts` (milliseconds, `Z`)."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class Http:
+    """CHAP over HTTP as a transport: POSTs each envelope to `/chap`."""
+
+    def __init__(self, http: httpx.Client, path: str = "/chap") -> None:
+        self.http = http
+        self.path = path
+
+    def dispatch(self, envelope: Any) -> dict[str, Any]:
+        reply = self.http.post(self.path, json=envelope)
+        body: dict[str, Any] = reply.json()
+        # The status mirrors the body: 400 exactly when it carries an error.
+        assert reply.status_code == (400 if "error" in body else 200), (reply.status_code, body)
+        return body
+
+
+class Client:
+    """Calls on one workspace through `target` (see the module docstring).
+
+    - `frm` (or the client's `sender`) becomes the `from` param; with `to`
+      and `ts` set, a call that has a sender also gets those (as the
+      conformance harness sends them) unless it names its own.
+    - `call` returns the whole response, `ok` the result (asserting no
+      error), `err` the error (asserting one), `fail(code, ...)` the error
+      (asserting its code), `code` only the code.
+    - `names` is the differential scripts' table: `run(step)` replaces any
+      `"$name"` in the step's params by the id this side saved under that
+      name (`(method, params, ("result key", "$name"))` saves one).
+    """
+
+    def __init__(
+        self,
+        target: Any,
+        workspace: str = WS,
+        sender: str | None = None,
+        *,
+        to: str | None = None,
+        ts: Callable[[], str] | None = None,
+        prefix: str = "r",
+    ) -> None:
+        self.target = target
+        self.workspace = workspace
+        self.sender = sender
+        self.to = to
+        self.ts = ts
+        self.prefix = prefix
+        self.n = 0
+        self.names: dict[str, str] = {}
+        self.responses: list[dict[str, Any]] = []
+
+    # -- envelopes ----------------------------------------------------------
+
+    def envelope(self, method: str, /, frm: str | None = None, **params: Any) -> dict[str, Any]:
+        """The next numbered request (`n` counts from 1)."""
+        self.n += 1
+        body: dict[str, Any] = {"workspace": self.workspace}
+        sender = frm if frm is not None else self.sender
+        if sender is not None:
+            body["from"] = sender
+        body.update(params)
+        if "from" in body:
+            if self.to is not None:
+                body.setdefault("to", self.to)
+            if self.ts is not None:
+                body.setdefault("ts", self.ts())
+        return {"jsonrpc": "2.0", "id": f"{self.prefix}{self.n}", "method": method, "params": body}
+
+    def send(self, envelope: Any) -> dict[str, Any]:
+        response: dict[str, Any] = self.target.dispatch(envelope)
+        return response
+
+    # -- calls --------------------------------------------------------------
+
+    def call(self, method: str, /, frm: str | None = None, **params: Any) -> dict[str, Any]:
+        return self.send(self.envelope(method, frm, **params))
+
+    def ok(self, method: str, /, frm: str | None = None, **params: Any) -> Any:
+        response = self.call(method, frm, **params)
+        assert "error" not in response, (method, params, response)
+        return response["result"]
+
+    def err(self, method: str, /, frm: str | None = None, **params: Any) -> dict[str, Any]:
+        response = self.call(method, frm, **params)
+        assert "error" in response, (method, params, response)
+        error: dict[str, Any] = response["error"]
+        return error
+
+    def fail(self, code: int, method: str, /, frm: str | None = None, **params: Any) -> dict[str, Any]:
+        error = self.err(method, frm, **params)
+        assert error["code"] == code, (method, params, error)
+        return error
+
+    def code(self, method: str, /, frm: str | None = None, **params: Any) -> int:
+        code: int = self.err(method, frm, **params)["code"]
+        return code
+
+    # -- reads --------------------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        described: dict[str, Any] = self.ok("workspace.describe")
+        return described
+
+    def log(self, **params: Any) -> list[dict[str, Any]]:
+        entries: list[dict[str, Any]] = self.ok("audit.read", **params)["entries"]
+        return entries
+
+    def count(self) -> int:
+        count: int = self.describe()["audit_count"]
+        return count
+
+    def last(self) -> dict[str, Any]:
+        return self.log()[-1]
+
+    def task(self, task_id: str) -> dict[str, Any]:
+        """The stored task, as chapline's snapshot holds it."""
+        task: dict[str, Any] = self.target.snapshot(self.workspace)["tasks"][task_id]
+        return task
+
+    def overrides(self) -> dict[str, Any]:
+        overrides: dict[str, Any] = self.target.snapshot(self.workspace)["overrides"]
+        return overrides
+
+    # -- the usual cast -----------------------------------------------------
+
+    def setup(
+        self,
+        members: tuple[str, ...] = ("human:alice", "agent:bot", "human:bob", "human:carol"),
+        **create: Any,
+    ) -> None:
+        """Create the workspace and join `members` (the first one as admin)."""
+        self.ok("workspace.create", **create)
+        for i, uri in enumerate(members):
+            extra = {"role": "admin"} if i == 0 else {}
+            self.ok("participant.join", uri, type=uri.split(":")[0], **extra)
+
+    def new_task(self, frm: str = "human:alice", assignee: str = "agent:bot", **params: Any) -> str:
+        params.setdefault("kind", "draft")
+        params.setdefault("input", {})
+        task_id: str = self.ok("task.create", frm, assignee=assignee, **params)["task_id"]
+        return task_id
+
+    # -- differential scripts -----------------------------------------------
+
+    def build(self, value: Any) -> Any:
+        """`value` with every saved `"$name"` replaced by its id (others are
+        sent as written: a random script may name a step that saved none)."""
+        if isinstance(value, str) and value in self.names:
+            return self.names[value]
+        if isinstance(value, dict):
+            return {k: self.build(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.build(v) for v in value]
+        return value
+
+    def run(self, step: tuple[Any, ...]) -> dict[str, Any]:
+        """One scripted step, sent as written (its params name the workspace)."""
+        method, params = step[0], step[1]
+        self.n += 1
+        envelope = {
+            "jsonrpc": "2.0",
+            "id": f"{self.prefix}{self.n}",
+            "method": method,
+            "params": self.build(copy.deepcopy(params)),
+        }
+        response = self.send(envelope)
+        self.responses.append(response)
+        if len(step) > 2:
+            key, name = step[2]
+            assert "result" in response, (step, response)
+            self.names[name] = response["result"][key]
+        return response
