@@ -1,16 +1,23 @@
-"""`chapline serve` as a real process on a free port, for transport tests."""
+"""Servers for transport tests, each on a free loopback port: `LiveServer`
+runs an app in a thread of the test process, `Serve` runs `chapline serve`
+as a process, and the `served` fixtures share one such process across a
+module."""
 
 from __future__ import annotations
 
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
+import uvicorn
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,6 +25,68 @@ ROOT = Path(__file__).resolve().parents[1]
 def env() -> dict[str, str]:
     """The environment a `python -m coordinator` child needs to import this tree."""
     return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+class LiveServer:
+    """uvicorn on a pre-bound loopback socket, in a background thread.
+
+    The socket listens before the thread starts, so a client can connect at
+    once: the kernel queues the connection until uvicorn accepts it.
+    `stop()` ends the desk's event streams first: they never finish on their
+    own, and uvicorn waits for every open response before it stops.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(128)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.app.state.events.close()
+        self.server.should_exit = True
+        self.thread.join()
+        self.sock.close()
+
+
+class Serve:
+    """`python -m coordinator serve --port 0 --db DB ...`, its address read
+    from the start-up line (`line`); `base` is http://127.0.0.1:PORT and
+    `url` the CHAP endpoint under it."""
+
+    def __init__(self, db: Path, *options: str) -> None:
+        self.db = db
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "coordinator", "serve", "--port", "0", "--db", str(db), *options],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env(),
+        )
+        assert self.proc.stdout is not None
+        self.line = self.proc.stdout.readline()
+        found = re.search(r"CHAP on (http://127\.0\.0\.1:\d+)/chap", self.line)
+        assert found, f"serve did not start: {self.line!r} {self.stop_now()}"
+        self.base = found.group(1)
+        self.url = self.base + "/chap"
+
+    def stop(self, sig: int = signal.SIGTERM) -> tuple[int, str]:
+        """Send `sig` and wait: the exit code and everything on stderr."""
+        self.proc.send_signal(sig)
+        _, err = self.proc.communicate(timeout=120)
+        return self.proc.returncode, err
+
+    def stop_now(self) -> str:
+        self.proc.kill()
+        return self.proc.communicate()[1]
 
 
 class Served(NamedTuple):
@@ -52,18 +121,9 @@ def served_with_auth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve
 
 
 def _serve(db: Path, tokens: dict[str, str], *options: str) -> Iterator[Served]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "coordinator", "serve", "--port", "0", "--db", str(db), *options],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
-    )
+    server = Serve(db, *options)
     try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        found = re.search(r"CHAP on (http://\S+)/chap", line)
-        if not found:
-            process.kill()
-            raise AssertionError(f"serve did not start: {line!r} {process.communicate()[1]}")
-        yield Served(found.group(1), db, tokens)
+        yield Served(server.base, db, tokens)
     finally:
-        process.terminate()
-        assert process.wait(timeout=60) == 0
+        code, err = server.stop()
+        assert code == 0, err

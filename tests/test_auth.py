@@ -25,7 +25,7 @@ from chap_coordinator.storage.sqlite import SqliteStore as ReferenceStore
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from joserfc import jwt
 from joserfc.jwk import RSAKey
-from live_server import LiveServer
+from servers import LiveServer
 
 from coordinator import Coordinator, public_jwk, sign_envelope
 from coordinator.cli import DEFAULT_PROFILES, _loopback_address

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from live_server import LiveServer
+from servers import LiveServer
 
 from coordinator import Coordinator
 from coordinator.cli import DEFAULT_PROFILES

@@ -22,7 +22,6 @@ from typing import Any
 
 import httpx
 import pytest
-from live_server import LiveServer
 from selenium import webdriver
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
@@ -30,6 +29,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
+from servers import LiveServer
 
 from coordinator import Coordinator
 from coordinator.cli import DEFAULT_PROFILES

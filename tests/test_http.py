@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import re
 import signal
 import socket
 import sqlite3
@@ -21,22 +20,20 @@ import sys
 import threading
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import rfc8785
-import uvicorn
+from client import Client, Http, now
+from servers import ROOT, LiveServer, Serve
 
 from coordinator import Coordinator
 from coordinator.cli import ALL_PROFILES, DEFAULT_PROFILES
 from coordinator.profiles import REGISTRY
 from coordinator.transports import MAX_BODY_BYTES, DispatcherClosed, SerialDispatcher, create_app
 from storage import SqliteStore
-
-ROOT = Path(__file__).resolve().parents[1]
 
 ALICE = "human:alice@example.org"
 BOT = "agent:test-bot"
@@ -50,36 +47,11 @@ COORD = "service:coordinator@example.org"
 # -- a server in this process -------------------------------------------------
 
 
-class ThreadServer:
-    """uvicorn on a pre-bound loopback socket, in a background thread.
-
-    The socket listens before the thread starts, so a client can connect at
-    once: the kernel queues the connection until uvicorn accepts it.
-    """
-
-    def __init__(self, app: Any) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(128)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
-        )
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join()
-        self.sock.close()
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Coordinator]]:
     db = tmp_path_factory.mktemp("http") / "chap.db"
     coord = Coordinator(store=SqliteStore(db), default_profiles=DEFAULT_PROFILES)
-    server = ThreadServer(create_app(coord))
+    server = LiveServer(create_app(coord))
     try:
         yield server.url, coord
     finally:
@@ -93,58 +65,28 @@ def http(served: tuple[str, Coordinator]) -> Iterator[httpx.Client]:
         yield client
 
 
-class Chap:
-    """JSON-RPC calls on one workspace, shaped like the harness's."""
-
-    def __init__(self, http: httpx.Client, workspace: str) -> None:
-        self.http = http
-        self.workspace = workspace
-        self._ids = iter(range(1, 1_000_000))
-
-    def post(self, method: str, sender: str | None = None, **params: Any) -> httpx.Response:
-        params.setdefault("workspace", self.workspace)
-        if sender is not None:
-            params["from"] = sender
-            params.setdefault("to", COORD)
-            params.setdefault("ts", now())
-        envelope = {"jsonrpc": "2.0", "id": f"t-{next(self._ids)}", "method": method, "params": params}
-        return self.http.post("/chap", json=envelope)
-
-    def call(self, method: str, sender: str | None = None, **params: Any) -> dict[str, Any]:
-        reply = self.post(method, sender, **params)
-        body = reply.json()
-        # The status mirrors the body: 400 exactly when it carries an error.
-        assert reply.status_code == (400 if "error" in body else 200), (reply.status_code, body)
-        return body
-
-    def ok(self, method: str, sender: str | None = None, **params: Any) -> Any:
-        body = self.call(method, sender, **params)
-        assert "error" not in body, body
-        return body["result"]
-
-    def fail(self, method: str, sender: str | None = None, **params: Any) -> dict[str, Any]:
-        body = self.call(method, sender, **params)
-        assert "error" in body, body
-        return body["error"]
-
-    # Steps the harness repeats.
-
-    def join(self, who: str, kind: str, role: str) -> Any:
-        return self.ok("participant.join", who, type=kind, role=role)
-
-    def task_in_progress(self, assignee: str = DRAFTER) -> str:
-        task = self.ok(
-            "task.create", ALICE, to=assignee, kind="review_test", assignee=assignee, input={"test": True}
-        )
-        self.ok("task.update", assignee, to=ALICE, task_id=task["task_id"], state="in_progress")
-        return task["task_id"]
-
-    def request_review(self, task_id: str, artefact: Any, **params: Any) -> Any:
-        return self.ok("review.request", DRAFTER, to=[ALICE], task_id=task_id, artefact=artefact, **params)
+def harness(http: httpx.Client, workspace: str) -> Client:
+    """Calls on one workspace, shaped like the harness's: a call with a sender
+    also carries `to` (the coordinator) and `ts`."""
+    return Client(Http(http), workspace, to=COORD, ts=now, prefix="t-")
 
 
-def now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+# Steps the harness repeats.
+
+
+def join(c: Client, who: str, kind: str, role: str) -> Any:
+    return c.ok("participant.join", who, type=kind, role=role)
+
+
+def task_in_progress(c: Client, assignee: str = DRAFTER) -> str:
+    task = c.ok("task.create", ALICE, to=assignee, kind="review_test", assignee=assignee, input={"test": True})
+    c.ok("task.update", assignee, to=ALICE, task_id=task["task_id"], state="in_progress")
+    task_id: str = task["task_id"]
+    return task_id
+
+
+def request_review(c: Client, task_id: str, artefact: Any, **params: Any) -> Any:
+    return c.ok("review.request", DRAFTER, to=[ALICE], task_id=task_id, artefact=artefact, **params)
 
 
 def digest(value: Any) -> str:
@@ -153,18 +95,18 @@ def digest(value: Any) -> str:
 
 
 @pytest.fixture
-def ws(http: httpx.Client) -> Chap:
+def ws(http: httpx.Client) -> Client:
     """A fresh workspace, created in production mode as the harness does first."""
-    chap = Chap(http, f"wsp_http_{uuid.uuid4().hex[:12]}")
+    chap = harness(http, f"wsp_http_{uuid.uuid4().hex[:12]}")
     chap.ok("workspace.create", mode="production")
     return chap
 
 
 @pytest.fixture
-def review_ws(ws: Chap) -> Chap:
+def review_ws(ws: Client) -> Client:
     """The cast of the harness's review part: alice reviews, the drafter drafts."""
-    ws.join(ALICE, "human", "reviewer")
-    ws.join(DRAFTER, "agent", "drafter")
+    join(ws, ALICE, "human", "reviewer")
+    join(ws, DRAFTER, "agent", "drafter")
     return ws
 
 
@@ -185,66 +127,66 @@ def test_wf02_body_without_jsonrpc_is_an_invalid_request(http: httpx.Client) -> 
     assert reply.json()["error"]["code"] == -32600
 
 
-def test_wf03_unknown_method(ws: Chap) -> None:
-    assert ws.fail("does.not.exist")["code"] == -32601
+def test_wf03_unknown_method(ws: Client) -> None:
+    assert ws.err("does.not.exist")["code"] == -32601
 
 
-def test_cm01_join_admits_a_human(ws: Chap) -> None:
-    result = ws.join(ALICE, "human", "reviewer")
+def test_cm01_join_admits_a_human(ws: Client) -> None:
+    result = join(ws, ALICE, "human", "reviewer")
     assert result
     assert result.get("joined", True) is True
 
 
-def test_cm02_join_admits_an_agent(ws: Chap) -> None:
-    assert ws.join(BOT, "agent", "drafter")
+def test_cm02_join_admits_an_agent(ws: Client) -> None:
+    assert join(ws, BOT, "agent", "drafter")
 
 
-def test_cm03_describe_lists_members_and_the_default_profiles(ws: Chap) -> None:
-    ws.join(ALICE, "human", "reviewer")
-    ws.join(BOT, "agent", "drafter")
+def test_cm03_describe_lists_members_and_the_default_profiles(ws: Client) -> None:
+    join(ws, ALICE, "human", "reviewer")
+    join(ws, BOT, "agent", "drafter")
     result = ws.ok("workspace.describe", ALICE)
     assert {m["uri"] for m in result["members"]} >= {ALICE, BOT}
     assert result["profiles"] == list(DEFAULT_PROFILES)
 
 
 @pytest.fixture
-def core_ws(ws: Chap) -> Chap:
-    ws.join(ALICE, "human", "reviewer")
-    ws.join(BOT, "agent", "drafter")
+def core_ws(ws: Client) -> Client:
+    join(ws, ALICE, "human", "reviewer")
+    join(ws, BOT, "agent", "drafter")
     return ws
 
 
-def _create(ws: Chap) -> dict[str, Any]:
+def _create(ws: Client) -> dict[str, Any]:
     return ws.ok("task.create", ALICE, to=BOT, kind="test_task", assignee=BOT, input={"test": True})
 
 
-def test_cm04_task_create_assigns_to_a_member(core_ws: Chap) -> None:
+def test_cm04_task_create_assigns_to_a_member(core_ws: Client) -> None:
     result = _create(core_ws)
     assert result["task_id"]
     assert result["state"] == "created"
 
 
-def test_cm05_task_create_refuses_a_non_member_assignee(core_ws: Chap) -> None:
-    error = core_ws.fail(
+def test_cm05_task_create_refuses_a_non_member_assignee(core_ws: Client) -> None:
+    error = core_ws.err(
         "task.create", ALICE, to=NEVER_JOINED, kind="test_task", assignee=NEVER_JOINED, input={}
     )
     assert error["code"] == -32602
 
 
-def test_cm06_task_update_to_in_progress(core_ws: Chap) -> None:
+def test_cm06_task_update_to_in_progress(core_ws: Client) -> None:
     task_id = _create(core_ws)["task_id"]
     result = core_ws.ok("task.update", BOT, to=ALICE, task_id=task_id, state="in_progress")
     assert result["state"] == "in_progress"
 
 
-def test_cm07_task_update_refuses_an_illegal_transition(core_ws: Chap) -> None:
+def test_cm07_task_update_refuses_an_illegal_transition(core_ws: Client) -> None:
     task_id = _create(core_ws)["task_id"]
     core_ws.ok("task.update", BOT, to=ALICE, task_id=task_id, state="in_progress")
-    error = core_ws.fail("task.update", BOT, to=ALICE, task_id=task_id, state="created")
+    error = core_ws.err("task.update", BOT, to=ALICE, task_id=task_id, state="created")
     assert error["code"] == -32602
 
 
-def _completed(ws: Chap) -> str:
+def _completed(ws: Client) -> str:
     task_id = _create(ws)["task_id"]
     ws.ok("task.update", BOT, to=ALICE, task_id=task_id, state="in_progress")
     result = ws.ok("task.complete", BOT, to=ALICE, task_id=task_id, output={"result": "done"})
@@ -252,12 +194,12 @@ def _completed(ws: Chap) -> str:
     return task_id
 
 
-def _methods_of(ws: Chap, **params: Any) -> list[str]:
+def _methods_of(ws: Client, **params: Any) -> list[str]:
     entries = ws.ok("audit.read", ALICE, **params)["entries"]
     return [e["envelope"]["method"] for e in entries]
 
 
-def test_cm08_task_complete_finishes_the_task(core_ws: Chap) -> None:
+def test_cm08_task_complete_finishes_the_task(core_ws: Client) -> None:
     task_id = _completed(core_ws)
     # The entries naming the task: its update and its completion, both accepted.
     assert _methods_of(core_ws, filter={"task_id": task_id}) == [
@@ -266,7 +208,7 @@ def test_cm08_task_complete_finishes_the_task(core_ws: Chap) -> None:
     ]
     assert _methods_of(core_ws, filter={"method": "task.create"}) == ["task.create"]
     # Completed is terminal: it cannot be moved back to work.
-    error = core_ws.fail("task.update", BOT, to=ALICE, task_id=task_id, state="in_progress")
+    error = core_ws.err("task.update", BOT, to=ALICE, task_id=task_id, state="in_progress")
     assert error["code"] == -32602 and "completed" in error["message"]
 
 
@@ -274,24 +216,24 @@ def test_cm08_on_a_workspace_that_the_first_join_created(http: httpx.Client) -> 
     # Harness versions that skip workspace.create get the server's default
     # profiles and mode; under modes/1.0 the default trial mode would make
     # task.complete open a review instead.
-    chap = Chap(http, f"wsp_http_{uuid.uuid4().hex[:12]}")
-    chap.join(ALICE, "human", "reviewer")
-    chap.join(BOT, "agent", "drafter")
+    chap = harness(http, f"wsp_http_{uuid.uuid4().hex[:12]}")
+    join(chap, ALICE, "human", "reviewer")
+    join(chap, BOT, "agent", "drafter")
     assert chap.ok("workspace.describe", ALICE)["profiles"] == ["core/1.0", "review/1.0"]
     _completed(chap)
 
 
-def test_cm09_task_complete_on_a_terminal_task_fails(core_ws: Chap) -> None:
+def test_cm09_task_complete_on_a_terminal_task_fails(core_ws: Client) -> None:
     task_id = _completed(core_ws)
     before = core_ws.ok("workspace.describe", ALICE)["audit_count"]
-    error = core_ws.fail("task.complete", BOT, to=ALICE, task_id=task_id, output={"result": "again"})
+    error = core_ws.err("task.complete", BOT, to=ALICE, task_id=task_id, output={"result": "again"})
     assert error["code"] == -32602
     assert error["message"] == "Cannot complete task in state: completed"
     # A -32602 is never recorded.
     assert core_ws.ok("workspace.describe", ALICE)["audit_count"] == before
 
 
-def test_cm10_audit_read_returns_entries_in_order(core_ws: Chap) -> None:
+def test_cm10_audit_read_returns_entries_in_order(core_ws: Client) -> None:
     _completed(core_ws)
     entries = core_ws.ok("audit.read", ALICE, range={"from_seq": 0})["entries"]
     assert [e["seq"] for e in entries] == list(range(6))
@@ -305,7 +247,7 @@ def test_cm10_audit_read_returns_entries_in_order(core_ws: Chap) -> None:
     ]
 
 
-def test_cm11_audit_read_filters_by_method(core_ws: Chap) -> None:
+def test_cm11_audit_read_filters_by_method(core_ws: Client) -> None:
     _completed(core_ws)
     _create(core_ws)
     entries = core_ws.ok("audit.read", ALICE, filter={"method": "task.create"})["entries"]
@@ -313,7 +255,7 @@ def test_cm11_audit_read_filters_by_method(core_ws: Chap) -> None:
     assert {e["envelope"]["method"] for e in entries} == {"task.create"}
 
 
-def test_cm12_leave_removes_the_member(core_ws: Chap) -> None:
+def test_cm12_leave_removes_the_member(core_ws: Client) -> None:
     assert core_ws.ok("participant.leave", BOT)
     # The harness describes with nothing but the workspace id.
     members = core_ws.ok("workspace.describe")["members"]
@@ -324,15 +266,15 @@ def test_cm12_leave_removes_the_member(core_ws: Chap) -> None:
 ORIGINAL = {"subject": "test", "body": "original body", "severity": "high"}
 
 
-def test_rv01_review_request_enters_review_requested(review_ws: Chap) -> None:
-    task_id = review_ws.task_in_progress()
-    result = review_ws.request_review(task_id, ORIGINAL, rule="any_one_approves")
+def test_rv01_review_request_enters_review_requested(review_ws: Client) -> None:
+    task_id = task_in_progress(review_ws)
+    result = request_review(review_ws, task_id, ORIGINAL, rule="any_one_approves")
     assert result["state"] == "review_requested"
 
 
-def _override(ws: Chap) -> tuple[str, Any]:
-    task_id = ws.task_in_progress()
-    ws.request_review(task_id, ORIGINAL, rule="any_one_approves")
+def _override(ws: Client) -> tuple[str, Any]:
+    task_id = task_in_progress(ws)
+    request_review(ws, task_id, ORIGINAL, rule="any_one_approves")
     result = ws.ok(
         "decide.override",
         ALICE,
@@ -349,14 +291,14 @@ def _override(ws: Chap) -> tuple[str, Any]:
     return task_id, result
 
 
-def test_rv02_override_applies_the_patch(review_ws: Chap) -> None:
+def test_rv02_override_applies_the_patch(review_ws: Client) -> None:
     _, result = _override(review_ws)
     assert result["state"] == "completed"
     assert result["override_artefact_id"]
     assert result["applied"] == {"subject": "test", "body": "softened body", "severity": "low"}
 
 
-def test_rv03_override_entry_keeps_the_structured_decision(review_ws: Chap) -> None:
+def test_rv03_override_entry_keeps_the_structured_decision(review_ws: Client) -> None:
     task_id, _ = _override(review_ws)
     # The harness reads with nothing but the workspace id and the filter.
     entries = review_ws.ok("audit.read", filter={"method": "decide.override", "task_id": task_id})[
@@ -370,19 +312,19 @@ def test_rv03_override_entry_keeps_the_structured_decision(review_ws: Chap) -> N
     assert params["policy_refs"] == ["test-policy-v1"]
 
 
-def _open_empty_review(ws: Chap) -> str:
-    task_id = ws.task_in_progress()
-    ws.request_review(task_id, {})
+def _open_empty_review(ws: Client) -> str:
+    task_id = task_in_progress(ws)
+    request_review(ws, task_id, {})
     return task_id
 
 
-def test_rv04_review_of_an_empty_artefact_without_a_rule(review_ws: Chap) -> None:
+def test_rv04_review_of_an_empty_artefact_without_a_rule(review_ws: Client) -> None:
     task_id = _open_empty_review(review_ws)
     entries = review_ws.ok("audit.read", ALICE, filter={"method": "review.request", "task_id": task_id})
     assert len(entries["entries"]) == 1
 
 
-def test_rv05_abstain_with_a_category(review_ws: Chap) -> None:
+def test_rv05_abstain_with_a_category(review_ws: Client) -> None:
     task_id = _open_empty_review(review_ws)
     result = review_ws.ok(
         "abstain.declare",
@@ -394,7 +336,7 @@ def test_rv05_abstain_with_a_category(review_ws: Chap) -> None:
     assert result["state"] == "abstained"
 
 
-def test_rv06_reject_with_request_revision_returns_to_in_progress(review_ws: Chap) -> None:
+def test_rv06_reject_with_request_revision_returns_to_in_progress(review_ws: Client) -> None:
     task_id = _open_empty_review(review_ws)
     result = review_ws.ok(
         "decide.reject", ALICE, task_id=task_id, comment="Needs revision.", request_revision=True
@@ -402,46 +344,46 @@ def test_rv06_reject_with_request_revision_returns_to_in_progress(review_ws: Cha
     assert result["state"] == "in_progress"
 
 
-def test_rv07_decide_by_a_non_member_is_refused(review_ws: Chap) -> None:
-    task_id = review_ws.task_in_progress()
-    review_ws.request_review(task_id, {"body": "x"})
-    assert review_ws.fail("decide.approve", GHOST, task_id=task_id)["code"] == -32011
+def test_rv07_decide_by_a_non_member_is_refused(review_ws: Client) -> None:
+    task_id = task_in_progress(review_ws)
+    request_review(review_ws, task_id, {"body": "x"})
+    assert review_ws.err("decide.approve", GHOST, task_id=task_id)["code"] == -32011
 
 
-def test_rv08_decide_by_a_member_outside_the_reviewer_set_is_refused(review_ws: Chap) -> None:
-    task_id = review_ws.task_in_progress()
-    review_ws.request_review(task_id, {"body": "x"})
-    review_ws.join(BYSTANDER, "human", "observer")
-    assert review_ws.fail("decide.approve", BYSTANDER, task_id=task_id)["code"] == -32011
+def test_rv08_decide_by_a_member_outside_the_reviewer_set_is_refused(review_ws: Client) -> None:
+    task_id = task_in_progress(review_ws)
+    request_review(review_ws, task_id, {"body": "x"})
+    join(review_ws, BYSTANDER, "human", "observer")
+    assert review_ws.err("decide.approve", BYSTANDER, task_id=task_id)["code"] == -32011
     assert review_ws.ok("decide.approve", ALICE, task_id=task_id)["state"] == "completed"
 
 
-def test_rv09_approve_with_the_matching_digest(review_ws: Chap) -> None:
+def test_rv09_approve_with_the_matching_digest(review_ws: Client) -> None:
     artefact = {"subject": "digest", "body": "bound body", "severity": "low"}
-    task_id = review_ws.task_in_progress()
-    review_ws.request_review(task_id, artefact, rule="any_one_approves")
+    task_id = task_in_progress(review_ws)
+    request_review(review_ws, task_id, artefact, rule="any_one_approves")
     result = review_ws.ok(
         "decide.approve", ALICE, task_id=task_id, approved_artefact_digest=digest(artefact)
     )
     assert result["state"] == "completed"
 
 
-def test_rv10_approve_with_a_mismatched_digest_changes_nothing(review_ws: Chap) -> None:
+def test_rv10_approve_with_a_mismatched_digest_changes_nothing(review_ws: Client) -> None:
     artefact = {"subject": "digest", "body": "the reviewed body", "severity": "low"}
-    task_id = review_ws.task_in_progress()
-    review_ws.request_review(task_id, artefact, rule="any_one_approves")
+    task_id = task_in_progress(review_ws)
+    request_review(review_ws, task_id, artefact, rule="any_one_approves")
     swapped = digest({**artefact, "body": "swapped body"})
-    error = review_ws.fail("decide.approve", ALICE, task_id=task_id, approved_artefact_digest=swapped)
+    error = review_ws.err("decide.approve", ALICE, task_id=task_id, approved_artefact_digest=swapped)
     assert error["code"] == -32074
     # The review is still open: the addressed reviewer can decide normally.
     assert review_ws.ok("decide.approve", ALICE, task_id=task_id)["state"] == "completed"
 
 
-def test_rv11_re_request_substitution_is_refused_and_identical_amends(review_ws: Chap) -> None:
+def test_rv11_re_request_substitution_is_refused_and_identical_amends(review_ws: Client) -> None:
     artefact = {"subject": "swap", "body": "first body", "severity": "low"}
-    task_id = review_ws.task_in_progress()
-    review_ws.request_review(task_id, artefact, rule="any_one_approves")
-    error = review_ws.fail(
+    task_id = task_in_progress(review_ws)
+    request_review(review_ws, task_id, artefact, rule="any_one_approves")
+    error = review_ws.err(
         "review.request",
         DRAFTER,
         to=[ALICE],
@@ -480,8 +422,8 @@ def test_root_path_serves_chap_as_well(http: httpx.Client) -> None:
     assert _is_rpc_error(reply, 400, -32601)["id"] == 1
 
 
-def test_a_result_is_200_with_cors_headers(ws: Chap) -> None:
-    reply = ws.post("workspace.describe")
+def test_a_result_is_200_with_cors_headers(ws: Client) -> None:
+    reply = ws.target.http.post("/chap", json=ws.envelope("workspace.describe"))
     assert reply.status_code == 200
     assert "result" in reply.json()
     assert {k: reply.headers[k] for k in CORS} == CORS
@@ -508,7 +450,7 @@ def test_a_chunked_body_over_the_limit_is_refused(http: httpx.Client) -> None:
     _is_rpc_error(http.post("/chap", content=chunks()), 400, -32700)
 
 
-def test_an_envelope_of_exactly_the_limit_is_served(ws: Chap) -> None:
+def test_an_envelope_of_exactly_the_limit_is_served(ws: Client) -> None:
     envelope: dict[str, Any] = {
         "jsonrpc": "2.0",
         "id": "big",
@@ -519,16 +461,16 @@ def test_an_envelope_of_exactly_the_limit_is_served(ws: Chap) -> None:
     envelope["params"]["note"] = "x" * padding
     body = rfc8785.dumps(envelope)
     assert len(body) == MAX_BODY_BYTES
-    reply = ws.http.post("/chap", content=body)
+    reply = ws.target.http.post("/chap", content=body)
     assert reply.status_code == 200, reply.text
     assert "members" in reply.json()["result"]
 
 
-def test_an_envelope_nested_too_deep_is_an_invalid_request(ws: Chap) -> None:
+def test_an_envelope_nested_too_deep_is_an_invalid_request(ws: Client) -> None:
     deep: dict[str, Any] = {}
     for _ in range(100):
         deep = {"d": deep}
-    _is_rpc_error(ws.post("workspace.describe", note=deep), 400, -32600)
+    _is_rpc_error(ws.target.http.post("/chap", json=ws.envelope("workspace.describe", note=deep)), 400, -32600)
 
 
 @pytest.mark.parametrize("path", ["/elsewhere", "/chap/", "/chap/inbox"])
@@ -552,11 +494,11 @@ def test_options_is_a_cors_preflight(http: httpx.Client) -> None:
     assert {k: reply.headers[k] for k in CORS} == CORS
 
 
-def test_concurrent_calls_are_serialised(served: tuple[str, Coordinator], ws: Chap) -> None:
+def test_concurrent_calls_are_serialised(served: tuple[str, Coordinator], ws: Client) -> None:
     """Calls from many connections at once: each is answered, each recorded
     once, and the log has no gaps (the coordinator saw them one at a time)."""
-    ws.join(ALICE, "human", "reviewer")
-    ws.join(BOT, "agent", "drafter")
+    join(ws, ALICE, "human", "reviewer")
+    join(ws, BOT, "agent", "drafter")
     before = len(ws.ok("audit.read", ALICE, range={"from_seq": 0})["entries"])
     threads, per_thread = 8, 10
     created: list[str] = []
@@ -564,7 +506,7 @@ def test_concurrent_calls_are_serialised(served: tuple[str, Coordinator], ws: Ch
 
     def client() -> None:
         with httpx.Client(base_url=served[0], timeout=60) as own:
-            mine = Chap(own, ws.workspace)
+            mine = harness(own, ws.workspace)
             for _ in range(per_thread):
                 task_id = _create(mine)["task_id"]
                 with lock:
@@ -592,36 +534,6 @@ def test_a_closed_dispatcher_takes_no_calls(served: tuple[str, Coordinator]) -> 
 
 
 # -- part three: `chapline serve` as a process ---------------------------------
-
-
-class Serve:
-    """`python -m coordinator serve --port 0 ...`, its address read from the
-    start-up line."""
-
-    def __init__(self, db: Path, *args: str) -> None:
-        self.db = db
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "coordinator", "serve", "--db", str(db), "--port", "0", *args],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        self.line = self.proc.stdout.readline()
-        match = re.search(r"http://127\.0\.0\.1:\d+/chap", self.line)
-        assert match, (self.line, self.stop_now())
-        self.url = match.group(0)
-        self.base = self.url.removesuffix("/chap")
-
-    def stop(self, sig: int = signal.SIGTERM) -> tuple[int, str]:
-        self.proc.send_signal(sig)
-        _, err = self.proc.communicate(timeout=120)
-        return self.proc.returncode, err
-
-    def stop_now(self) -> str:
-        self.proc.kill()
-        return self.proc.communicate()[1]
 
 
 def test_start_up_line_says_where_it_listens_and_what_it_writes(tmp_path: Path) -> None:
@@ -661,14 +573,14 @@ def test_a_signal_stops_cleanly_with_every_acknowledged_write_on_disk(tmp_path: 
     enough = threading.Event()
     try:
         with httpx.Client(base_url=server.base, timeout=60) as http:
-            chap = Chap(http, workspace)
+            chap = harness(http, workspace)
             chap.ok("workspace.create", mode="production")
-            chap.join(ALICE, "human", "reviewer")
-            chap.join(BOT, "agent", "drafter")
+            join(chap, ALICE, "human", "reviewer")
+            join(chap, BOT, "agent", "drafter")
 
         def writer() -> None:
             with httpx.Client(base_url=server.base, timeout=60) as own:
-                mine = Chap(own, workspace)
+                mine = harness(own, workspace)
                 for _ in range(500):
                     try:
                         task_id = _create(mine)["task_id"]
@@ -767,8 +679,8 @@ def test_chosen_profiles_are_what_new_workspaces_advertise(tmp_path: Path) -> No
     server = Serve(tmp_path / "chap.db", "--profiles", "core/1.0,review/1.0")
     try:
         with httpx.Client(base_url=server.base, timeout=60) as http:
-            chap = Chap(http, "wsp_profiles")
-            chap.join(ALICE, "human", "reviewer")
+            chap = harness(http, "wsp_profiles")
+            join(chap, ALICE, "human", "reviewer")
             assert chap.ok("workspace.describe")["profiles"] == ["core/1.0", "review/1.0"]
     finally:
         code, err = server.stop()
@@ -810,8 +722,8 @@ def test_profiles_all_advertises_every_implemented_profile(tmp_path: Path) -> No
     try:
         assert ", ".join(ALL_PROFILES) in server.line
         with httpx.Client(base_url=server.base, timeout=60) as http:
-            chap = Chap(http, "wsp_all")
-            chap.join(ALICE, "human", "reviewer")
+            chap = harness(http, "wsp_all")
+            join(chap, ALICE, "human", "reviewer")
             profiles = chap.ok("workspace.describe")["profiles"]
     finally:
         code, err = server.stop()
