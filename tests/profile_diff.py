@@ -18,12 +18,12 @@ theirs is recorded as the same id. Then
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import re
 from typing import Any
 
 import chap_coordinator
+from client import Client
 from support import env, make
 
 from coordinator import Coordinator
@@ -50,34 +50,6 @@ def reference(profiles: tuple[str, ...] = ALL_PROFILES, **options: Any) -> Any:
 
 def ours(profiles: tuple[str, ...] = ALL_PROFILES, **options: Any) -> Coordinator:
     return make(enable_chain=True, default_profiles=profiles, **options)
-
-
-class Side:
-    """One implementation, with its own `$name` -> generated id table."""
-
-    def __init__(self, coord: Any) -> None:
-        self.coord = coord
-        self.names: dict[str, str] = {}
-        self.responses: list[dict[str, Any]] = []
-
-    def build(self, value: Any) -> Any:
-        if isinstance(value, str) and value.startswith("$") and value in self.names:
-            return self.names[value]
-        if isinstance(value, dict):
-            return {k: self.build(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self.build(v) for v in value]
-        return value
-
-    def run(self, step: Step) -> dict[str, Any]:
-        method, params = step[0], step[1]
-        envelope = env(method, self.build(copy.deepcopy(params)), id=f"s{len(self.responses)}")
-        response = self.coord.dispatch(envelope)
-        self.responses.append(response)
-        if len(step) > 2 and "result" in response:
-            key, name = step[2]
-            self.names[name] = response["result"][key]
-        return response
 
 
 class IdPairs:
@@ -186,20 +158,12 @@ def stored_objects(coord: Any, workspace: str) -> dict[str, dict[str, Any]]:
     }
 
 
-def log_of(coord: Any, workspace: str) -> list[dict[str, Any]]:
-    return coord.dispatch(env("audit.read", {"workspace": workspace}, id="log"))["result"]["entries"]
-
-
-def describe(coord: Any, workspace: str) -> dict[str, Any]:
-    return coord.dispatch(env("workspace.describe", {"workspace": workspace}, id="d"))["result"]
-
-
 class Run:
     """A script run through both sides, compared step by step as it goes."""
 
     def __init__(self, mine: Any = None, theirs: Any = None, workspace: str = "wsp_d") -> None:
-        self.a = Side(mine if mine is not None else ours())
-        self.b = Side(theirs if theirs is not None else reference())
+        self.a = Client(mine if mine is not None else ours(), workspace, prefix="s")
+        self.b = Client(theirs if theirs is not None else reference(), workspace, prefix="s")
         self.ids = IdPairs()
         self.workspace = workspace
 
@@ -221,7 +185,7 @@ class Run:
     def check_state(self) -> None:
         """Same log, same chain (modulo ids), same stored objects, same describe."""
         w = self.workspace
-        mine, theirs = log_of(self.a.coord, w), log_of(self.b.coord, w)
+        mine, theirs = self.a.log(), self.b.log()
         assert len(mine) == len(theirs)
         prev = ZERO_HASH
         for x, y in zip(mine, theirs, strict=True):
@@ -232,15 +196,15 @@ class Run:
             }, (x, y)
             assert y["prev_hash"] == prev, (x, y)
             prev = link_hash(canonical_bytes(record_of(mapped)), prev)
-        dx, dy = describe(self.a.coord, w), describe(self.b.coord, w)
+        dx, dy = self.a.describe(), self.b.describe()
         assert dy["evidence_head"] == prev
         assert {k: v for k, v in dx.items() if k != "evidence_head"} == {
             k: v for k, v in dy.items() if k != "evidence_head"
         }
         if dx["state"] == "active":  # verify_chain is gated while paused
-            verified = self.a.coord.dispatch(env("audit.verify_chain", {"workspace": w}, id="v"))
+            verified = self.a.target.dispatch(env("audit.verify_chain", {"workspace": w}, id="v"))
             assert verified["result"]["status"] == "verified"
-        sa, sb = stored_objects(self.a.coord, w), stored_objects(self.b.coord, w)
+        sa, sb = stored_objects(self.a.target, w), stored_objects(self.b.target, w)
         for c in COLLECTIONS:
             assert len(sa[c]) == len(sb[c]), c
             self.ids.pair(sa[c], sb[c])

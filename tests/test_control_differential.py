@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from profile_diff import Run, Side, ours, reference
+from client import Client
+from profile_diff import Run, ours, reference
 
 W = "wsp_d"
 A, BOT, B2, BOB, GHOST = "human:alice", "agent:bot", "agent:b2", "human:bob", "human:ghost"
@@ -292,7 +293,7 @@ def test_control_script_answers_as_the_reference(script):
 def test_the_scripts_exercise_every_code_the_profile_gives():
     seen = set()
     for script in (PAUSE_RESUME, CANCEL, SNAPSHOT_ROLLBACK, SUPERSEDE, MODE_CEILING):
-        side = Side(reference())
+        side = Client(reference())
         for step in script:
             response = side.run(step)
             if "error" in response:

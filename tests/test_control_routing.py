@@ -17,7 +17,7 @@ import pytest
 from chap_analytics import briefs
 from chap_coordinator.storage.sqlite import SqliteStore as ReferenceStore
 from client import Client
-from profile_diff import ALL_PROFILES, log_of
+from profile_diff import ALL_PROFILES
 from support import FailingStore, make
 
 from coordinator import BatchWriteError, Coordinator
@@ -342,7 +342,7 @@ def test_chap_analytics_loads_such_a_file_without_a_warning(tmp_path: Path, capl
         assert briefs.everything(frames)
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
     assert chain.has_state
-    assert len(log_of(make(SqliteStore(path)), W)) == count
+    assert len(Client(make(SqliteStore(path)), W).log()) == count
 
 
 def test_a_hook_that_mutates_its_arguments_changes_nothing_held():
