@@ -41,7 +41,8 @@ class Http:
 
 
 class Client:
-    """Calls on one workspace through `target` (see the module docstring).
+    """Calls on one workspace through `target` (see the module docstring);
+    with `workspace=None` each call names its own.
 
     - `frm` (or the client's `sender`) becomes the `from` param; with `to`
       and `ts` set, a call that has a sender also gets those (as the
@@ -57,7 +58,7 @@ class Client:
     def __init__(
         self,
         target: Any,
-        workspace: str = WS,
+        workspace: str | None = WS,
         sender: str | None = None,
         *,
         to: str | None = None,
@@ -79,7 +80,7 @@ class Client:
     def envelope(self, method: str, /, frm: str | None = None, **params: Any) -> dict[str, Any]:
         """The next numbered request (`n` counts from 1)."""
         self.n += 1
-        body: dict[str, Any] = {"workspace": self.workspace}
+        body: dict[str, Any] = {} if self.workspace is None else {"workspace": self.workspace}
         sender = frm if frm is not None else self.sender
         if sender is not None:
             body["from"] = sender

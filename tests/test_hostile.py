@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
+from client import Client
 
 from bench import hostile
 from coordinator import Coordinator, CounterIds, StepClock
@@ -58,11 +60,13 @@ def test_the_checker_catches_a_refusal_that_changes_state(tmp_path: Path) -> Non
 # --- one coordinator on a real file ------------------------------------------------
 
 
-class Chap:
+class SqliteFile:
+    """A coordinator over one real SQLite file, as a client's target: it can
+    restart, count its rows, and every answer it gives must be sendable."""
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self.coord = self.open()
-        self.n = 0
 
     def open(self) -> Coordinator:
         return Coordinator(SqliteStore(str(self.path)), clock=StepClock(), ids=CounterIds())
@@ -71,45 +75,30 @@ class Chap:
         self.coord.close()
         self.coord = self.open()
 
-    def send(self, envelope: Any) -> dict[str, Any]:
+    def dispatch(self, envelope: Any) -> dict[str, Any]:
         response = self.coord.dispatch(envelope)
         msgspec.json.encode(response)  # always sendable
         return response
 
-    def call(self, method: str, **params: Any) -> dict[str, Any]:
-        self.n += 1
-        return self.send({"jsonrpc": "2.0", "id": self.n, "method": method, "params": params})
-
-    def ok(self, method: str, **params: Any) -> Any:
-        r = self.call(method, **params)
-        assert "result" in r, r
-        return r["result"]
-
-    def err(self, code: int, method: str, **params: Any) -> dict[str, Any]:
-        r = self.call(method, **params)
-        assert r.get("error", {}).get("code") == code, r
-        return r["error"]
-
     def rows(self) -> dict[str, int]:
-        import sqlite3
-
         with sqlite3.connect(self.path) as db:
             return {t: db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
                     for t in ("chap_meta", "chap_entries", "chap_objects")}
 
 
 @pytest.fixture
-def chap(tmp_path: Path) -> Any:
-    c = Chap(tmp_path / "chap.db")
-    yield c
-    c.coord.close()
+def chap(tmp_path: Path) -> Iterator[Client]:
+    """Calls that name their workspace (none by default: some create one)."""
+    target = SqliteFile(tmp_path / "chap.db")
+    yield Client(target, workspace=None)
+    target.coord.close()
 
 
 def _env(method: str, **params: Any) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
 
 
-def _review_open(chap: Chap, artefact: Any) -> str:
+def _review_open(chap: Client, artefact: Any) -> str:
     chap.ok("workspace.create", workspace="w")
     chap.ok("participant.join", workspace="w", **{"from": "human:a"}, type="human", role="admin")
     chap.ok("participant.join", workspace="w", **{"from": "agent:b"}, type="agent")
@@ -127,27 +116,27 @@ BAD_IDS = ["", "a\u0000b", "tab\there", "x" * (MAX_ID_CHARS + 1), "\x7f"]
 
 
 @pytest.mark.parametrize("bad", BAD_IDS, ids=["empty", "nul", "tab", "long", "del"])
-def test_unusable_workspace_ids_are_refused_before_the_write(chap: Chap, bad: str) -> None:
+def test_unusable_workspace_ids_are_refused_before_the_write(chap: Client, bad: str) -> None:
     for method, extra in (("workspace.create", {}), ("participant.join", {"from": "human:a", "type": "human"})):
-        error = chap.err(-32602, method, workspace=bad, **extra)
+        error = chap.fail(-32602, method, workspace=bad, **extra)
         assert "workspace" in error["message"] and ("send" in error["message"] or "at most" in error["message"])
-    assert chap.rows() == {"chap_meta": 0, "chap_entries": 0, "chap_objects": 0}
-    assert chap.coord.workspace_ids() == []
+    assert chap.target.rows() == {"chap_meta": 0, "chap_entries": 0, "chap_objects": 0}
+    assert chap.target.coord.workspace_ids() == []
 
 
 @pytest.mark.parametrize("bad", BAD_IDS, ids=["empty", "nul", "tab", "long", "del"])
-def test_unusable_participant_uris_are_refused_before_the_write(chap: Chap, bad: str) -> None:
+def test_unusable_participant_uris_are_refused_before_the_write(chap: Client, bad: str) -> None:
     chap.ok("workspace.create", workspace="w")
-    before = chap.rows()
-    error = chap.err(-32602, "participant.join", workspace="w", **{"from": bad}, type="human")
+    before = chap.target.rows()
+    error = chap.fail(-32602, "participant.join", workspace="w", **{"from": bad}, type="human")
     assert error["message"].startswith("from ")
-    assert chap.rows() == before
+    assert chap.target.rows() == before
 
 
-def test_the_longest_usable_id_is_taken_and_survives_a_restart(chap: Chap) -> None:
+def test_the_longest_usable_id_is_taken_and_survives_a_restart(chap: Client) -> None:
     wid = "w" * MAX_ID_CHARS
     chap.ok("workspace.create", workspace=wid)
-    chap.restart()
+    chap.target.restart()
     assert chap.ok("workspace.describe", workspace=wid)["id"] == wid
 
 
@@ -166,18 +155,18 @@ def test_the_longest_usable_id_is_taken_and_survives_a_restart(chap: Chap) -> No
     ],
     ids=["copy-into-descendant", "add-deeper", "copy-deep-value", "copy-big-string"],
 )
-def test_patch_bombs_are_refused_with_invalid_params(chap: Chap, diff: list[Any], reached: str) -> None:
+def test_patch_bombs_are_refused_with_invalid_params(chap: Client, diff: list[Any], reached: str) -> None:
     task = _review_open(chap, {"a": {"b": 1}})
-    before = chap.rows()
-    error = chap.err(-32602, "decide.override", workspace="w", **{"from": "human:a"}, task_id=task,
+    before = chap.target.rows()
+    error = chap.fail(-32602, "decide.override", workspace="w", **{"from": "human:a"}, task_id=task,
                      diff=diff, rationale="r")
     assert error["data"]["limit"] == (MAX_DEPTH if reached == "depth" else MAX_CHARS)
     assert error["data"][reached] > error["data"]["limit"] and isinstance(error["data"]["op_index"], int)
-    assert chap.rows() == before  # not recorded, nothing staged
+    assert chap.target.rows() == before  # not recorded, nothing staged
     chap.ok("decide.approve", workspace="w", **{"from": "human:a"}, task_id=task)  # the review is still open
 
 
-def test_a_patch_up_to_the_depth_bound_applies(chap: Chap) -> None:
+def test_a_patch_up_to_the_depth_bound_applies(chap: Client) -> None:
     task = _review_open(chap, {})
     diff = [{"op": "add", "path": "/d" * n, "value": {}} for n in range(1, MAX_DEPTH)]
     applied = chap.ok("decide.override", workspace="w", **{"from": "human:a"}, task_id=task, diff=diff,
@@ -186,27 +175,27 @@ def test_a_patch_up_to_the_depth_bound_applies(chap: Chap) -> None:
     while isinstance(applied, dict):
         applied, depth = applied.get("d"), depth + 1
     assert depth == MAX_DEPTH
-    chap.restart()
+    chap.target.restart()
     assert chap.ok("audit.verify_chain", workspace="w")["status"] == "verified"
 
 
 # --- every read behaves on the empty workspace as on any other ----------------------
 
 
-def test_reads_of_a_workspace_with_no_entries(chap: Chap) -> None:
+def test_reads_of_a_workspace_with_no_entries(chap: Client) -> None:
     wid = chap.ok("workspace.create")["workspace"]  # generated id: written, no entry
     for _ in range(2):
         verified = chap.ok("audit.verify_chain", workspace=wid)
         assert verified["status"] == "verified" and verified["entries_total"] == 0
         assert chap.ok("audit.read", workspace=wid) == {"entries": [], "next_seq": 0}
         assert chap.ok("workspace.describe", workspace=wid)["audit_count"] == 0
-        chap.restart()
+        chap.target.restart()
 
 
 # --- answers are always sendable -----------------------------------------------------
 
 
-def test_ids_and_quoted_values_with_lone_surrogates_are_sent_escaped(chap: Chap) -> None:
+def test_ids_and_quoted_values_with_lone_surrogates_are_sent_escaped(chap: Client) -> None:
     r = chap.send({"jsonrpc": "2.0", "id": "\ud800", "method": "workspace.describe", "params": {"workspace": "w"}})
     assert r["id"] is None and r["error"]["code"] == -32602
     r = chap.send({"jsonrpc": "2.0", "id": 3, "method": "x\udfffy"})
@@ -216,19 +205,19 @@ def test_ids_and_quoted_values_with_lone_surrogates_are_sent_escaped(chap: Chap)
 # --- messages that say what to send ------------------------------------------------
 
 
-def test_task_messages_name_what_is_missing(chap: Chap) -> None:
+def test_task_messages_name_what_is_missing(chap: Client) -> None:
     chap.ok("workspace.create", workspace="w")
     chap.ok("participant.join", workspace="w", **{"from": "human:a"}, type="human")
-    message = chap.err(-32602, "task.create", workspace="w", **{"from": "human:a"}, kind="k", input={})["message"]
+    message = chap.fail(-32602, "task.create", workspace="w", **{"from": "human:a"}, kind="k", input={})["message"]
     assert message.startswith("Missing field: assignee")
-    message = chap.err(-32602, "task.create", workspace="w", **{"from": "human:a"}, kind="k", input={},
+    message = chap.fail(-32602, "task.create", workspace="w", **{"from": "human:a"}, kind="k", input={},
                        assignee="agent:ghost")["message"]
     assert "'agent:ghost' is not a member" in message and "participant.join" in message
     chap.ok("participant.join", workspace="w", **{"from": "agent:b"}, type="agent")
     task = chap.ok("task.create", workspace="w", **{"from": "human:a"}, kind="k", input={}, assignee="agent:b")
-    message = chap.err(-32602, "task.update", workspace="w", **{"from": "agent:b"}, task_id=task["task_id"])["message"]
+    message = chap.fail(-32602, "task.update", workspace="w", **{"from": "agent:b"}, task_id=task["task_id"])["message"]
     assert message == 'Missing field: state (from created: send state "in_progress" or "declined")'
-    message = chap.err(-32602, "task.update", workspace="w", **{"from": "agent:b"}, task_id=task["task_id"],
+    message = chap.fail(-32602, "task.update", workspace="w", **{"from": "agent:b"}, task_id=task["task_id"],
                        state="completed")["message"]
     assert message.startswith("Illegal transition created -> completed; from created: send state")
 
@@ -275,7 +264,7 @@ def test_unknown_method_hints(method: str, words: str) -> None:
 
 
 
-def test_envelope_faults_are_answered_with_their_own_message_through_dispatch(chap: Chap) -> None:
+def test_envelope_faults_are_answered_with_their_own_message_through_dispatch(chap: Client) -> None:
     for body in (b"", b"  \n", ""):
         r = chap.send(body)
         assert r["id"] is None and r["error"]["code"] == -32700 and "the body is empty" in r["error"]["message"]
