@@ -16,6 +16,7 @@ from dataclasses import asdict, is_dataclass
 from typing import Any
 
 import chap_coordinator
+from client import Client
 from support import env, make
 
 from coordinator import Coordinator
@@ -28,8 +29,10 @@ __all__ = [
     "C",
     "GHOST",
     "INTERACTION",
+    "MEMBERS",
     "W",
-    "Pair",
+    "Lockstep",
+    "pair",
     "reference_ids",
 ]
 
@@ -57,8 +60,23 @@ def _plain(value: Any) -> Any:
     return value
 
 
-class Pair:
-    """One workspace on both sides; every call goes to both and is compared."""
+MEMBERS = (A, BOT, B, B2, C)
+
+
+def pair(
+    profiles: tuple[str, ...] = INTERACTION,
+    *,
+    ours: Coordinator | None = None,
+    theirs: Any = None,
+    workspace: str = W,
+) -> Client:
+    """A client on one workspace of both sides (see `Lockstep`)."""
+    return Client(Lockstep(profiles, ours=ours, theirs=theirs, workspace=workspace), workspace, prefix="q")
+
+
+class Lockstep:
+    """Both coordinators as one client's target: every envelope goes to both,
+    they must answer alike (result, or code and data), and ours is returned."""
 
     def __init__(
         self,
@@ -78,51 +96,21 @@ class Pair:
             default_profiles=list(profiles),
         )
         self.workspace = workspace
-        self.n = 0
 
     # -- calls ------------------------------------------------------------
 
-    def both(self, method: str, frm: str | None = None, **params: Any) -> tuple[dict, dict]:
-        self.n += 1
-        body: dict[str, Any] = {"workspace": self.workspace}
-        if frm is not None:
-            body["from"] = frm
-        body.update(params)
-        envelope = env(method, body, id=f"q{self.n}")
+    def both(self, envelope: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         return self.ours.dispatch(envelope), self.theirs.dispatch(envelope)
 
-    def same(self, method: str, frm: str | None = None, **params: Any) -> dict[str, Any]:
-        """Both answer alike (result, or code and data); returns ours."""
-        x, y = self.both(method, frm, **params)
-        assert ("error" in x) == ("error" in y), (method, params, x, y)
+    def dispatch(self, envelope: dict[str, Any]) -> dict[str, Any]:
+        x, y = self.both(envelope)
+        assert ("error" in x) == ("error" in y), (envelope, x, y)
         if "error" in y:
-            assert x["error"]["code"] == y["error"]["code"], (method, params, x, y)
-            assert x["error"].get("data") == y["error"].get("data"), (method, params, x, y)
+            assert x["error"]["code"] == y["error"]["code"], (envelope, x, y)
+            assert x["error"].get("data") == y["error"].get("data"), (envelope, x, y)
         else:
-            assert x["result"] == y["result"], (method, params, x, y)
+            assert x["result"] == y["result"], (envelope, x, y)
         return x
-
-    def ok(self, method: str, frm: str | None = None, **params: Any) -> Any:
-        x = self.same(method, frm, **params)
-        assert "error" not in x, (method, params, x)
-        return x["result"]
-
-    def err(self, code: int, method: str, frm: str | None = None, **params: Any) -> dict:
-        x = self.same(method, frm, **params)
-        assert "error" in x, (method, params, x)
-        assert x["error"]["code"] == code, (method, params, x)
-        return x["error"]
-
-    def setup(
-        self, members: tuple[str, ...] = (A, BOT, B, B2, C), **create: Any
-    ) -> None:
-        self.ok("workspace.create", **create)
-        for i, uri in enumerate(members):
-            extra = {"role": "admin"} if i == 0 else {}
-            self.ok("participant.join", uri, type=uri.split(":")[0], **extra)
-
-    def task(self, frm: str = A, assignee: str = BOT) -> str:
-        return self.ok("task.create", frm, assignee=assignee, kind="k", input={})["task_id"]
 
     def pause(self, member: str | None = None) -> None:
         """Pause `member`, or the whole workspace, on both sides without a

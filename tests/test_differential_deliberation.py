@@ -4,13 +4,13 @@ log, chain head and stored deliberations, call by call (see interaction_diff.py)
 from __future__ import annotations
 
 import pytest
-from interaction_diff import B2, BOT, GHOST, A, B, C, Pair
+from interaction_diff import B2, BOT, GHOST, MEMBERS, A, B, C, pair
 
 
 def test_open_comment_vote_close():
-    p = Pair()
-    p.setup()
-    t = p.task()
+    p = pair()
+    p.setup(MEMBERS)
+    t = p.new_task(kind="k")
     generated = p.ok("deliberate.open", A, rule="any_one_approves", to=[A, B])  # dlb_ id
     p.ok("deliberate.open", A, rule="quorum:2", participants=[A, B, BOT], deliberation_id="d1",
          task_id=t, question="Q", weights={A: 2}, veto={B: True}, deadline="2024-01-01T00:00:00Z",
@@ -30,56 +30,56 @@ def test_open_comment_vote_close():
     assert first == {"outcome": "approved", "rule": "any_one_approves",
                      "tally": {"yea": 1, "nay": 0}, "vetoes": []}
     assert p.ok("deliberate.close", BOT, deliberation_id=d) == first  # again: recorded again
-    p.assert_same_state("deliberations")
+    p.target.assert_same_state("deliberations")
 
 
 def test_refusals_in_0_3_3_order():
-    p = Pair()
-    p.setup()
+    p = pair()
+    p.setup(MEMBERS)
     p.ok("deliberate.open", A, rule="any_one_approves", to=[A, B], deliberation_id="d")
-    p.err(-32011, "deliberate.open", GHOST, rule="all_approve", to=B)
-    p.err(-32011, "deliberate.open", None, rule="all_approve", to=B)
-    p.err(-32602, "deliberate.open", A, to=B)                      # missing rule
-    p.err(-32602, "deliberate.open", A, rule="all_approve")        # no participants
-    p.err(-32602, "deliberate.open", A, rule="all_approve", to=[])
+    p.fail(-32011, "deliberate.open", GHOST, rule="all_approve", to=B)
+    p.fail(-32011, "deliberate.open", None, rule="all_approve", to=B)
+    p.fail(-32602, "deliberate.open", A, to=B)                      # missing rule
+    p.fail(-32602, "deliberate.open", A, rule="all_approve")        # no participants
+    p.fail(-32602, "deliberate.open", A, rule="all_approve", to=[])
     for rule in ("bogus", "quorum:x", "quorum:1.5", " quorum:1", "weighted_vote:abc",
                  "weighted_vote:", "weighted_vote_with_veto:x"):
-        p.err(-32033, "deliberate.open", A, rule=rule, to=B)       # recorded
-    p.err(-32011, "deliberate.comment", GHOST, deliberation_id="d", comment="x")
-    p.err(-32602, "deliberate.comment", C, deliberation_id="zz", comment="x")
-    p.err(-32602, "deliberate.comment", C, comment="x")
-    p.err(-32602, "deliberate.vote", A, deliberation_id="zz", vote="yea")
-    p.err(-32602, "deliberate.vote", A, vote="maybe")
-    p.err(-32602, "deliberate.vote", A, deliberation_id=5, vote="yea")
-    p.err(-32602, "deliberate.vote", C, deliberation_id="d", vote="maybe")  # before -32030
-    p.err(-32602, "deliberate.vote", C, deliberation_id="d")
-    p.err(-32030, "deliberate.vote", C, deliberation_id="d", vote="yea")    # recorded
+        p.fail(-32033, "deliberate.open", A, rule=rule, to=B)       # recorded
+    p.fail(-32011, "deliberate.comment", GHOST, deliberation_id="d", comment="x")
+    p.fail(-32602, "deliberate.comment", C, deliberation_id="zz", comment="x")
+    p.fail(-32602, "deliberate.comment", C, comment="x")
+    p.fail(-32602, "deliberate.vote", A, deliberation_id="zz", vote="yea")
+    p.fail(-32602, "deliberate.vote", A, vote="maybe")
+    p.fail(-32602, "deliberate.vote", A, deliberation_id=5, vote="yea")
+    p.fail(-32602, "deliberate.vote", C, deliberation_id="d", vote="maybe")  # before -32030
+    p.fail(-32602, "deliberate.vote", C, deliberation_id="d")
+    p.fail(-32030, "deliberate.vote", C, deliberation_id="d", vote="yea")    # recorded
     p.ok("deliberate.vote", A, deliberation_id="d", vote="nay")
-    p.err(-32031, "deliberate.vote", A, deliberation_id="d", vote="yea")    # recorded
-    p.err(-32602, "deliberate.close", A, deliberation_id="zz")
-    p.err(-32602, "deliberate.close", A)
+    p.fail(-32031, "deliberate.vote", A, deliberation_id="d", vote="yea")    # recorded
+    p.fail(-32602, "deliberate.close", A, deliberation_id="zz")
+    p.fail(-32602, "deliberate.close", A)
     p.ok("deliberate.close", A, deliberation_id="d")
-    p.err(-32032, "deliberate.comment", C, deliberation_id="d", comment="late")
-    p.err(-32032, "deliberate.vote", B, deliberation_id="d", vote="yea")
-    p.err(-32032, "deliberate.vote", B, deliberation_id="d", vote="maybe")   # state first
-    p.err(-32032, "deliberate.vote", C, deliberation_id="d")
-    p.err(-32032, "deliberate.vote", A, deliberation_id="d", vote="yea")
-    p.assert_same_state("deliberations")
+    p.fail(-32032, "deliberate.comment", C, deliberation_id="d", comment="late")
+    p.fail(-32032, "deliberate.vote", B, deliberation_id="d", vote="yea")
+    p.fail(-32032, "deliberate.vote", B, deliberation_id="d", vote="maybe")   # state first
+    p.fail(-32032, "deliberate.vote", C, deliberation_id="d")
+    p.fail(-32032, "deliberate.vote", A, deliberation_id="d", vote="yea")
+    p.target.assert_same_state("deliberations")
 
 
 def test_deliberation_methods_are_gated_by_profile():
-    p = Pair(("core/1.0", "review/1.0"))
-    p.setup()
+    p = pair(("core/1.0", "review/1.0"))
+    p.setup(MEMBERS)
     for method, params in [
         ("deliberate.open", {"rule": "all_approve", "to": B}),
         ("deliberate.comment", {"deliberation_id": "d", "comment": "x"}),
         ("deliberate.vote", {"deliberation_id": "d", "vote": "yea"}),
         ("deliberate.close", {"deliberation_id": "d"}),
     ]:
-        data = p.err(-32601, method, A, **params)["data"]
+        data = p.fail(-32601, method, A, **params)["data"]
         assert data["profile"] == "deliberation/1.0"
-        p.err(-32601, method, GHOST, **params)
-    p.assert_same_state("deliberations")
+        p.fail(-32601, method, GHOST, **params)
+    p.target.assert_same_state("deliberations")
 
 
 VOTERS = (A, B, BOT, C)
@@ -118,26 +118,26 @@ VOTERS = (A, B, BOT, C)
     ],
 )
 def test_rule_outcomes(rule, votes, extra):
-    p = Pair()
-    p.setup()
+    p = pair()
+    p.setup(MEMBERS)
     p.ok("deliberate.open", A, rule=rule, to=list(VOTERS), deliberation_id="d", **extra)
     for voter, vote in zip(VOTERS, votes, strict=False):  # votes may be fewer
         vote, veto = vote if isinstance(vote, tuple) else (vote, None)
         params = {"veto_invoked": veto} if veto is not None else {}
         p.ok("deliberate.vote", voter, deliberation_id="d", vote=vote, **params)
     p.ok("deliberate.close", B2, deliberation_id="d")
-    p.assert_same_state("deliberations")
+    p.target.assert_same_state("deliberations")
 
 
 def test_weights_come_from_the_opener_not_the_vote():
-    p = Pair()
-    p.setup()
+    p = pair()
+    p.setup(MEMBERS)
     p.ok("deliberate.open", A, rule="weighted_vote:2", to=[A, B], deliberation_id="d",
          weights={A: 1, B: 1})
     p.ok("deliberate.vote", A, deliberation_id="d", vote="yea", weight=10)
     outcome = p.ok("deliberate.close", A, deliberation_id="d")
     assert outcome["outcome"] == "rejected"
-    p.assert_same_state("deliberations")
+    p.target.assert_same_state("deliberations")
 
 
 @pytest.mark.parametrize(
@@ -151,31 +151,31 @@ def test_weights_come_from_the_opener_not_the_vote():
     ],
 )
 def test_open_checks_in_0_3_3_order(params):
-    p = Pair()
-    p.setup()
-    p.same("deliberate.open", A, **params)
+    p = pair()
+    p.setup(MEMBERS)
+    p.call("deliberate.open", A, **params)
     p.ok("deliberate.open", A, rule="all_approve", to=B)  # the next generated id agrees
-    p.assert_same_state("deliberations")
+    p.target.assert_same_state("deliberations")
 
 
 def test_a_paused_workspace_refuses_every_deliberation_method():
-    p = Pair()
-    p.setup()
+    p = pair()
+    p.setup(MEMBERS)
     p.ok("deliberate.open", A, rule="all_approve", to=[A, B], deliberation_id="d")
-    p.pause()
-    p.err(-32063, "deliberate.open", A, rule="all_approve", to=B)
-    p.err(-32063, "deliberate.comment", C, deliberation_id="d", comment="x")
-    p.err(-32063, "deliberate.vote", A, deliberation_id="d", vote="yea")
-    p.err(-32063, "deliberate.close", A, deliberation_id="d")
-    p.err(-32011, "deliberate.close", GHOST, deliberation_id="d")
-    p.assert_same_state("deliberations")
+    p.target.pause()
+    p.fail(-32063, "deliberate.open", A, rule="all_approve", to=B)
+    p.fail(-32063, "deliberate.comment", C, deliberation_id="d", comment="x")
+    p.fail(-32063, "deliberate.vote", A, deliberation_id="d", vote="yea")
+    p.fail(-32063, "deliberate.close", A, deliberation_id="d")
+    p.fail(-32011, "deliberate.close", GHOST, deliberation_id="d")
+    p.target.assert_same_state("deliberations")
 
 
 def test_a_paused_member_still_votes():
-    p = Pair()
-    p.setup()
+    p = pair()
+    p.setup(MEMBERS)
     p.ok("deliberate.open", A, rule="all_approve", to=[A, B], deliberation_id="d")
-    p.pause(B)
+    p.target.pause(B)
     p.ok("deliberate.vote", B, deliberation_id="d", vote="yea")
     p.ok("deliberate.comment", B, deliberation_id="d", comment="still here")
-    p.assert_same_state("deliberations")
+    p.target.assert_same_state("deliberations")

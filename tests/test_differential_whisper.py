@@ -4,10 +4,11 @@ chain head and stored whispers, call by call (see interaction_diff.py)."""
 from __future__ import annotations
 
 import pytest
-from interaction_diff import BOT, GHOST, A, B, C, Pair, W
+from client import Client
+from interaction_diff import BOT, GHOST, MEMBERS, A, B, C, W, pair
 
 
-def ask(p: Pair, task: str, frm: str = BOT, **params):
+def ask(p: Client, task: str, frm: str = BOT, **params):
     params.setdefault("to", A)
     params.setdefault("question", "Ship it?")
     params.setdefault("deadline_ms", 60_000)
@@ -16,9 +17,9 @@ def ask(p: Pair, task: str, frm: str = BOT, **params):
 
 
 def test_ask_and_answer_with_and_without_options():
-    p = Pair()
-    p.setup()
-    t = p.task()
+    p = pair()
+    p.setup(MEMBERS)
+    t = p.new_task(kind="k")
     generated = ask(p, t)  # art_ id generated
     ask(p, t, to=[A, B], options=[{"id": "y", "label": "Yes"}, {"id": "n"}], urgency="high",
         whisper_id="w1", context_summary="the draft", default_if_lapsed={"id": "n"})
@@ -29,47 +30,47 @@ def test_ask_and_answer_with_and_without_options():
     p.ok("whisper.answer", C, whisper_id="w2", answer="free text")          # group: any member
     p.ok("whisper.answer", C, whisper_id="w3", answer_text={"k": [1]})       # options [] = none
     p.ok("whisper.answer", A, whisper_id=generated["whisper_id"], answer="", answer_text="t")
-    p.assert_same_state("whispers")
+    p.target.assert_same_state("whispers")
 
 
 def test_answer_refusals_in_0_3_3_order():
-    p = Pair()
-    p.setup()
-    t = p.task()
+    p = pair()
+    p.setup(MEMBERS)
+    t = p.new_task(kind="k")
     ask(p, t, whisper_id="w", to=[A], options=[{"id": 1}, {"id": True}, {"id": "a"}, {"id": {"x": 1}}])
-    p.err(-32011, "whisper.answer", GHOST, whisper_id="w", answer_option=1)   # floor, unrecorded
-    p.err(-32011, "whisper.answer", None, whisper_id="w", answer_option=1)
-    p.err(-32602, "whisper.answer", A, answer_option=1)                        # missing whisper_id
-    p.err(-32602, "whisper.answer", A, whisper_id="nope", answer_option=1)
-    p.err(-32602, "whisper.answer", A, whisper_id=5, answer_option=1)
-    p.err(-32011, "whisper.answer", B, whisper_id="w", answer_option=1)        # not addressed: recorded
-    p.err(-32602, "whisper.answer", A, whisper_id="w", answer_text="x")        # options need an option
-    p.err(-32602, "whisper.answer", A, whisper_id="w", answer_option=None)
+    p.fail(-32011, "whisper.answer", GHOST, whisper_id="w", answer_option=1)   # floor, unrecorded
+    p.fail(-32011, "whisper.answer", None, whisper_id="w", answer_option=1)
+    p.fail(-32602, "whisper.answer", A, answer_option=1)                        # missing whisper_id
+    p.fail(-32602, "whisper.answer", A, whisper_id="nope", answer_option=1)
+    p.fail(-32602, "whisper.answer", A, whisper_id=5, answer_option=1)
+    p.fail(-32011, "whisper.answer", B, whisper_id="w", answer_option=1)        # not addressed: recorded
+    p.fail(-32602, "whisper.answer", A, whisper_id="w", answer_text="x")        # options need an option
+    p.fail(-32602, "whisper.answer", A, whisper_id="w", answer_option=None)
     for wrong in (False, 0, "1", 2, [1], {"x": 1}, {"y": 2}):                  # A20: type-strict
-        p.err(-32022, "whisper.answer", A, whisper_id="w", answer_option=wrong)
+        p.fail(-32022, "whisper.answer", A, whisper_id="w", answer_option=wrong)
     p.ok("whisper.answer", A, whisper_id="w", answer_option=1.0)               # 1 matches 1.0
-    p.err(-32020, "whisper.answer", A, whisper_id="w", answer_option=True)
-    p.err(-32011, "whisper.answer", B, whisper_id="w", answer_option=1)        # addressed before answered
-    p.assert_same_state("whispers")
+    p.fail(-32020, "whisper.answer", A, whisper_id="w", answer_option=True)
+    p.fail(-32011, "whisper.answer", B, whisper_id="w", answer_option=1)        # addressed before answered
+    p.target.assert_same_state("whispers")
 
 
 def test_an_option_id_true_matches_only_true():
-    p = Pair()
-    p.setup()
-    t = p.task()
+    p = pair()
+    p.setup(MEMBERS)
+    t = p.new_task(kind="k")
     ask(p, t, whisper_id="w", options=[{"id": True}, {"label": "no id"}, "bare"])
-    p.err(-32022, "whisper.answer", A, whisper_id="w", answer_option=1)
+    p.fail(-32022, "whisper.answer", A, whisper_id="w", answer_option=1)
     p.ok("whisper.answer", A, whisper_id="w", answer_option=True)
-    p.assert_same_state("whispers")
+    p.target.assert_same_state("whispers")
 
 
 def test_the_22_message_shows_the_jcs_form():
-    p = Pair()
-    p.setup()
-    t = p.task()
+    p = pair()
+    p.setup(MEMBERS)
+    t = p.new_task(kind="k")
     ask(p, t, whisper_id="w", options=[{"id": "x"}])
     for wrong in ("y", {"b": 1, "a": "\u00e9"}, [1, 2.0, "s"], False):
-        x, y = p.both("whisper.answer", A, whisper_id="w", answer_option=wrong)
+        x, y = p.target.both(p.envelope("whisper.answer", A, whisper_id="w", answer_option=wrong))
         assert x["error"]["code"] == y["error"]["code"] == -32022
         assert x["error"]["message"] == y["error"]["message"]
 
@@ -86,12 +87,12 @@ def test_the_22_message_shows_the_jcs_form():
     ],
 )
 def test_no_answer_at_all_is_refused_unrecorded(answer):
-    p = Pair()
-    p.setup()
-    t = p.task()
+    p = pair()
+    p.setup(MEMBERS)
+    t = p.new_task(kind="k")
     ask(p, t, whisper_id="w")
-    p.err(-32602, "whisper.answer", A, whisper_id="w", **answer)
-    p.assert_same_state("whispers")
+    p.fail(-32602, "whisper.answer", A, whisper_id="w", **answer)
+    p.target.assert_same_state("whispers")
 
 
 @pytest.mark.parametrize(
@@ -107,157 +108,157 @@ def test_no_answer_at_all_is_refused_unrecorded(answer):
     ],
 )
 def test_what_an_answer_without_options_keeps(answer):
-    p = Pair()
-    p.setup()
-    t = p.task()
+    p = pair()
+    p.setup(MEMBERS)
+    t = p.new_task(kind="k")
     ask(p, t, whisper_id="w")
     p.ok("whisper.answer", A, whisper_id="w", **answer)
-    p.assert_same_state("whispers")
+    p.target.assert_same_state("whispers")
 
 
 def test_ask_refusals():
-    p = Pair()
-    p.setup()
-    t = p.task()
+    p = pair()
+    p.setup(MEMBERS)
+    t = p.new_task(kind="k")
     base = {"to": A, "task_id": t, "question": "q", "deadline_ms": 1000, "default_if_lapsed": "d"}
-    p.err(-32011, "whisper.ask", GHOST, **base)            # floor (A4)
-    p.err(-32011, "whisper.ask", None, **base)
+    p.fail(-32011, "whisper.ask", GHOST, **base)            # floor (A4)
+    p.fail(-32011, "whisper.ask", None, **base)
     for name in ("to", "task_id", "question", "deadline_ms", "default_if_lapsed"):
-        p.err(-32602, "whisper.ask", BOT, **{k: v for k, v in base.items() if k != name})
-    p.err(-32602, "whisper.ask", BOT, **{**base, "task_id": "nope"})
-    p.err(-32602, "whisper.ask", BOT, **base, options={"id": "a"})  # A20: options must be a list
-    p.err(-32602, "whisper.ask", BOT, **base, options="a")
-    x, y = p.both("whisper.ask", BOT, **{**base, "workspace": "wsp_none"})
+        p.fail(-32602, "whisper.ask", BOT, **{k: v for k, v in base.items() if k != name})
+    p.fail(-32602, "whisper.ask", BOT, **{**base, "task_id": "nope"})
+    p.fail(-32602, "whisper.ask", BOT, **base, options={"id": "a"})  # A20: options must be a list
+    p.fail(-32602, "whisper.ask", BOT, **base, options="a")
+    x, y = p.target.both(p.envelope("whisper.ask", BOT, **{**base, "workspace": "wsp_none"}))
     assert x["error"]["code"] == y["error"]["code"] == -32602
     p.ok("whisper.ask", BOT, **base, options=["bare"], urgency="medium")
     p.ok("whisper.ask", BOT, **{**base, "to": "human:not-a-member", "deadline_ms": 0})
     p.ok("whisper.ask", BOT, **{**base, "deadline_ms": -5, "default_if_lapsed": None,
                                 "question": {"rich": True}})
-    p.assert_same_state("whispers")
+    p.target.assert_same_state("whispers")
 
 
 def test_whisper_methods_are_gated_by_profile():
-    p = Pair(("core/1.0", "review/1.0"))
-    p.setup()
-    t = p.task()
-    data = p.err(-32601, "whisper.ask", BOT, to=A, task_id=t, question="q", deadline_ms=1,
+    p = pair(("core/1.0", "review/1.0"))
+    p.setup(MEMBERS)
+    t = p.new_task(kind="k")
+    data = p.fail(-32601, "whisper.ask", BOT, to=A, task_id=t, question="q", deadline_ms=1,
                  default_if_lapsed="d")["data"]
     assert data == {"profile": "whisper/1.0", "advertised": ["core/1.0", "review/1.0"]}
-    p.err(-32601, "whisper.answer", A, whisper_id="w", answer="x")
-    p.err(-32601, "whisper.answer", GHOST, whisper_id="w", answer="x")  # gate before floor
+    p.fail(-32601, "whisper.answer", A, whisper_id="w", answer="x")
+    p.fail(-32601, "whisper.answer", GHOST, whisper_id="w", answer="x")  # gate before floor
     p.ok("workspace.set_profiles", A, profiles=["whisper/2.0"])          # any version counts
     ask(p, t, whisper_id="w")
     p.ok("whisper.answer", A, whisper_id="w", answer="x")
-    p.assert_same_state("whispers")
+    p.target.assert_same_state("whispers")
 
 
 # -- lapses -------------------------------------------------------------------
 
 
 def test_lapse_sweep_applies_defaults_and_records_notices():
-    p = Pair()
-    p.setup()
-    t = p.task()
+    p = pair()
+    p.setup(MEMBERS)
+    t = p.new_task(kind="k")
     ask(p, t, whisper_id="l1", deadline_ms=2000, default_if_lapsed={"pick": "d"})
     ask(p, t, whisper_id="l2", deadline_ms=5000, to=[A, "group:g", A])
     ask(p, t, whisper_id="l3", deadline_ms=0)
     ask(p, t, whisper_id="l4", deadline_ms=10**9)
     ask(p, t, whisper_id="l5", deadline_ms=-5)
     p.ok("whisper.answer", A, whisper_id="l5", answer="late, but no sweep ran")  # accepted
-    notices = p.lapses()  # the coordinator's own clock
+    notices = p.target.lapses()  # the coordinator's own clock
     assert [n["params"]["whisper_id"] for n in notices] == ["l1", "l2", "l3"]
     assert notices[1]["params"]["to"] == [BOT, A, "group:g", A]
     assert all("id" not in n and n["method"] == "notify.message" for n in notices)
-    assert p.lapses() == []
-    p.err(-32021, "whisper.answer", A, whisper_id="l1", answer="too late")   # recorded
-    p.err(-32021, "whisper.answer", A, whisper_id="l2", answer="too late")
+    assert p.target.lapses() == []
+    p.fail(-32021, "whisper.answer", A, whisper_id="l1", answer="too late")   # recorded
+    p.fail(-32021, "whisper.answer", A, whisper_id="l2", answer="too late")
     p.ok("whisper.answer", A, whisper_id="l4", answer="in time")
     p.ok("audit.read", filter={"task_id": t})
     p.ok("audit.read", filter={"from": "service:coordinator"})
-    p.assert_same_state("whispers")
+    p.target.assert_same_state("whispers")
 
 
 def test_lapse_sweep_at_a_given_time_and_its_boundary():
-    p = Pair()
-    p.setup()
-    t = p.task()
+    p = pair()
+    p.setup(MEMBERS)
+    t = p.new_task(kind="k")
     ask(p, t, whisper_id="l1", deadline_ms=2000)
     ask(p, t, whisper_id="l2", deadline_ms=5000)
-    asked = p.ours.snapshot(W)["whispers"]["l1"]["asked_at"]
+    asked = p.target.ours.snapshot(W)["whispers"]["l1"]["asked_at"]
     assert asked == "2023-11-14T22:13:28.000Z"  # lapses at :30.000
-    assert p.lapses("2023-11-14T22:13:29.999Z") == []
-    assert [n["params"]["whisper_id"] for n in p.lapses("2023-11-14T22:13:30.000Z")] == ["l1"]
-    assert [n["params"]["whisper_id"] for n in p.lapses("2023-11-14T23:00:00+00:00")] == ["l2"]
-    assert p.lapses("2099-01-01T00:00:00Z") == []
-    p.assert_same_state("whispers")
+    assert p.target.lapses("2023-11-14T22:13:29.999Z") == []
+    assert [n["params"]["whisper_id"] for n in p.target.lapses("2023-11-14T22:13:30.000Z")] == ["l1"]
+    assert [n["params"]["whisper_id"] for n in p.target.lapses("2023-11-14T23:00:00+00:00")] == ["l2"]
+    assert p.target.lapses("2099-01-01T00:00:00Z") == []
+    p.target.assert_same_state("whispers")
 
 
 def test_a_sweep_of_an_unknown_workspace_finds_nothing():
-    p = Pair()
-    assert p.ours.check_whisper_lapses("wsp_none") == []
-    assert p.theirs.check_whisper_lapses("wsp_none") == []
+    p = pair()
+    assert p.target.ours.check_whisper_lapses("wsp_none") == []
+    assert p.target.theirs.check_whisper_lapses("wsp_none") == []
 
 
 def test_ids_are_drawn_only_by_accepted_asks():
-    p = Pair()
-    p.setup()
-    t = p.task()
-    p.err(-32602, "whisper.ask", BOT, to=A, task_id="nope", question="q", deadline_ms=1,
+    p = pair()
+    p.setup(MEMBERS)
+    t = p.new_task(kind="k")
+    p.fail(-32602, "whisper.ask", BOT, to=A, task_id="nope", question="q", deadline_ms=1,
           default_if_lapsed="d")
-    p.err(-32602, "whisper.ask", BOT, to=A, task_id=t, question="q", deadline_ms=1,
+    p.fail(-32602, "whisper.ask", BOT, to=A, task_id=t, question="q", deadline_ms=1,
           default_if_lapsed="d", options="x")
     first = ask(p, t)["whisper_id"]
     ask(p, t, whisper_id="mine")
     assert ask(p, t)["whisper_id"] != first
-    p.assert_same_state("whispers")
+    p.target.assert_same_state("whispers")
 
 
 @pytest.mark.parametrize("urgency", [None, "", 0, False, "extreme", 5])
 def test_urgency_is_kept_as_given(urgency):
-    p = Pair()
-    p.setup()
-    ask(p, p.task(), whisper_id="w", urgency=urgency)
-    p.assert_same_state("whispers")
+    p = pair()
+    p.setup(MEMBERS)
+    ask(p, p.new_task(kind="k"), whisper_id="w", urgency=urgency)
+    p.target.assert_same_state("whispers")
 
 
 def test_a_paused_workspace_refuses_whispers_but_still_lapses_them():
-    p = Pair()
-    p.setup()
-    t = p.task()
+    p = pair()
+    p.setup(MEMBERS)
+    t = p.new_task(kind="k")
     ask(p, t, whisper_id="w", deadline_ms=1)
     ask(p, t, whisper_id="v", deadline_ms=10**9)
-    p.pause()
-    p.err(-32063, "whisper.ask", BOT, to=A, task_id=t, question="q", deadline_ms=1,
+    p.target.pause()
+    p.fail(-32063, "whisper.ask", BOT, to=A, task_id=t, question="q", deadline_ms=1,
           default_if_lapsed="d")
-    p.err(-32063, "whisper.answer", A, whisper_id="v", answer="x")
-    p.err(-32011, "whisper.answer", GHOST, whisper_id="v", answer="x")
-    assert [n["params"]["whisper_id"] for n in p.lapses()] == ["w"]
-    p.assert_same_state("whispers")
+    p.fail(-32063, "whisper.answer", A, whisper_id="v", answer="x")
+    p.fail(-32011, "whisper.answer", GHOST, whisper_id="v", answer="x")
+    assert [n["params"]["whisper_id"] for n in p.target.lapses()] == ["w"]
+    p.target.assert_same_state("whispers")
 
 
 def test_a_paused_member_still_asks_and_answers():
-    p = Pair()
-    p.setup()
-    t = p.task()
-    p.pause(A)
+    p = pair()
+    p.setup(MEMBERS)
+    t = p.new_task(kind="k")
+    p.target.pause(A)
     ask(p, t, whisper_id="w")
     p.ok("whisper.answer", A, whisper_id="w", answer="x")
-    p.assert_same_state("whispers")
+    p.target.assert_same_state("whispers")
 
 
 def test_audit_read_by_task_finds_answers_through_their_whisper():
-    p = Pair()
-    p.setup()
-    t, other = p.task(), p.task()
+    p = pair()
+    p.setup(MEMBERS)
+    t, other = p.new_task(kind="k"), p.new_task(kind="k")
     ask(p, t, whisper_id="w", to=[A, B])
     ask(p, other, whisper_id="v")
-    p.err(-32011, "whisper.answer", C, whisper_id="w", answer="x")          # refused, recorded
+    p.fail(-32011, "whisper.answer", C, whisper_id="w", answer="x")          # refused, recorded
     p.ok("whisper.answer", A, whisper_id="w", answer="x", task_id=other)   # params.task_id ignored
     p.ok("whisper.answer", A, whisper_id="v", answer="y", task_id=t)
-    p.pause()
-    p.err(-32063, "whisper.answer", A, whisper_id="unknown", answer="z", task_id=t)
+    p.target.pause()
+    p.fail(-32063, "whisper.answer", A, whisper_id="unknown", answer="z", task_id=t)
     for flt in ({"task_id": t}, {"task_id": other}, {"task_id": t, "method": "whisper.answer"},
                 {"task_id": t, "outcome": "refused"}, {"task_id": t, "from": A},
                 {"task_id": "zzz"}):
-        p.same("audit.read", filter=flt)
-        p.same("audit.read", filter=flt, range={"from_seq": 8, "to_seq": 11})
+        p.call("audit.read", filter=flt)
+        p.call("audit.read", filter=flt, range={"from_seq": 8, "to_seq": 11})

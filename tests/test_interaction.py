@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from client import Client
-from interaction_diff import B2, BOT, INTERACTION, A, B, C, Pair, W, reference_ids
+from interaction_diff import B2, BOT, INTERACTION, MEMBERS, A, B, C, W, pair, reference_ids
 from support import FailingStore, env, make
 
 from coordinator import BatchWriteError, Coordinator
@@ -70,9 +70,9 @@ DIFFERENCES = [
 
 @pytest.mark.parametrize("method, params, theirs", DIFFERENCES)
 def test_deliberate_differences(method: str, params: dict[str, Any], theirs: Any) -> None:
-    p = Pair()
-    p.setup()
-    t = p.task()
+    p = pair()
+    p.setup(MEMBERS)
+    t = p.new_task(kind="k")
     p.ok("whisper.ask", BOT, to=A, task_id=t, question="q", deadline_ms=1000,
          default_if_lapsed="d", whisper_id="w")
     p.ok("deliberate.open", A, rule="all_approve", to=[A, B], deliberation_id="d")
@@ -83,12 +83,12 @@ def test_deliberate_differences(method: str, params: dict[str, Any], theirs: Any
     params = {k: [{"task_id": t, **{x: y for x, y in e.items() if x != "task_id"}} for e in v]
               if k == "tasks" else v for k, v in params.items()}
     frm = {"whisper.answer": A, "handoff.accept": B2}.get(method, BOT if "handoff" in method else A)
-    count = p.ours.dispatch(env("workspace.describe", {"workspace": W}))["result"]["audit_count"]
-    x, y = p.both(method, frm, **params)
+    count = p.target.ours.dispatch(env("workspace.describe", {"workspace": W}))["result"]["audit_count"]
+    x, y = p.target.both(p.envelope(method, frm, **params))
     assert x["error"]["code"] == -32602, x
     assert "Traceback" not in x["error"]["message"]
     assert (y["error"]["code"] if "error" in y else "ok") == theirs, y
-    after = p.ours.dispatch(env("workspace.describe", {"workspace": W}))["result"]["audit_count"]
+    after = p.target.ours.dispatch(env("workspace.describe", {"workspace": W}))["result"]["audit_count"]
     assert after == count  # ours recorded nothing
 
 

@@ -14,7 +14,8 @@ import chap_coordinator
 import pytest
 from chap_analytics import briefs
 from chap_coordinator.storage.sqlite import SqliteStore as ReferenceStore
-from interaction_diff import B2, BOT, INTERACTION, A, B, C, Pair, W, reference_ids
+from client import Client
+from interaction_diff import B2, BOT, INTERACTION, MEMBERS, A, B, C, W, pair, reference_ids
 from support import make
 
 from storage import SqliteStore
@@ -35,10 +36,10 @@ def _ours(path: Path):
                 ids=reference_ids())
 
 
-def _first_half(p: Pair) -> str:
-    p.setup()
-    t = p.task()
-    t2 = p.task()
+def _first_half(p: Client) -> str:
+    p.setup(MEMBERS)
+    t = p.new_task(kind="k")
+    t2 = p.new_task(kind="k")
     p.ok("whisper.ask", BOT, to=[A, B], task_id=t, question="q", deadline_ms=10**9,
          default_if_lapsed={"id": "n"}, options=[{"id": "y"}, {"id": "n"}], whisper_id="w")
     p.ok("whisper.ask", BOT, to=A, task_id=t, question="q", deadline_ms=1,
@@ -51,40 +52,40 @@ def _first_half(p: Pair) -> str:
                                               {"task_id": t2}], handoff_id="h", summary="S")
     p.ok("handoff.propose", BOT, to="group:g", tasks=[{"task_id": t2}], handoff_id="g")
     p.ok("handoff.decline", B, handoff_id="g", reason="busy")
-    p.err(-32030, "deliberate.vote", B2, deliberation_id="d", vote="nay")
+    p.fail(-32030, "deliberate.vote", B2, deliberation_id="d", vote="nay")
     return t
 
 
-def _second_half(p: Pair) -> None:
-    p.err(-32022, "whisper.answer", A, whisper_id="w", answer_option="maybe")
+def _second_half(p: Client) -> None:
+    p.fail(-32022, "whisper.answer", A, whisper_id="w", answer_option="maybe")
     p.ok("whisper.answer", B, whisper_id="w", answer_option="n", comment="no")
     p.ok("deliberate.vote", B, deliberation_id="d", vote="nay", veto_invoked=True)
     p.ok("deliberate.close", C, deliberation_id="d")
-    first_task = p.ours.snapshot(W)["handoffs"]["h"]["tasks"][0]["task_id"]
+    first_task = p.target.ours.snapshot(W)["handoffs"]["h"]["tasks"][0]["task_id"]
     p.ok("handoff.accept", B2, handoff_id="h", accepted_task_ids=[first_task])
     p.ok("handoff.accept", C, handoff_id="g")
     # Last: with a store attached, 0.3.3 reads its clock once more after a
     # sweep (to stamp the write), which would shift every later timestamp.
-    assert len(p.lapses("2030-01-01T00:00:00Z")) == 1
-    p.assert_same_state("whispers", "deliberations", "handoffs")
+    assert len(p.target.lapses("2030-01-01T00:00:00Z")) == 1
+    p.target.assert_same_state("whispers", "deliberations", "handoffs")
 
 
 def test_files_move_both_ways_and_carry_on_alike(tmp_path: Path) -> None:
     ours_path, theirs_path = tmp_path / "ours.db", tmp_path / "theirs.db"
     ours = _ours(ours_path)
     theirs = _reference(ReferenceStore(str(theirs_path)))
-    p = Pair(ours=ours, theirs=theirs)
+    p = pair(ours=ours, theirs=theirs)
     _first_half(p)
-    p.assert_same_state("whispers", "deliberations", "handoffs")
+    p.target.assert_same_state("whispers", "deliberations", "handoffs")
     ours.close()
     theirs.options.store.close()
     # swap the files: each side opens what the other wrote
     swapped_ours, swapped_theirs = tmp_path / "from-theirs.db", tmp_path / "from-ours.db"
     shutil.copy(theirs_path, swapped_ours)
     shutil.copy(ours_path, swapped_theirs)
-    q = Pair(ours=_ours(swapped_ours), theirs=_reference(ReferenceStore(str(swapped_theirs))))
+    q = pair(ours=_ours(swapped_ours), theirs=_reference(ReferenceStore(str(swapped_theirs))))
     q.n = p.n
-    q.assert_same_state("whispers", "deliberations", "handoffs")
+    q.target.assert_same_state("whispers", "deliberations", "handoffs")
     _second_half(q)
 
 
@@ -92,10 +93,10 @@ def test_chap_analytics_reads_the_file_without_warnings(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = tmp_path / "ours.db"
-    p = Pair(ours=_ours(path))
+    p = pair(ours=_ours(path))
     _first_half(p)
     _second_half(p)
-    p.ours.close()
+    p.target.ours.close()
     caplog.clear()
     with caplog.at_level(logging.WARNING), warnings.catch_warnings():
         warnings.simplefilter("error")
