@@ -49,7 +49,8 @@ class Client:
       conformance harness sends them) unless it names its own.
     - `call` returns the whole response, `ok` the result (asserting no
       error), `err` the error (asserting one), `fail(code, ...)` the error
-      (asserting its code), `code` only the code.
+      (asserting its code), `code` only the code; with `sign` set, each
+      of these passes its envelope through it first (`send` does not).
     - `names` is the differential scripts' table: `run(step)` replaces any
       `"$name"` in the step's params by the id this side saved under that
       name (`(method, params, ("result key", "$name"))` saves one).
@@ -64,6 +65,7 @@ class Client:
         to: str | None = None,
         ts: Callable[[], str] | None = None,
         prefix: str = "r",
+        sign: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
         self.target = target
         self.workspace = workspace
@@ -71,6 +73,7 @@ class Client:
         self.to = to
         self.ts = ts
         self.prefix = prefix
+        self.sign = sign
         self.n = 0
         self.names: dict[str, str] = {}
         self.responses: list[dict[str, Any]] = []
@@ -99,7 +102,8 @@ class Client:
     # -- calls --------------------------------------------------------------
 
     def call(self, method: str, /, frm: str | None = None, **params: Any) -> dict[str, Any]:
-        return self.send(self.envelope(method, frm, **params))
+        envelope = self.envelope(method, frm, **params)
+        return self.send(envelope if self.sign is None else self.sign(envelope))
 
     def ok(self, method: str, /, frm: str | None = None, **params: Any) -> Any:
         response = self.call(method, frm, **params)

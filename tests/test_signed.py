@@ -15,6 +15,7 @@ import chap_coordinator
 import pytest
 from chap_coordinator import Coordinator as Reference
 from chap_coordinator.storage.sqlite import SqliteStore as ReferenceSqlite
+from client import Client
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from coordinator import Coordinator, CounterIds, StepClock, public_jwk, sign_envelope
@@ -37,50 +38,35 @@ def reference(**kw: Any) -> Any:
     return Reference(deterministic_ids=True, deterministic_clock=True, require_signatures=True, **kw)
 
 
-class Side:
-    """One implementation and the requests sent to it."""
-
-    def __init__(self, coord: Any) -> None:
-        self.coord = coord
-        self.n = 0
-        self.saved: dict[str, Any] = {}
-        self.reader = (KEYS[ALICE], KID[ALICE])  # the key alice's reads are signed with
-
-    def envelope(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        self.n += 1
-        params = {k: self.saved.get(v, v) if isinstance(v, str) else v for k, v in params.items()}
-        return {"jsonrpc": "2.0", "id": f"r{self.n}", "method": method, "params": params}
-
-    def send(self, envelope: dict[str, Any]) -> dict[str, Any]:
-        return self.coord.dispatch(envelope)
-
-    def read(self, method: str) -> dict[str, Any]:
-        envelope = self.envelope(method, {"workspace": W, "from": ALICE})
-        return self.send(sign_envelope(envelope, *self.reader))["result"]
-
-    def log(self) -> list[dict[str, Any]]:
-        return self.read("audit.read")["entries"]
-
-    def describe(self) -> dict[str, Any]:
-        return self.read("workspace.describe")
+def side_of(coord: Any) -> Client:
+    """Calls on W. Writes are sent as `signed` builds them; reads (`log`,
+    `describe`) are alice's, signed with her current key (`reader`)."""
+    return Client(coord, W, sign=reader(KEYS[ALICE], KID[ALICE]))
 
 
-def signed(side: Side, sender: str, method: str, params: dict[str, Any], key: Any = None, kid: str | None = None) -> dict[str, Any]:
-    envelope = side.envelope(method, {"workspace": W, "from": sender, **params})
+def reader(key: Any, kid: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def sign(envelope: dict[str, Any]) -> dict[str, Any]:
+        envelope["params"]["from"] = ALICE
+        return sign_envelope(envelope, key, kid)
+
+    return sign
+
+
+def signed(side: Client, sender: str, method: str, params: dict[str, Any], key: Any = None, kid: str | None = None) -> dict[str, Any]:
+    envelope = side.envelope(method, sender, **side.build(params))
     return sign_envelope(envelope, key or KEYS[sender], kid or KID[sender])
 
 
-def setup(side: Side) -> None:
-    assert "result" in side.send(side.envelope("workspace.create", {"workspace": W}))
+def setup(side: Client) -> None:
+    assert "result" in side.send(side.envelope("workspace.create"))
     for uri, kind, role in ((ALICE, "human", "admin"), (BOT, "agent", "drafter"), (CAROL, "human", "reviewer")):
-        answer = side.send(side.envelope("participant.join", {
-            "workspace": W, "from": uri, "type": kind, "role": role,
-            "jwks": {"keys": [public_jwk(KEYS[uri], KID[uri])]}}))
+        answer = side.send(side.envelope("participant.join", uri, type=kind, role=role,
+                                         jwks={"keys": [public_jwk(KEYS[uri], KID[uri])]}))
         assert answer["result"] == {"joined": True, "as": uri}
 
 
-def both() -> tuple[Side, Side]:
-    a, b = Side(ours()), Side(reference())
+def both() -> tuple[Client, Client]:
+    a, b = side_of(ours()), side_of(reference())
     setup(a)
     setup(b)
     return a, b
@@ -93,7 +79,7 @@ def test_reference_accepts_our_helper_and_we_accept_its_signatures() -> None:
     a, b = both()
     answer = b.send(signed(b, ALICE, "task.create", TASK))
     assert answer["result"]["state"] == "created"
-    envelope = a.envelope("task.create", {"workspace": W, "from": ALICE, **TASK})
+    envelope = a.envelope("task.create", ALICE, **TASK)
     envelope["sig"] = chap_coordinator.sign(chap_coordinator.canonicalize(envelope), KEYS[ALICE], KID[ALICE])
     assert a.send(envelope)["result"]["state"] == "created"
     assert a.log()[-1]["envelope"]["sig"] == envelope["sig"]
@@ -129,7 +115,7 @@ BEFORE_ROTATION = [
 ]
 
 
-def _send_case(side: Side, case: tuple) -> dict[str, Any]:
+def _send_case(side: Client, case: tuple) -> dict[str, Any]:
     label, sender, method, params, key, kid, mangle, code = case
     envelope = signed(side, sender, method, params, key, kid)
     if mangle is not None:
@@ -137,7 +123,7 @@ def _send_case(side: Side, case: tuple) -> dict[str, Any]:
     return side.send(envelope)
 
 
-def _assert_same_refusals(a: Side, b: Side, cases: list[tuple]) -> None:
+def _assert_same_refusals(a: Client, b: Client, cases: list[tuple]) -> None:
     count_a, count_b = len(a.log()), len(b.log())
     for case in cases:
         ra, rb = _send_case(a, case), _send_case(b, case)
@@ -158,7 +144,7 @@ def test_rotation_and_revocation_give_the_same_codes() -> None:
     for side in (a, b):
         rotate = signed(side, ALICE, "participant.rotate_key", {"old_kid": "alice-1", "new_jwk": public_jwk(K2, "alice-2")})
         assert side.send(rotate)["result"]["new_kid"] == "alice-2"
-        side.reader = (K2, "alice-2")
+        side.sign = reader(K2, "alice-2")
         revoke = signed(side, ALICE, "participant.revoke_key", {"target_uri": CAROL, "kid": "carol-1", "reason": "lost"}, K2, "alice-2")
         assert side.send(revoke)["result"]["revoked"] is True
     backdated = {**TASK, "ts": "2000-01-01T00:00:00.000Z"}
@@ -199,29 +185,28 @@ SIGNED_WORKLOAD = [
 ]
 
 
-def _run_workload(side: Side) -> list[dict[str, Any]]:
+def _run_workload(side: Client) -> list[dict[str, Any]]:
     answers = []
     keys = {**KEYS}
     kids = {**KID}
     for sender, method, params, save in SIGNED_WORKLOAD:
-        params = {k: side.saved.get(v, v) if isinstance(v, str) else v for k, v in params.items()}
         answer = side.send(signed(side, sender, method, params, keys[sender], kids[sender]))
         answers.append(answer)
         if method == "participant.rotate_key":
             keys[sender], kids[sender] = K2, "bot-2"
         if save and "result" in answer:
-            side.saved["$" + save] = answer["result"].get("task_id", answer["result"].get("review_id"))
+            side.names["$" + save] = answer["result"].get("task_id", answer["result"].get("review_id"))
     return answers
 
 
 def test_signed_workload_gives_identical_entries_and_chain_heads() -> None:
-    b = Side(reference(enable_chain=True))
+    b = side_of(reference(enable_chain=True))
     setup(b)
     theirs = _run_workload(b)
     seen: dict[str, list[str]] = defaultdict(list)
-    for value in b.saved.values():
+    for value in b.names.values():
         seen[value.split("_", 1)[0]].append(value)
-    a = Side(ours(enable_chain=True, ids=ReplayIds(seen)))
+    a = side_of(ours(enable_chain=True, ids=ReplayIds(seen)))
     setup(a)
     mine = _run_workload(a)
     assert mine == theirs
@@ -236,7 +221,7 @@ def test_signed_workload_gives_identical_entries_and_chain_heads() -> None:
 
 def test_a_verbatim_resend_of_an_accepted_signed_call_is_answered_as_a_replay(tmp_path: Any) -> None:
     path = str(tmp_path / "chap.db")
-    a = Side(ours(store=SqliteStore(path)))
+    a = side_of(ours(store=SqliteStore(path)))
     setup(a)
     create = signed(a, ALICE, "task.create", TASK)
     first = a.send(create)
@@ -246,10 +231,10 @@ def test_a_verbatim_resend_of_an_accepted_signed_call_is_answered_as_a_replay(tm
     tasks = a.describe()["task_count"]
     # a new id is a new call
     assert a.send(signed(a, ALICE, "task.create", TASK))["result"]["task_id"] != first["result"]["task_id"]
-    a.coord.close()
+    a.target.close()
     # after a restart, and from another coordinator on the same file, still a replay
     for coord in (ours(store=SqliteStore(path)), ours(store=SqliteStore(path))):
-        side = Side(coord)
+        side = side_of(coord)
         side.n = 100
         assert side.send(create) == first
         assert side.describe()["task_count"] == tasks + 1
@@ -276,10 +261,10 @@ def test_the_reference_options_turn_signatures_on() -> None:
     from coordinator import CoordinatorOptions
 
     for coord in (Coordinator(CoordinatorOptions(require_signatures=True)), Reference(require_signatures=True)):
-        side = Side(coord)
+        side = side_of(coord)
         setup(side)
         assert side.describe()["profiles"] == ["core/1.0", "review/1.0", "security-signed/1.0"]
-        unsigned = side.send(side.envelope("workspace.describe", {"workspace": W, "from": ALICE}))
+        unsigned = side.send(side.envelope("workspace.describe", ALICE))
         assert unsigned["error"]["code"] == -32070
 
 
@@ -297,8 +282,8 @@ def test_a_replay_is_recognised_by_a_coordinator_that_has_not_seen_the_call(tmp_
     signed call only through the store, and still answers the resend as a replay."""
     path = str(tmp_path / "chap.db")
     clock = StepClock()  # one clock for both: keys are valid from the time first registered them
-    first = Side(ours(store=SqliteStore(path), clock=clock))
-    second = Side(ours(store=SqliteStore(path), clock=clock))
+    first = side_of(ours(store=SqliteStore(path), clock=clock))
+    second = side_of(ours(store=SqliteStore(path), clock=clock))
     setup(first)
     second.n = 50
     assert second.describe()["audit_count"] == 4  # second sees the workspace, through the store
@@ -306,8 +291,8 @@ def test_a_replay_is_recognised_by_a_coordinator_that_has_not_seen_the_call(tmp_
     answer = first.send(create)
     assert second.send(create) == answer  # second's memory was stale: the write conflicted, it reloaded
     assert second.describe()["task_count"] == 1 and first.describe()["task_count"] == 1
-    first.coord.close()
-    second.coord.close()
+    first.target.close()
+    second.target.close()
 
 
 def test_a_signed_refusal_is_answered_again_not_evaluated_by_both() -> None:
