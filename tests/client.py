@@ -26,14 +26,16 @@ def now() -> str:
 
 
 class Http:
-    """CHAP over HTTP as a transport: POSTs each envelope to `/chap`."""
+    """CHAP over HTTP as a transport: POSTs each envelope to `/chap`, with
+    `headers` (a bearer token, say)."""
 
     def __init__(self, http: httpx.Client, path: str = "/chap") -> None:
         self.http = http
         self.path = path
+        self.headers: dict[str, str] = {}
 
     def dispatch(self, envelope: Any) -> dict[str, Any]:
-        reply = self.http.post(self.path, json=envelope)
+        reply = self.http.post(self.path, json=envelope, headers=self.headers)
         body: dict[str, Any] = reply.json()
         # The status mirrors the body: 400 exactly when it carries an error.
         assert reply.status_code == (400 if "error" in body else 200), (reply.status_code, body)

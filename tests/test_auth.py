@@ -22,10 +22,11 @@ import chap_analytics
 import httpx
 import pytest
 from chap_coordinator.storage.sqlite import SqliteStore as ReferenceStore
+from client import Client, Http
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from joserfc import jwt
 from joserfc.jwk import RSAKey
-from servers import LiveServer
+from servers import LiveServer, Serve
 
 from coordinator import Coordinator, public_jwk, sign_envelope
 from coordinator.cli import DEFAULT_PROFILES, _loopback_address
@@ -68,24 +69,25 @@ def new_token(db: Path, principal: str) -> tuple[str, str]:
 
 
 class Server:
+    """A coordinator with tokens behind `create_app`, in a thread, and one
+    client of it whose calls carry the token they are given."""
+
     def __init__(self, db: Path, oidc: OidcVerifier | None = None) -> None:
         self.coord = Coordinator(store=SqliteStore(db), default_profiles=DEFAULT_PROFILES)
         self.tokens = TokenStore(str(db))
         self.live = LiveServer(create_app(self.coord, auth=Authenticator(self.tokens, oidc=oidc)))
         self.http = httpx.Client(base_url=self.live.url, timeout=60)
-        self.seq = 0
+        self.chap = Client(Http(self.http), WS, prefix="c")
 
     def post(self, token: str | None, method: str, **params: Any) -> httpx.Response:
-        self.seq += 1
-        params.setdefault("workspace", WS)
+        """The raw reply: the refusals checked here (401, 403) come before the
+        coordinator, so their status does not mirror the body as `ok`'s does."""
         headers = {} if token is None else {"Authorization": f"Bearer {token}"}
-        envelope = {"jsonrpc": "2.0", "id": f"c{self.seq}", "method": method, "params": params}
-        return self.http.post("/chap", json=envelope, headers=headers)
+        return self.http.post("/chap", json=self.chap.envelope(method, **params), headers=headers)
 
     def ok(self, token: str, method: str, **params: Any) -> Any:
-        reply = self.post(token, method, **params)
-        assert reply.status_code == 200, reply.text
-        return reply.json()["result"]
+        self.chap.target.headers = {"Authorization": f"Bearer {token}"}
+        return self.chap.ok(method, **params)
 
     def close(self) -> None:
         self.http.close()
@@ -134,7 +136,7 @@ def test_a_token_cannot_act_as_another_participant(server: Server, db: Path) -> 
     )
     assert reply.status_code == 403
     body = reply.json()
-    assert body["id"] == f"c{server.seq}"
+    assert body["id"] == f"c{server.chap.n}"
     assert body["error"]["code"] == -32011
     assert body["error"]["data"] == {"from": BOB, "principal": ALICE}
     assert BOB in body["error"]["message"] and ALICE in body["error"]["message"]
@@ -262,26 +264,19 @@ def test_which_addresses_warrant_the_warning(address: str, loopback: bool) -> No
 
 def test_serve_with_auth_refuses_anonymous_calls(db: Path) -> None:
     token, _ = new_token(db, ALICE)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "coordinator", "serve", "--db", str(db), "--port", "0", "--auth"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    server = Serve(db, "--auth")
     try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert "tokens required" in line, line
-        base = line.split("review desk at ")[1].strip().removesuffix("/")
+        assert "tokens required" in server.line, server.line
         envelope = {"jsonrpc": "2.0", "id": 1, "method": "participant.join",
                     "params": {"workspace": WS, "from": ALICE, "type": "human"}}
-        with httpx.Client(base_url=base, timeout=60) as http:
+        with httpx.Client(base_url=server.base, timeout=60) as http:
             assert http.post("/chap", json=envelope).status_code == 401
             ok = http.post("/chap", json=envelope, headers={"Authorization": f"Bearer {token}"})
             assert ok.json()["result"] == {"joined": True, "as": ALICE}
             assert http.get("/").status_code == 200
     finally:
-        proc.terminate()
-        _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
+        code, err = server.stop()
+    assert code == 0, err
     assert "warning" not in err
 
 
@@ -379,26 +374,18 @@ def test_oidc_options_go_together_and_need_auth(db: Path, tmp_path: Path, idp: R
 def test_serve_accepts_oidc_access_tokens(db: Path, tmp_path: Path, idp: RSAKey) -> None:
     keys = tmp_path / "jwks.json"
     keys.write_text(json.dumps(jwks(idp)))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "coordinator", "serve", "--db", str(db), "--port", "0", "--auth",
-         "--oidc-issuer", ISSUER, "--oidc-audience", AUDIENCE, "--oidc-jwks", str(keys)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    server = Serve(db, "--auth", "--oidc-issuer", ISSUER, "--oidc-audience", AUDIENCE, "--oidc-jwks", str(keys))
     try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        base = line.split("review desk at ")[1].strip().removesuffix("/")
         envelope = {"jsonrpc": "2.0", "id": 1, "method": "participant.join",
                     "params": {"workspace": WS, "from": CAROL, "type": "human"}}
         headers = {"Authorization": f"Bearer {access_token(idp)}"}
-        with httpx.Client(base_url=base, timeout=60) as http:
+        with httpx.Client(base_url=server.base, timeout=60) as http:
             assert http.post("/chap", json=envelope, headers=headers).json()["result"]["as"] == CAROL
             assert http.get("/desk/api/session", headers=headers).json() == {
                 "auth": True, "principal": CAROL}
     finally:
-        proc.terminate()
-        _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
+        code, err = server.stop()
+    assert code == 0, err
 
 
 # -- signed envelopes ---------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from client import Client, Http
 from servers import LiveServer
 
 from coordinator import Coordinator
@@ -39,10 +40,7 @@ def served(tmp_path: Path) -> Iterator[tuple[httpx.Client, Coordinator, LiveServ
 
 
 def call(http: httpx.Client, method: str, **params: Any) -> Any:
-    params.setdefault("workspace", WS)
-    body = http.post("/chap", json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).json()
-    assert "result" in body, body
-    return body["result"]
+    return Client(Http(http), WS).ok(method, **params)
 
 
 def test_the_desk_page_and_its_modules_are_served(served: tuple[httpx.Client, Coordinator, LiveServer]) -> None:

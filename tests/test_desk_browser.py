@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
+from client import Client, Http
 from selenium import webdriver
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
@@ -79,33 +80,27 @@ def shots() -> Path:
 
 
 class Desk:
-    """The server side of the scenario: a coordinator, tokens, an HTTP client
-    per participant (the agent's calls are made over HTTP, as an agent would)."""
+    """The server side of the scenario: a coordinator, tokens, a client per
+    participant (the agent's calls are made over HTTP, as an agent would)."""
 
     def __init__(self, db: Path) -> None:
         self.coord = Coordinator(store=SqliteStore(db), default_profiles=DEFAULT_PROFILES)
         self.tokens = TokenStore(str(db))
         self.live = LiveServer(create_app(self.coord, auth=Authenticator(self.tokens)))
         self.url = self.live.url
+        self.http = httpx.Client(base_url=self.url, timeout=60)
         self.token = {who: self.tokens.create(who)[0] for who in (ALICE, BOB, BOT)}
-        self.ids = 0
+        self.chap: dict[str, Client] = {}
+        for who, token in self.token.items():
+            transport = Http(self.http)
+            transport.headers = {"Authorization": f"Bearer {token}"}
+            self.chap[who] = Client(transport, WS, who, prefix=f"t-{who}-")
 
     def call(self, who: str, method: str, **params: Any) -> dict[str, Any]:
-        self.ids += 1
-        params.setdefault("workspace", WS)
-        params["from"] = who
-        reply = httpx.post(
-            f"{self.url}/chap",
-            json={"jsonrpc": "2.0", "id": f"t{self.ids}", "method": method, "params": params},
-            headers={"Authorization": f"Bearer {self.token[who]}"},
-            timeout=60,
-        )
-        return reply.json()
+        return self.chap[who].call(method, **params)
 
     def ok(self, who: str, method: str, **params: Any) -> Any:
-        body = self.call(who, method, **params)
-        assert "result" in body, body
-        return body["result"]
+        return self.chap[who].ok(method, **params)
 
     def review(self, input: Any, artefact: Any, summary: str) -> str:
         task = self.ok(ALICE, "task.create", assignee=BOT, kind="report", input=input)["task_id"]
@@ -118,6 +113,7 @@ class Desk:
         return entries
 
     def close(self) -> None:
+        self.http.close()
         self.live.stop()
         self.tokens.close()
         self.coord.close()
