@@ -73,12 +73,6 @@ def stored(store: Any) -> list[Any]:
     return msgspec.to_builtins(store.load())
 
 
-def state_of(coord: Coordinator, ws: str = WS) -> dict[str, Any]:
-    """What a coordinator shows of one workspace: describe and the whole log."""
-    c = Client(coord, ws)
-    return {"describe": c.describe(), "log": c.log()}
-
-
 # -- the differential runner ------------------------------------------------------
 #
 # `run_both` drives chapline and chap-coordinator 0.3.3 (used only by calling
@@ -194,8 +188,3 @@ def edit_workspace(coord: Coordinator, workspace: str, fn: Any) -> None:
     data = coord.snapshot(workspace)
     fn(data)
     coord.restore(data)
-
-
-def count(coord: Any, workspace: str = WS) -> int:
-    r = coord.dispatch(env("workspace.describe", {"workspace": workspace}, id="count"))
-    return r["result"]["audit_count"]
