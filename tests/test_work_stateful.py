@@ -14,10 +14,10 @@ import shutil
 import tempfile
 from typing import Any
 
+from client import Client
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-from support import env
 
 from coordinator import Coordinator, CounterIds
 from storage import SqliteStore
@@ -83,11 +83,11 @@ class WorkMachine(RuleBasedStateMachine):
         self.clock, self.ids = ManualClock(), CounterIds()
         self.store = SqliteStore(self.path)
         self.coord = Coordinator(self.store, clock=self.clock, ids=self.ids)
-        self.n = 0
-        self.ok("workspace.create", profiles=PROFILES, mode="production")
-        self.ok("participant.join", **{"from": HUMAN}, type="human", role="admin")
+        self.chap = Client(self.coord, WS)
+        self.chap.ok("workspace.create", profiles=PROFILES, mode="production")
+        self.chap.ok("participant.join", **{"from": HUMAN}, type="human", role="admin")
         for a in AGENTS:
-            self.ok("participant.join", **{"from": a}, type="agent", role="w")
+            self.chap.ok("participant.join", **{"from": a}, type="agent", role="w")
         self.plans: dict[str, dict[str, Any]] = {}  # name -> {params, ids}
         self.deps: dict[str, list[tuple[str, str]]] = {}  # task id -> [(dep id, type)]
         self.live: dict[str, tuple[str, int, int]] = {}  # task id -> (holder, token, expires)
@@ -98,21 +98,6 @@ class WorkMachine(RuleBasedStateMachine):
         if hasattr(self, "store"):
             self.store.close()
             shutil.rmtree(self.dir, ignore_errors=True)
-
-    def call(self, method: str, **params: Any) -> dict[str, Any]:
-        self.n += 1
-        params.setdefault("workspace", WS)
-        return self.coord.dispatch(env(method, params, id=f"r{self.n}"))
-
-    def ok(self, method: str, **params: Any) -> Any:
-        r = self.call(method, **params)
-        assert "error" not in r, (method, params, r)
-        return r["result"]
-
-    def code(self, method: str, **params: Any) -> int:
-        r = self.call(method, **params)
-        assert "error" in r, (method, params, r)
-        return int(r["error"]["code"])
 
     def live_now(self) -> dict[str, tuple[str, int, int]]:
         for tid, (_, _, expires) in list(self.live.items()):
@@ -136,12 +121,12 @@ class WorkMachine(RuleBasedStateMachine):
     def submit(self, name: str, plan: dict[str, Any]) -> None:
         if name in self.plans:  # the same name again: same ids, nothing added
             held = self.plans[name]
-            before = self.ok("workspace.describe")["task_count"]
-            again = self.ok("x-chapline.plan.submit", **{"from": HUMAN}, plan=name, **held["params"])
+            before = self.chap.ok("workspace.describe")["task_count"]
+            again = self.chap.ok("x-chapline.plan.submit", **{"from": HUMAN}, plan=name, **held["params"])
             assert again["tasks"] == held["ids"] and again["added"] == []
-            assert self.ok("workspace.describe")["task_count"] == before
+            assert self.chap.ok("workspace.describe")["task_count"] == before
             return
-        result = self.ok("x-chapline.plan.submit", **{"from": HUMAN}, plan=name, **plan)
+        result = self.chap.ok("x-chapline.plan.submit", **{"from": HUMAN}, plan=name, **plan)
         assert set(result["tasks"]) == {t["key"] for t in plan["tasks"]}
         self.plans[name] = {"params": plan, "ids": result["tasks"]}
         for t in plan["tasks"]:
@@ -157,11 +142,11 @@ class WorkMachine(RuleBasedStateMachine):
         i = data.draw(st.integers(0, len(params["tasks"]) - 1))
         tasks = [dict(t) for t in params["tasks"]]
         tasks[i]["input"] = {"changed": True}
-        before = self.ok("workspace.describe")["task_count"]
-        r = self.call("x-chapline.plan.submit", **{"from": HUMAN}, plan=name, tasks=tasks, edges=params["edges"])
+        before = self.chap.ok("workspace.describe")["task_count"]
+        r = self.chap.call("x-chapline.plan.submit", **{"from": HUMAN}, plan=name, tasks=tasks, edges=params["edges"])
         assert r["error"]["code"] == -32961
         assert r["error"]["data"]["key"] == tasks[i]["key"]
-        assert self.ok("workspace.describe")["task_count"] == before
+        assert self.chap.ok("workspace.describe")["task_count"] == before
 
     @rule(plan=plans(), name=st.sampled_from(["c1", "p1"]))
     def cyclic(self, plan: dict[str, Any], name: str) -> None:
@@ -169,7 +154,7 @@ class WorkMachine(RuleBasedStateMachine):
         given = {(e["from"], e["to"]) for e in plan["edges"]}
         back = [(keys[(i + 1) % len(keys)], k) for i, k in enumerate(keys)]
         edges = [*plan["edges"], *({"from": a, "to": b} for a, b in back if (a, b) not in given)]
-        r = self.call("x-chapline.plan.submit", **{"from": HUMAN}, plan=name, tasks=plan["tasks"], edges=edges)
+        r = self.chap.call("x-chapline.plan.submit", **{"from": HUMAN}, plan=name, tasks=plan["tasks"], edges=edges)
         assert r["error"]["code"] == -32962, r
         cycle = r["error"]["data"]["cycle"]
         assert cycle[0] == cycle[-1] and set(cycle) <= set(keys)
@@ -184,7 +169,7 @@ class WorkMachine(RuleBasedStateMachine):
         params: dict[str, Any] = {"from": agent, "lease_ms": lease}
         if pick:
             params["task_id"] = data.draw(st.sampled_from(self.all_tasks()))
-        result = self.ok("x-chapline.work.claim", **params)
+        result = self.chap.ok("x-chapline.work.claim", **params)
         tid, outcome = result["task_id"], result["outcome"]
         event(f"claim: {outcome}")
         if outcome == "held":
@@ -215,14 +200,14 @@ class WorkMachine(RuleBasedStateMachine):
             tid, holder, token = data.draw(st.sampled_from(self.dead))
             if tid in live and live[tid][:2] == (holder, token):
                 return
-            assert self.code(method, **{"from": holder}, task_id=tid, token=token, **params) == -32960
+            assert self.chap.code(method, **{"from": holder}, task_id=tid, token=token, **params) == -32960
             event(f"{method}: stale token refused")
             return
         if not live:
             return
         tid = data.draw(st.sampled_from(sorted(live)))
         holder, token, _ = live[tid]
-        result = self.ok(method, **{"from": holder}, task_id=tid, token=token, **params)
+        result = self.chap.ok(method, **{"from": holder}, task_id=tid, token=token, **params)
         event(f"{method}: {result.get('status', 'ok')}")
         if method == "x-chapline.work.heartbeat":
             self.live[tid] = (holder, token, self.clock.now + 60_000)
@@ -256,7 +241,7 @@ class WorkMachine(RuleBasedStateMachine):
         tid = data.draw(st.sampled_from(self.all_tasks()))
         if self.task_state(tid) in ENDED | {"superseded"}:
             return
-        self.ok("control.cancel", **{"from": HUMAN}, task_id=tid, reason="test")
+        self.chap.ok("control.cancel", **{"from": HUMAN}, task_id=tid, reason="test")
         if tid in self.live:
             self.end(tid)
 
@@ -268,21 +253,21 @@ class WorkMachine(RuleBasedStateMachine):
             return
         tid = data.draw(st.sampled_from(waiting))
         if approve:
-            self.ok("decide.approve", **{"from": HUMAN}, task_id=tid)
+            self.chap.ok("decide.approve", **{"from": HUMAN}, task_id=tid)
         else:
-            self.ok("decide.reject", **{"from": HUMAN}, task_id=tid, request_revision=True)
+            self.chap.ok("decide.reject", **{"from": HUMAN}, task_id=tid, request_revision=True)
 
     @precondition(lambda self: self.plans)
     @rule(data=st.data())
     def unblock(self, data: st.DataObject) -> None:
         name = data.draw(st.sampled_from(sorted(self.plans)))
-        waiting = [t for t in self.ok("x-chapline.plan.describe", plan=name)["tasks"] if t["status"] == "human"]
+        waiting = [t for t in self.chap.ok("x-chapline.plan.describe", plan=name)["tasks"] if t["status"] == "human"]
         if waiting:
-            self.ok("x-chapline.work.unblock", **{"from": HUMAN}, task_id=waiting[0]["task_id"], answer="go")
+            self.chap.ok("x-chapline.work.unblock", **{"from": HUMAN}, task_id=waiting[0]["task_id"], answer="go")
 
     @rule(total=st.none() | st.integers(0, 3), each=st.none() | st.integers(0, 2))
     def set_capacity(self, total: int | None, each: int | None) -> None:
-        self.caps = self.ok("x-chapline.work.set_capacity", **{"from": HUMAN},
+        self.caps = self.chap.ok("x-chapline.work.set_capacity", **{"from": HUMAN},
                             workspace_max=total, agent_max=each)
 
     @rule()
@@ -290,13 +275,14 @@ class WorkMachine(RuleBasedStateMachine):
         self.store.close()
         self.store = SqliteStore(self.path)
         self.coord = Coordinator(self.store, clock=self.clock, ids=self.ids)
+        self.chap.target = self.coord
 
     # -- invariants -----------------------------------------------------------
 
     @invariant()
     def chain_verifies(self) -> None:
         if hasattr(self, "coord"):
-            assert self.ok("audit.verify_chain")["ok"] is True
+            assert self.chap.ok("audit.verify_chain")["ok"] is True
 
     @invariant()
     def held_tasks_never_conflict_and_match_the_model(self) -> None:
@@ -316,7 +302,7 @@ class WorkMachine(RuleBasedStateMachine):
     @invariant()
     def no_duplicates(self) -> None:
         if hasattr(self, "coord"):
-            assert self.ok("workspace.describe")["task_count"] == len(self.all_tasks())
+            assert self.chap.ok("workspace.describe")["task_count"] == len(self.all_tasks())
 
 
 WorkMachine.TestCase.settings = settings(

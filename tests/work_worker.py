@@ -17,56 +17,53 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from client import Client  # noqa: E402
+
 from coordinator import Coordinator  # noqa: E402
 from storage.target import open_store  # noqa: E402
 
 CONFLICT = -32901
 
 
-class Worker:
-    def __init__(self, db: str, workspace: str, agent: str) -> None:
-        self.coord = Coordinator(open_store(db))
-        self.workspace, self.agent, self.n = workspace, agent, 0
-
-    def envelope(self, method: str, **params: Any) -> dict[str, Any]:
-        self.n += 1
-        params = {"workspace": self.workspace, "from": self.agent, **params}
-        return {"jsonrpc": "2.0", "id": f"{self.agent}-{self.n}", "method": method, "params": params}
-
-    def call(self, method: str, **params: Any) -> dict[str, Any]:
-        """The result; a write another process won is sent again."""
-        while True:
-            reply = self.coord.dispatch(self.envelope(method, **params))
-            error = reply.get("error")
-            if error is None:
-                return dict(reply["result"])
-            if error["code"] != CONFLICT:
-                raise RuntimeError(f"{method}: {error}")
+def worker(db: str, workspace: str, agent: str) -> Client:
+    """`agent`'s calls on `workspace`, through its own coordinator on `db`."""
+    return Client(Coordinator(open_store(db)), workspace, agent, prefix=f"{agent}-")
 
 
-def drain(worker: Worker, out: str) -> None:
+def acknowledged(worker: Client, method: str, **params: Any) -> dict[str, Any]:
+    """The result; a write another process won is sent again."""
+    while True:
+        reply = worker.call(method, **params)
+        error = reply.get("error")
+        if error is None:
+            return dict(reply["result"])
+        if error["code"] != CONFLICT:
+            raise RuntimeError(f"{method}: {error}")
+
+
+def drain(worker: Client, out: str) -> None:
     done: list[dict[str, Any]] = []
     outcomes: dict[str, int] = {}
     while True:
-        got = worker.call("x-chapline.work.claim", lease_ms=120_000)
+        got = acknowledged(worker, "x-chapline.work.claim", lease_ms=120_000)
         outcomes[got["outcome"]] = outcomes.get(got["outcome"], 0) + 1
         if got["outcome"] == "claimed":
             time.sleep(0.01)  # hold it a moment, so that others claim meanwhile
-            result = worker.call("x-chapline.work.report", task_id=got["task_id"], token=got["token"],
-                                 outcome="completed", output={"by": worker.agent})
+            result = acknowledged(worker, "x-chapline.work.report", task_id=got["task_id"], token=got["token"],
+                                  outcome="completed", output={"by": worker.sender})
             done.append({"task_id": got["task_id"], "token": got["token"], "status": result["status"]})
             continue
-        plan = worker.call("x-chapline.plan.describe", plan="shared")
+        plan = acknowledged(worker, "x-chapline.plan.describe", plan="shared")
         if all(t["status"] == "completed" for t in plan["tasks"]):
             break
         time.sleep(0.002)
     Path(out).write_text(json.dumps({"done": done, "outcomes": outcomes}))
 
 
-def hold(worker: Worker, task_id: str, out: str) -> None:
-    got = worker.call("x-chapline.work.claim", task_id=task_id, lease_ms=1_000)
+def hold(worker: Client, task_id: str, out: str) -> None:
+    got = acknowledged(worker, "x-chapline.work.claim", task_id=task_id, lease_ms=1_000)
     late = worker.envelope("x-chapline.work.report", task_id=task_id, token=got.get("token"),
-                           outcome="completed", output={"by": worker.agent, "late": True})
+                           outcome="completed", output={"by": worker.sender, "late": True})
     Path(out).write_text(json.dumps({"claim": got, "late_report": late}))
     while True:
         time.sleep(60)
@@ -74,7 +71,7 @@ def hold(worker: Worker, task_id: str, out: str) -> None:
 
 if __name__ == "__main__":
     mode, db, workspace, agent, *rest = sys.argv[1:]
-    w = Worker(db, workspace, agent)
+    w = worker(db, workspace, agent)
     if mode == "drain":
         drain(w, rest[0])
     else:
