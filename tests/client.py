@@ -82,9 +82,13 @@ class Client:
 
     # -- envelopes ----------------------------------------------------------
 
-    def envelope(self, method: str, /, frm: str | None = None, **params: Any) -> dict[str, Any]:
-        """The next numbered request (`n` counts from 1)."""
+    def next_id(self) -> str:
+        """The next request id: `prefix` and a count from 1."""
         self.n += 1
+        return f"{self.prefix}{self.n}"
+
+    def envelope(self, method: str, /, frm: str | None = None, **params: Any) -> dict[str, Any]:
+        """The next numbered request."""
         body: dict[str, Any] = {} if self.workspace is None else {"workspace": self.workspace}
         sender = frm if frm is not None else self.sender
         if sender is not None:
@@ -95,7 +99,7 @@ class Client:
                 body.setdefault("to", self.to)
             if self.ts is not None:
                 body.setdefault("ts", self.ts())
-        return {"jsonrpc": "2.0", "id": f"{self.prefix}{self.n}", "method": method, "params": body}
+        return {"jsonrpc": "2.0", "id": self.next_id(), "method": method, "params": body}
 
     def send(self, envelope: Any) -> dict[str, Any]:
         response: dict[str, Any] = self.target.dispatch(envelope)
@@ -188,10 +192,9 @@ class Client:
     def run(self, step: tuple[Any, ...]) -> dict[str, Any]:
         """One scripted step, sent as written (its params name the workspace)."""
         method, params = step[0], step[1]
-        self.n += 1
         envelope = {
             "jsonrpc": "2.0",
-            "id": f"{self.prefix}{self.n}",
+            "id": self.next_id(),
             "method": method,
             "params": self.build(copy.deepcopy(params)),
         }

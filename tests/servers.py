@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -57,14 +57,17 @@ class LiveServer:
 
 
 class Serve:
-    """`python -m coordinator serve --port 0 --db DB ...`, its address read
-    from the start-up line (`line`); `base` is http://127.0.0.1:PORT and
+    """`python -m coordinator serve --port 0 --db DB ...` (or `program`
+    instead of `python -m coordinator`: the console script, say), its address
+    read from the start-up line (`line`); `base` is http://127.0.0.1:PORT and
     `url` the CHAP endpoint under it."""
 
-    def __init__(self, db: Path, *options: str) -> None:
+    def __init__(
+        self, db: Path, *options: str, program: Sequence[str] = (sys.executable, "-m", "coordinator")
+    ) -> None:
         self.db = db
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "coordinator", "serve", "--port", "0", "--db", str(db), *options],
+            [*program, "serve", "--port", "0", "--db", str(db), *options],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -25,20 +25,14 @@ figures once ids and timestamps are set aside.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import logging
 import math
-import re
 import shutil
-import signal
-import subprocess
 import sys
 import warnings
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +44,8 @@ import pytest
 import rfc8785
 from chap_analytics import briefs, stats
 from chap_coordinator.storage.sqlite import SqliteStore as ReferenceStore
+from client import Client, Http, now
+from servers import Serve
 
 WORKSPACE = "wsp_support_desk"
 
@@ -61,16 +57,9 @@ GHOST = "human:ghost@example.org"  # never joins
 DRAFTER = "agent:drafter@example.org"
 REFUNDER = "agent:refunds@example.org"
 
-Send = Callable[[dict[str, Any]], dict[str, Any]]
-
-
 def digest(value: Any) -> str:
     """`sha256:` + hex of SHA-256 over the JCS form (rfc8785 is the oracle)."""
     return "sha256:" + hashlib.sha256(rfc8785.dumps(value)).hexdigest()
-
-
-def now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 # -- the workload ---------------------------------------------------------------
@@ -91,37 +80,22 @@ class Tally:
 
 
 class Desk:
-    """One workspace's calls, through any `send(envelope) -> response`."""
+    """One workspace's calls, through any transport (see tests/client.py),
+    and a tally of what they should leave in the log."""
 
-    def __init__(self, send: Send) -> None:
-        self.send = send
-        self.ids = itertools.count(1)
+    def __init__(self, target: Any) -> None:
+        self.chap = Client(target, WORKSPACE, ts=now, prefix="w-")
         self.tally = Tally()
 
-    def envelope(
-        self, method: str, sender: str | None, params: dict[str, Any]
-    ) -> dict[str, Any]:
-        params = {"workspace": WORKSPACE, **params}
-        if sender is not None:
-            params["from"] = sender
-            params["ts"] = now()
-        return {
-            "jsonrpc": "2.0",
-            "id": f"w-{next(self.ids)}",
-            "method": method,
-            "params": params,
-        }
-
     def ok(self, method: str, sender: str | None = None, **params: Any) -> Any:
-        response = self.send(self.envelope(method, sender, params))
-        assert "error" not in response, (method, params, response)
+        result = self.chap.ok(method, sender, **params)
         self.tally.entries += 1
         kind = {"abstain.declare": "abstain"}.get(
             method, method.removeprefix("decide.")
         )
         if method.startswith("decide.") or method == "abstain.declare":
             self.tally.decisions[kind] += 1
-        return response["result"]
+        return result
 
     def refused(
         self,
@@ -132,8 +106,7 @@ class Desk:
         recorded: bool = True,
         **params: Any,
     ) -> None:
-        response = self.send(self.envelope(method, sender, params))
-        assert response.get("error", {}).get("code") == code, (method, params, response)
+        self.chap.fail(code, method, sender, **params)
         if recorded:
             self.tally.entries += 1
             self.tally.refusals[(method, code)] += 1
@@ -142,7 +115,7 @@ class Desk:
 
     def replayed(self, envelope: dict[str, Any], first: dict[str, Any]) -> None:
         """Send a call again under a new request id: same answer, no new entry."""
-        again = self.send({**envelope, "id": f"w-{next(self.ids)}"})
+        again = self.chap.send({**envelope, "id": self.chap.next_id()})
         assert again.get("result") == first, (again, first)
         self.tally.replays += 1
 
@@ -222,9 +195,9 @@ class Desk:
         )
 
 
-def review_desk(send: Send) -> Tally:
+def review_desk(target: Any) -> Tally:
     """A morning at a support desk. Returns what it did."""
-    desk = Desk(send)
+    desk = Desk(target)
     outcome = desk.tally.outcomes
 
     desk.ok("workspace.create")
@@ -287,18 +260,16 @@ def review_desk(send: Send) -> Tally:
     outcome[t2] = "overridden"
 
     # 3. Created with an idempotency key and replayed; two reviewers must both approve.
-    create = desk.envelope(
+    create = desk.chap.envelope(
         "task.create",
         ALICE,
-        {
-            "assignee": DRAFTER,
-            "kind": "reply",
-            "input": {"ticket": 103},
-            "idempotency_key": "ticket-103",
-            "routing_hints": {"confidence": "0.64"},
-        },
+        assignee=DRAFTER,
+        kind="reply",
+        input={"ticket": 103},
+        idempotency_key="ticket-103",
+        routing_hints={"confidence": "0.64"},
     )
-    first = desk.send(create)
+    first = desk.chap.send(create)
     assert "error" not in first, first
     desk.tally.entries += 1
     t3 = first["result"]["task_id"]
@@ -452,70 +423,17 @@ def review_desk(send: Send) -> Tally:
 PROFILES = ("core/1.0", "review/1.0", "modes/1.0")
 
 
-class Served:
-    """`chapline serve` (the console script) on a free loopback port."""
-
-    def __init__(self, db: Path) -> None:
-        chapline = Path(sys.executable).with_name("chapline")
-        self.proc = subprocess.Popen(
-            [
-                str(chapline),
-                "serve",
-                "--db",
-                str(db),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "0",
-                "--profiles",
-                ",".join(PROFILES),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        match = re.search(r"http://127\.0\.0\.1:\d+/chap", line)
-        if match is None:
-            self.proc.kill()
-            pytest.fail(
-                f"chapline serve did not start: {line!r} {self.proc.communicate()[1]!r}"
-            )
-        self.url = match.group(0)
-
-    def stop(self) -> tuple[int, str]:
-        self.proc.send_signal(signal.SIGTERM)
-        _, err = self.proc.communicate(timeout=120)
-        return self.proc.returncode, err
-
-
 def run_served(db: Path) -> tuple[Tally, dict[str, Any], chap_analytics.Frames]:
     """The workload over HTTP; the server's own chain check; a read of the
     file while the server still has it open (the package says it is safe
     against a database a coordinator is using); a SIGTERM stop."""
-    server = Served(db)
+    # The console script, as an operator runs it.
+    chapline = Path(sys.executable).with_name("chapline")
+    server = Serve(db, "--host", "127.0.0.1", "--profiles", ",".join(PROFILES), program=(str(chapline),))
     try:
-        with httpx.Client(timeout=60) as http:
-
-            def send(envelope: dict[str, Any]) -> dict[str, Any]:
-                reply = http.post(server.url, json=envelope)
-                body = reply.json()
-                assert reply.status_code == (400 if "error" in body else 200), (
-                    reply.status_code,
-                    body,
-                )
-                return body
-
-            tally = review_desk(send)
-            verified = send(
-                {
-                    "jsonrpc": "2.0",
-                    "id": "verify",
-                    "method": "audit.verify_chain",
-                    "params": {"workspace": WORKSPACE},
-                }
-            )["result"]
+        with httpx.Client(base_url=server.base, timeout=60) as http:
+            tally = review_desk(Http(http))
+            verified = Client(Http(http), WORKSPACE).ok("audit.verify_chain")
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             live = chap_analytics.frames(
@@ -538,7 +456,7 @@ def run_reference(db: Path) -> Tally:
         enable_chain=True,
         default_profiles=list(PROFILES),
     )
-    tally = review_desk(coord.dispatch)
+    tally = review_desk(coord)
     store.close()
     return tally
 
