@@ -60,10 +60,10 @@ class Serve:
     """`python -m coordinator serve --port 0 --db DB ...` (or `program`
     instead of `python -m coordinator`: the console script, say), its address
     read from the start-up line (`line`); `base` is http://127.0.0.1:PORT and
-    `url` the CHAP endpoint under it."""
+    `url` the CHAP endpoint under it. `db` is a file or a postgresql:// URI."""
 
     def __init__(
-        self, db: Path, *options: str, program: Sequence[str] = (sys.executable, "-m", "coordinator")
+        self, db: Path | str, *options: str, program: Sequence[str] = (sys.executable, "-m", "coordinator")
     ) -> None:
         self.db = db
         self.proc = subprocess.Popen(

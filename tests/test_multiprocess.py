@@ -12,7 +12,6 @@ import collections
 import multiprocessing
 import os
 import random
-import re
 import signal
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
+from servers import Serve
 from support import ALICE, BOT
 from test_projections import fold, tables
 
@@ -186,17 +186,10 @@ def test_serve_with_several_workers_on_one_database(target: str) -> None:
     workers, clients, calls = 4, 8, 20
     workspaces = [SHARED] + [f"wsp_own{i}" for i in range(clients)]
     _set_up(target, workspaces)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "coordinator", "serve", "--db", target, "--port", "0",
-         "--workers", str(workers), "--projection", f"analytics={target}"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    server = Serve(target, "--workers", str(workers), "--projection", f"analytics={target}")
     try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        match = re.search(r"http://127\.0\.0\.1:\d+/chap", line)
-        assert match and f"{workers} workers" in line, line
-        url = match.group(0)
+        assert f"{workers} workers" in server.line, server.line
+        url = server.url
         answers: list[tuple[str, dict[str, Any]]] = []
         lock = threading.Lock()
 
@@ -214,12 +207,11 @@ def test_serve_with_several_workers_on_one_database(target: str) -> None:
             t.start()
         for t in threads:
             t.join()
-        pids = _children(proc.pid)
+        pids = _children(server.proc.pid)
         assert len(pids) == workers, pids
     finally:
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
+        code, err = server.stop()
+    assert code == 0, err
     assert len(answers) == clients * calls
     assert {r["error"]["code"] for _, r in answers if "error" in r} <= {-32901}
     acknowledged = [rid for rid, r in answers if "result" in r]
