@@ -15,9 +15,17 @@ from typing import Any
 
 import httpx
 
-__all__ = ["WS", "Client", "Http", "now"]
+__all__ = ["WS", "Client", "Http", "env", "now"]
 
 WS = "wsp_t"
+
+
+def env(method: str, params: Any = None, id: Any = "r1") -> dict[str, Any]:
+    """A JSON-RPC 2.0 request envelope (no params key when params is None)."""
+    out: dict[str, Any] = {"jsonrpc": "2.0", "id": id, "method": method}
+    if params is not None:
+        out["params"] = params
+    return out
 
 
 def now() -> str:

@@ -16,8 +16,8 @@ from dataclasses import asdict, is_dataclass
 from typing import Any
 
 import chap_coordinator
-from client import Client
-from support import env, make
+from client import Client, env
+from support import make
 
 from coordinator import Coordinator
 

@@ -23,8 +23,8 @@ import re
 from typing import Any
 
 import chap_coordinator
-from client import Client
-from support import env, make
+from client import Client, env
+from support import make
 
 from coordinator import Coordinator
 from coordinator.audit import record_of

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.support import env
+from tests.client import env
 
 WS = "wsp_desk"
 ALICE = "human:alice"

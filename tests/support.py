@@ -20,14 +20,6 @@ BOT = "agent:bot"
 BOB = "human:bob"
 
 
-def env(method: str, params: Any = None, id: Any = "r1") -> dict[str, Any]:
-    """A JSON-RPC 2.0 request envelope (no params key when params is None)."""
-    out: dict[str, Any] = {"jsonrpc": "2.0", "id": id, "method": method}
-    if params is not None:
-        out["params"] = params
-    return out
-
-
 def make(store: Any = None, **kw: Any) -> Coordinator:
     """A deterministic coordinator: StepClock and CounterIds, as the reference's
     deterministic mode."""

@@ -28,6 +28,7 @@ from chap_google_adk import ChapConfirmationBridge
 from chap_langgraph import ChapBridge, hil_review
 from chap_llama_index import ChapHitlBridge
 from chap_pydantic_ai import ChapApprovalBridge
+from client import env
 
 from coordinator import (
     Coordinator,
@@ -38,7 +39,6 @@ from coordinator import (
     WorkspaceState,
 )
 from storage import MemoryStore, SqliteStore
-from tests.support import env
 
 AGENT = "agent:drafter#v1"
 ALICE = "human:alice@example.org"

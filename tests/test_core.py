@@ -14,7 +14,7 @@ import sqlite3
 
 import pytest
 import rfc8785
-from client import Client
+from client import Client, env
 from support import (
     ALICE,
     BOB,
@@ -22,7 +22,6 @@ from support import (
     WS,
     FailingStore,
     edit_workspace,
-    env,
     make,
     s0,
 )

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from chap_coordinator import Coordinator as Reference
 from chap_coordinator.storage.sqlite import SqliteStore as ReferenceSqlite
-from client import Client
-from support import env, make
+from client import Client, env
+from support import make
 
 from coordinator import Coordinator
 from storage import SqliteStore

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from client import Client
+from client import Client, env
 from interaction_diff import B2, BOT, INTERACTION, MEMBERS, A, B, C, W, pair, reference_ids
-from support import FailingStore, env, make
+from support import FailingStore, make
 
 from coordinator import BatchWriteError, Coordinator
 from storage import SqliteStore

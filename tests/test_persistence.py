@@ -8,14 +8,13 @@ import copy
 import random
 
 import pytest
-from client import Client
+from client import Client, env
 from support import (
     ALICE,
     BOB,
     BOT,
     WS,
     FailingStore,
-    env,
     make,
     s0,
     stored,

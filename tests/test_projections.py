@@ -21,6 +21,7 @@ import httpx
 import pandas as pd
 import pytest
 from chap_analytics import watch
+from client import env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -38,7 +39,6 @@ from coordinator.projections import AnalyticsProjection, CallbackProjection
 from coordinator.projections.analytics import SETTLED, epoch_ms
 from storage import MemoryStore, SqliteStore
 from tests import projection_workload as wl
-from tests.support import env
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -27,6 +27,7 @@ import chap_analytics
 import httpx
 import psycopg
 import pytest
+from client import env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pgserver import PgServer
@@ -37,7 +38,6 @@ from coordinator.projections import AnalyticsProjection, ProjectionError
 from storage import MemoryStore
 from storage.postgres import PostgresStore
 from tests import projection_workload as wl
-from tests.support import env
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from client import Client
-from support import ALICE, WS, env, make, s0
+from client import Client, env
+from support import ALICE, WS, make, s0
 
 from coordinator.profiles import REGISTRY
 from coordinator.registry import CHAP_0_3, Profile, Registry, RegistryError, schema

@@ -12,6 +12,7 @@ import tempfile
 from collections.abc import Callable
 
 import msgspec
+from client import env
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -22,7 +23,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from support import env, make
+from support import make
 
 from coordinator import Coordinator, CounterIds, StepClock
 from storage import MemoryStore, PostgresStore, SqliteStore, Store
