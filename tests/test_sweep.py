@@ -5,18 +5,16 @@ recorded twice when several processes sweep one store."""
 
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from servers import env
-from support import ALICE, BOT, Client
+from client import Client, Http
+from servers import Serve
+from support import ALICE, BOT
 from test_work import BOT2, WORK, claim, setup, submit, task
 
 from coordinator import Coordinator, CounterIds, Swept
@@ -40,9 +38,9 @@ def test_a_sweep_reclaims_expired_leases_as_a_write_would() -> None:
     assert c.target.sweep() == []  # nothing due: nothing written
     assert len(c.log()) == count
     clock.now += 1_000
-    assert c.target.sweep() == [Swept(c.ws, [ids["a"]], [])]
+    assert c.target.sweep() == [Swept(c.workspace, [ids["a"]], [])]
     (entry,) = sweeps(c)
-    assert entry["envelope"]["params"] == {"workspace": c.ws, "from": "service:coordinator"}
+    assert entry["envelope"]["params"] == {"workspace": c.workspace, "from": "service:coordinator"}
     assert entry["arrived"] == iso_ms(clock.now)  # the coordinator's clock
     described = {t["key"]: t for t in c.ok("x-chapline.plan.describe", plan="p")["tasks"]}
     assert described["a"]["holder"] is None and described["a"]["status"] == "retry"
@@ -83,7 +81,7 @@ def test_a_paused_workspace_is_not_swept_until_resumed() -> None:
     assert c.target.sweep() == []
     assert len(c.log()) == count
     c.ok("control.resume", **{"from": ALICE}, scope="workspace")
-    assert c.target.sweep() == [Swept(c.ws, [ids["a"]], [])]
+    assert c.target.sweep() == [Swept(c.workspace, [ids["a"]], [])]
 
 
 def test_a_sweep_cannot_run_inside_a_batch() -> None:
@@ -99,14 +97,14 @@ def test_a_sweep_that_loses_the_race_to_another_process_records_nothing_twice(tm
     claim(c, BOT, ids["a"], lease_ms=1_000)
     other = Coordinator(SqliteStore(path), clock=clock, ids=CounterIds())  # loaded before the expiry
     clock.now += 1_000
-    assert c.target.sweep() == [Swept(c.ws, [ids["a"]], [])]
+    assert c.target.sweep() == [Swept(c.workspace, [ids["a"]], [])]
     count = len(c.log())
     # `other` still holds the claim in memory; its write conflicts, it
     # reloads, finds the lease reclaimed, and writes nothing.
     assert other.sweep() == []
     other.close()
     c.target.close()
-    again = Client(Coordinator(SqliteStore(path), clock=clock), c.ws)
+    again = Client(Coordinator(SqliteStore(path), clock=clock), c.workspace)
     assert len(again.log()) == count
     assert len([e for e in again.log() if e.get("envelope", {}).get("method") == "x-chapline.work.sweep"]) == 1
     again.target.close()
@@ -118,7 +116,7 @@ def test_the_log_replays_a_sweep(tmp_path: Path) -> None:
     claim(c, BOT, ids["a"], lease_ms=1_000)
     clock.now += 1_000
     c.target.sweep()
-    snap = c.target.snapshot(c.ws)
+    snap = c.target.snapshot(c.workspace)
     meta = {k: v for k, v in snap.items() if not isinstance(v, dict) or k == "meta"}
     objects = {k: v for k, v in snap.items() if isinstance(v, dict) and k != "audit"}
     assert replay_workspace(meta, snap["audit"], objects) == []
@@ -127,125 +125,102 @@ def test_the_log_replays_a_sweep(tmp_path: Path) -> None:
 # -- chapline serve ----------------------------------------------------------------
 
 
-class Served:
-    def __init__(self, url: str, process: subprocess.Popen[str]) -> None:
-        self.url, self.process = url, process
-        self.http = httpx.Client(timeout=30)
-        self.n = 0
+Start = Callable[..., httpx.Client]  # serve(*options): a client of a new server
 
-    def call(self, ws: str, method: str, **params: Any) -> dict[str, Any]:
-        self.n += 1
-        got: dict[str, Any] = self.http.post(self.url + "/chap", json={
-            "jsonrpc": "2.0", "id": self.n, "method": method, "params": {"workspace": ws, **params},
-        }).json()
-        return got
 
-    def ok(self, ws: str, method: str, **params: Any) -> Any:
-        got = self.call(ws, method, **params)
-        assert "result" in got, got
-        return got["result"]
+def entries_of(w: Client) -> list[dict[str, Any]]:
+    return w.log(**{"from": ALICE})
 
-    def log(self, ws: str) -> list[dict[str, Any]]:
-        entries: list[dict[str, Any]] = self.ok(ws, "audit.read", **{"from": ALICE})["entries"]
-        return entries
 
-    def until(self, ws: str, seen: Any, what: str) -> list[dict[str, Any]]:
-        """Poll the log (reads only) until `seen(entries)`; bounded."""
-        deadline = time.monotonic() + 60
-        while True:
-            entries = self.log(ws)
-            if seen(entries):
-                return entries
-            assert time.monotonic() < deadline, f"no {what} within 60 s: {entries[-3:]}"
-            time.sleep(0.05)
+def until(w: Client, seen: Any, what: str) -> list[dict[str, Any]]:
+    """Poll the log (reads only) until `seen(entries)`; bounded."""
+    deadline = time.monotonic() + 60
+    while True:
+        entries = entries_of(w)
+        if seen(entries):
+            return entries
+        assert time.monotonic() < deadline, f"no {what} within 60 s: {entries[-3:]}"
+        time.sleep(0.05)
 
 
 @pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Any]:
-    started: list[Served] = []
+def serve(tmp_path: Path) -> Iterator[Start]:
+    """Starts `chapline serve --profiles all OPTIONS...` on one file; each
+    must stop cleanly (exit 0) at the end."""
+    started: list[tuple[Serve, httpx.Client]] = []
 
-    def start(*options: str) -> Served:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "coordinator", "serve", "--port", "0", "--db",
-             str(tmp_path / "s.db"), "--profiles", "all", *options],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
-        )
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        found = re.search(r"CHAP on (http://\S+)/chap", line)
-        if not found:
-            process.kill()
-            raise AssertionError(f"serve did not start: {line!r} {process.communicate()[1]}")
-        started.append(Served(found.group(1), process))
-        return started[-1]
+    def start(*options: str) -> httpx.Client:
+        server = Serve(tmp_path / "s.db", "--profiles", "all", *options)
+        started.append((server, httpx.Client(base_url=server.base, timeout=30)))
+        return started[-1][1]
 
     yield start
-    for s in started:
-        s.http.close()
-        s.process.terminate()
-        assert s.process.wait(timeout=60) == 0
+    for server, http in started:
+        http.close()
+        code, err = server.stop()
+        assert code == 0, err
 
 
 def method_of(entry: dict[str, Any]) -> str | None:
     return (entry.get("envelope") or entry.get("request") or {}).get("method")
 
 
-def _work_workspace(s: Served, ws: str) -> dict[str, str]:
-    s.ok(ws, "workspace.create", profiles=WHISPERING)
-    s.ok(ws, "participant.join", **{"from": ALICE}, type="human", role="admin")
-    s.ok(ws, "participant.join", **{"from": BOT}, type="agent", role="writer")
+def _work_workspace(s: Client) -> dict[str, str]:
+    s.ok("workspace.create", profiles=WHISPERING)
+    s.ok("participant.join", **{"from": ALICE}, type="human", role="admin")
+    s.ok("participant.join", **{"from": BOT}, type="agent", role="writer")
     tasks = [task("a", retry={"max_attempts": 3, "backoff_ms": 50}), task("b")]
-    got: dict[str, str] = s.ok(ws, "x-chapline.plan.submit", **{"from": ALICE}, plan="p",
+    got: dict[str, str] = s.ok("x-chapline.plan.submit", **{"from": ALICE}, plan="p",
                                tasks=tasks)["tasks"]
     return got
 
 
-def test_serve_reclaims_a_silent_holders_lease_and_lapses_a_whisper_without_a_call(serve: Any) -> None:
-    s = serve("--sweep-interval", "0.05")
-    ids = _work_workspace(s, "w1")
-    got = s.ok("w1", "x-chapline.work.claim", **{"from": BOT}, task_id=ids["a"], lease_ms=200)
+def test_serve_reclaims_a_silent_holders_lease_and_lapses_a_whisper_without_a_call(serve: Start) -> None:
+    s = Client(Http(serve("--sweep-interval", "0.05")), "w1")
+    ids = _work_workspace(s)
+    got = s.ok("x-chapline.work.claim", **{"from": BOT}, task_id=ids["a"], lease_ms=200)
     assert got["outcome"] == "claimed"
-    s.ok("w1", "whisper.ask", **{"from": BOT}, to=[ALICE], task_id=ids["b"], question="ok?",
+    s.ok("whisper.ask", **{"from": BOT}, to=[ALICE], task_id=ids["b"], question="ok?",
          deadline_ms=200, default_if_lapsed="yes")
     # The holder goes silent; nobody writes. Only reads from here on.
-    entries = s.until("w1", lambda es: any(method_of(e) == "x-chapline.work.sweep" for e in es)
+    entries = until(s, lambda es: any(method_of(e) == "x-chapline.work.sweep" for e in es)
                       and any(method_of(e) == "notify.message" for e in es), "sweep")
     swept = [e for e in entries if method_of(e) == "x-chapline.work.sweep"]
     assert len(swept) == 1 and swept[0]["envelope"]["params"]["from"] == "service:coordinator"
     lapses = [e for e in entries if method_of(e) == "notify.message"]
     assert len(lapses) == 1 and lapses[0]["envelope"]["params"]["kind"] == "whisper_lapsed"
-    described = s.ok("w1", "x-chapline.plan.describe", **{"from": ALICE}, plan="p")["tasks"][0]
+    described = s.ok("x-chapline.plan.describe", **{"from": ALICE}, plan="p")["tasks"][0]
     assert described["holder"] is None and [x["outcome"] for x in described["attempts"]] == ["expired"]
-    late = s.call("w1", "x-chapline.work.report", **{"from": BOT}, task_id=ids["a"],
+    late = s.call("x-chapline.work.report", **{"from": BOT}, task_id=ids["a"],
                   token=got["token"], outcome="completed")
     assert late["error"]["code"] == -32960
 
 
-def test_serve_without_a_timer_leaves_the_lease_for_the_next_write(serve: Any) -> None:
-    s = serve("--sweep-interval", "0")
-    ids = _work_workspace(s, "w0")
-    s.ok("w0", "x-chapline.work.claim", **{"from": BOT}, task_id=ids["a"], lease_ms=1)
-    before = len(s.log("w0"))
+def test_serve_without_a_timer_leaves_the_lease_for_the_next_write(serve: Start) -> None:
+    s = Client(Http(serve("--sweep-interval", "0")), "w0")
+    ids = _work_workspace(s)
+    s.ok("x-chapline.work.claim", **{"from": BOT}, task_id=ids["a"], lease_ms=1)
+    before = len(entries_of(s))
     time.sleep(0.3)  # no assertion on time: only that nothing is written without a call
-    assert len(s.log("w0")) == before
+    assert len(entries_of(s)) == before
 
 
-def test_two_serve_workers_sweeping_one_file_record_each_decision_once(serve: Any) -> None:
-    s = serve("--workers", "2", "--sweep-interval", "0.02")
-    ids = _work_workspace(s, "w2")
-    s.ok("w2", "participant.join", **{"from": BOT2}, type="agent", role="writer")
-    s.ok("w2", "x-chapline.work.claim", **{"from": BOT}, task_id=ids["a"], lease_ms=100)
-    s.ok("w2", "whisper.ask", **{"from": BOT}, to=[ALICE], task_id=ids["b"], question="ok?",
+def test_two_serve_workers_sweeping_one_file_record_each_decision_once(serve: Start) -> None:
+    s = Client(Http(serve("--workers", "2", "--sweep-interval", "0.02")), "w2")
+    ids = _work_workspace(s)
+    s.ok("participant.join", **{"from": BOT2}, type="agent", role="writer")
+    s.ok("x-chapline.work.claim", **{"from": BOT}, task_id=ids["a"], lease_ms=100)
+    s.ok("whisper.ask", **{"from": BOT}, to=[ALICE], task_id=ids["b"], question="ok?",
          deadline_ms=100, default_if_lapsed="yes")
-    s.until("w2", lambda es: any(method_of(e) == "x-chapline.work.sweep" for e in es), "first sweep")
+    until(s, lambda es: any(method_of(e) == "x-chapline.work.sweep" for e in es), "first sweep")
     # A second lease, claimed once the first was reclaimed: by the time its
     # sweep is on the log both workers have swept many times over the first.
-    s.ok("w2", "x-chapline.work.claim", **{"from": BOT2}, task_id=ids["b"], lease_ms=100)
-    entries = s.until("w2", lambda es: sum(method_of(e) == "x-chapline.work.sweep" for e in es) >= 2
+    s.ok("x-chapline.work.claim", **{"from": BOT2}, task_id=ids["b"], lease_ms=100)
+    entries = until(s, lambda es: sum(method_of(e) == "x-chapline.work.sweep" for e in es) >= 2
                       and any(method_of(e) == "notify.message" for e in es), "second sweep")
     swept = [e for e in entries if method_of(e) == "x-chapline.work.sweep"]
     assert len(swept) == 2
     assert len([e for e in entries if method_of(e) == "notify.message"]) == 1
-    attempts = s.ok("w2", "x-chapline.plan.describe", **{"from": ALICE}, plan="p")["tasks"]
+    attempts = s.ok("x-chapline.plan.describe", **{"from": ALICE}, plan="p")["tasks"]
     assert [[x["outcome"] for x in t["attempts"]] for t in attempts] == [["expired"], ["expired"]]
-    assert s.ok("w2", "audit.verify_chain", **{"from": ALICE})["ok"] is True
+    assert s.ok("audit.verify_chain", **{"from": ALICE})["ok"] is True
