@@ -1,39 +1,53 @@
-"""The one place a `StoreChange` is checked and turned into JSON text.
+"""The one place a `StoreChange` is checked and turned into what a store keeps.
 
-Every store encodes a change completely before touching what it holds, so an
+Every store prepares a change completely before touching what it holds, so an
 unencodable or malformed change fails whole and the caller's later mutations
-cannot reach the store.
+cannot reach the store. The SQL stores keep JSON text (`encode_change`);
+MemoryStore keeps frozen Structs as they are and text for everything else
+(`hold_change`).
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import msgspec
 
 from storage.types import MalformedChangeError, StoreChange
 
-__all__ = ["EncodedChange", "decode", "encode", "encode_change"]
+__all__ = ["EncodedChange", "Held", "Prepared", "decode", "encode", "encode_change", "held_text", "hold_change"]
 
 encode = msgspec.json.Encoder(order="sorted").encode
 decode = msgspec.json.decode
 
+# What MemoryStore keeps of a value: its JSON text, or the value itself when
+# it is a frozen Struct (see `hold_change`).
+Held = bytes | msgspec.Struct
+V = TypeVar("V", bytes, Held)
 
-class EncodedChange(NamedTuple):
-    meta: bytes
+
+class Prepared(NamedTuple, Generic[V]):
+    """A change ready to be written: what the store keeps of each part."""
+
+    meta: V
     entries: list[bytes]
-    # (collection, key, JSON text or None to delete), in the change's order.
-    objects: list[tuple[str, str, bytes | None]]
+    # (collection, key, value as kept or None to delete), in the change's order.
+    objects: list[tuple[str, str, V | None]]
     create: bool
+
+
+# What the SQL stores write: everything as JSON text.
+EncodedChange = Prepared[bytes]
 
 
 def _bad(change: StoreChange, what: str, remedy: str) -> MalformedChangeError:
     return MalformedChangeError(change.id, what, remedy)
 
 
-def _encode(change: StoreChange, value: Any, what: str) -> bytes:
+def _encode(change: StoreChange, value: Any, what: str, convert: Callable[[Any], V]) -> V:
     try:
-        return encode(value)
+        return convert(value)
     except (TypeError, ValueError, msgspec.EncodeError) as exc:
         raise _bad(
             change,
@@ -48,6 +62,60 @@ def encode_change(change: StoreChange) -> EncodedChange:
     Raises MalformedChangeError (naming the workspace and the fault) when the
     change cannot be stored as the contract describes.
     """
+    return _prepare(change, encode)
+
+
+def _frozen(value: Any) -> bool:
+    config = getattr(type(value), "__struct_config__", None)
+    return config is not None and config.frozen and not config.array_like
+
+
+def _hold(value: Any) -> Held:
+    return value if _frozen(value) else encode(value)
+
+
+def hold_change(change: StoreChange) -> Prepared[Held]:
+    """`encode_change` for a store held in memory: a frozen Struct (meta or
+    object) is kept as it is, since nobody can change it after the write
+    (the containers inside it are the writer's to leave alone, as the
+    coordinator's staged values are); everything else becomes JSON text.
+    Entries are always text: the log's filter index reads them."""
+    return _prepare(change, _hold)
+
+
+def held_text(value: Held) -> bytes:
+    """The JSON text of a value `hold_change` kept."""
+    return value if isinstance(value, bytes) else encode(value)
+
+
+def _prepare(change: StoreChange, convert: Callable[[Any], V]) -> Prepared[V]:
+    # Every write comes through here: the usual well-formed change is
+    # converted in one pass; anything unusual is looked at again, one check
+    # and one value at a time, by `_prepare_checked`, which names the fault.
+    if change.replace or getattr(change, "create", False) or type(change.id) is not str:
+        return _prepare_checked(change, convert)
+    if not change.id or change.base < 0 or change.version != change.base + len(change.entries):
+        return _prepare_checked(change, convert)
+    try:
+        meta = convert(change.meta)
+        entries = [encode(e) for e in change.entries]
+        objects: list[tuple[str, str, V | None]] = []
+        for collection, items in change.objects.items():
+            if type(collection) is not str or type(items) is not dict:
+                return _prepare_checked(change, convert)
+            for key, value in items.items():
+                if type(key) is not str:
+                    return _prepare_checked(change, convert)
+                objects.append((collection, key, None if value is None else convert(value)))
+    except (TypeError, ValueError, msgspec.EncodeError):
+        return _prepare_checked(change, convert)
+    if (isinstance(meta, bytes) and meta[:1] != b"{") or any(t[:1] != b"{" for t in entries):
+        return _prepare_checked(change, convert)
+    return Prepared(meta, entries, objects, False)
+
+
+def _prepare_checked(change: StoreChange, convert: Callable[[Any], V]) -> Prepared[V]:
+    """`_prepare`, one check and one value at a time, naming the first fault."""
     if not isinstance(change.id, str) or not change.id:
         raise _bad(change, "the workspace id is not a non-empty string", "Name the workspace.")
     # The reference coordinator drives our stores with its own change type,
@@ -70,11 +138,11 @@ def encode_change(change: StoreChange) -> EncodedChange:
         )
     if not change.replace and change.base < 0:
         raise _bad(change, f"base is {change.base}", "Use the number of entries held.")
-    meta = _encode(change, change.meta, "meta")
-    if not meta.startswith(b"{"):
+    meta = _encode(change, change.meta, "meta", convert)
+    if isinstance(meta, bytes) and not meta.startswith(b"{"):
         raise _bad(change, "meta is not a JSON object", "Pass the workspace fields as a dict.")
     entries = [
-        _encode(change, e, f"the entry for seq {change.base + i}")
+        _encode(change, e, f"the entry for seq {change.base + i}", encode)
         for i, e in enumerate(change.entries)
     ]
     for i, text in enumerate(entries):
@@ -84,7 +152,7 @@ def encode_change(change: StoreChange) -> EncodedChange:
                 f"the entry for seq {change.base + i} is not a JSON object",
                 "Pass audit entries in their wire shape (a dict per entry).",
             )
-    objects: list[tuple[str, str, bytes | None]] = []
+    objects: list[tuple[str, str, V | None]] = []
     for collection, items in change.objects.items():
         if not isinstance(collection, str) or not isinstance(items, dict):
             raise _bad(
@@ -102,5 +170,5 @@ def encode_change(change: StoreChange) -> EncodedChange:
             if value is None:
                 objects.append((collection, key, None))
             else:
-                objects.append((collection, key, _encode(change, value, f"{collection} {key!r}")))
-    return EncodedChange(meta, entries, objects, create)
+                objects.append((collection, key, _encode(change, value, f"{collection} {key!r}", convert)))
+    return Prepared(meta, entries, objects, create)

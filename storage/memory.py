@@ -1,7 +1,9 @@
 """MemoryStore: the store contract in process memory.
 
-It keeps JSON text, not the caller's objects, so nothing a caller changes
-after a write leaks into a later `load` or `read_entries`.
+Nothing a caller changes after a write leaks into a later `load` or
+`read_entries`: it keeps JSON text of what it is given, except frozen Structs,
+which nobody can change and which it keeps as they are until read
+(`storage._encode.hold_change`).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import bisect
 import threading
 from typing import Any
 
-from storage._encode import EncodedChange, encode_change
+from storage._encode import Held, Prepared, held_text, hold_change
 from storage._encode import decode as _decode
 from storage.match import entry_matches, indexed_keys, text_keys
 from storage.records import assemble_snapshot, change_from_record
@@ -31,11 +33,11 @@ class _Workspace:
     __slots__ = ("meta", "version", "updated_at", "entries", "objects", "index")
 
     def __init__(self) -> None:
-        self.meta = b"{}"
+        self.meta: Held = b"{}"
         self.version = 0
         self.updated_at = ""
         self.entries: list[bytes] = []
-        self.objects: dict[str, dict[str, bytes]] = {}
+        self.objects: dict[str, dict[str, Held]] = {}
         # filter field -> value -> seqs in order, so a filtered read decodes
         # only its candidates (see storage.match.entry_key). A field is
         # indexed from its first filtered read on, so writes pay only for the
@@ -64,8 +66,8 @@ def _indexed(ws: _Workspace, field: str) -> dict[str, list[int]]:
 
 
 def _held(wid: str, ws: _Workspace) -> HeldWorkspace:
-    objects = {c: dict(items) for c, items in ws.objects.items()}
-    return HeldWorkspace(wid, _decode(ws.meta), ws.version, ws.updated_at, objects)
+    objects = {c: {k: held_text(v) for k, v in items.items()} for c, items in ws.objects.items()}
+    return HeldWorkspace(wid, _decode(held_text(ws.meta)), ws.version, ws.updated_at, objects)
 
 
 def _record(held: HeldWorkspace, log: list[Any] | None) -> WorkspaceRecord:
@@ -85,13 +87,13 @@ class MemoryStore(Store):
         self._lock = threading.Lock()
 
     def apply(self, change: StoreChange) -> None:
-        # Serialise everything first: an unencodable value fails the whole
+        # Prepare everything first: an unencodable value fails the whole
         # change before anything is touched.
-        encoded = encode_change(change)
+        encoded = hold_change(change)
         with self._lock:
             self._apply_encoded(change, encoded)
 
-    def _apply_encoded(self, change: StoreChange, encoded: EncodedChange) -> None:
+    def _apply_encoded(self, change: StoreChange, encoded: Prepared[Held]) -> None:
         ws = self._workspaces.get(change.id)
         held = 0 if ws is None else len(ws.entries)
         if encoded.create and ws is not None:
