@@ -65,13 +65,24 @@ def encode_change(change: StoreChange) -> EncodedChange:
     return _prepare(change, encode)
 
 
-def _frozen(value: Any) -> bool:
-    config = getattr(type(value), "__struct_config__", None)
-    return config is not None and config.frozen and not config.array_like
+# type -> whether its values are frozen Structs that encode as JSON objects
+# (msgspec builds a new config object on every `__struct_config__` read).
+_frozen: dict[type, bool] = {}
+
+
+def _is_frozen(kind: type) -> bool:
+    config = getattr(kind, "__struct_config__", None)
+    frozen = config is not None and config.frozen and not config.array_like
+    _frozen[kind] = frozen
+    return frozen
 
 
 def _hold(value: Any) -> Held:
-    return value if _frozen(value) else encode(value)
+    kind = type(value)
+    frozen = _frozen.get(kind)
+    if frozen is None:
+        frozen = _is_frozen(kind)
+    return value if frozen else encode(value)
 
 
 def hold_change(change: StoreChange) -> Prepared[Held]:
