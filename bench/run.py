@@ -18,6 +18,7 @@ Phases (each alternates the two implementations, rep by rep):
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -57,8 +58,10 @@ class Config:
     def for_quick(cls) -> Config:
         return cls(
             quick=True,
-            reps=3,
-            mem_cycles=300,
+            reps=5,
+            # The in-memory samples last ~0.2 s for chapline: shorter ones
+            # (300 cycles took ~60 ms) moved the ratio by half with the load.
+            mem_cycles=1000,
             sql_cycles=120,
             sizes=(1_000, 10_000),
             ref_max=10_000,
@@ -204,6 +207,13 @@ def phase_throughput(cfg: Config, impls: list[Impl], results: Results, tmp: str)
             finally:
                 o.close()
             f.notes.setdefault(ref.name, "no grouping")
+        # The disk's own bound, in the same minutes as the SQLite figures.
+        results.fig(
+            "bare_commit",
+            "commits/s, bare two-row SQLite transaction, same disk (the bound of one write per call)",
+            "calls/s",
+            "higher",
+        ).add("disk", bare_commits(tmp, cfg.sql_cycles * 4))
         log(
             f"throughput rep {rep + 1}/{cfg.reps}: "
             + "; ".join(
@@ -212,6 +222,34 @@ def phase_throughput(cfg: Config, impls: list[Impl], results: Results, tmp: str)
                 if k in results.figures
             )
         )
+
+
+def bare_commits(directory: str, n: int) -> float:
+    """Commits/s of a bare two-row SQLite transaction (WAL, synchronous=FULL,
+    as both implementations commit) in `directory`: the bound the disk sets
+    on one write per call."""
+    import sqlite3
+
+    path = os.path.join(directory, "bare.db")
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.execute("CREATE TABLE a (k INTEGER PRIMARY KEY, v TEXT)")
+        db.execute("CREATE TABLE b (k TEXT PRIMARY KEY, v TEXT)")
+        row = "x" * 600
+        t0 = time.perf_counter()
+        for i in range(n):
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("INSERT INTO a VALUES (?, ?)", (i, row))
+            db.execute("INSERT OR REPLACE INTO b VALUES (?, ?)", (str(i % 50), row))
+            db.execute("COMMIT")
+        return n / (time.perf_counter() - t0)
+    finally:
+        db.close()
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path + suffix)
 
 
 def _fresh(impl: Impl, kind: str, tmp: str, tag: str) -> Opened:
@@ -544,6 +582,9 @@ def table(results: Results, chap: str, ref: str) -> str:
     for f in results.figures.values():
         if f.key in ("start_import", "start_rss_base"):
             continue
+        if f.key == "bare_commit":
+            rows.append(_bound_row(f, results, chap, ref))
+            continue
         rt = ratio(f, results, chap, ref)
         rs = "" if rt is None else f"{rt:,.1f}×"
         if f.compare_to and rt is not None:
@@ -560,6 +601,21 @@ def table(results: Results, chap: str, ref: str) -> str:
         if j == 0:
             lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     return "\n".join(lines)
+
+
+def _bound_row(bare: Figure, results: Results, chap: str, ref: str) -> tuple[str, ...]:
+    """The disk's bare-commit rate, and how close each implementation's one
+    write per call comes to it."""
+    bound = statistics.median(bare.values["disk"])
+    sql = results.figures.get("tput_sqlite")
+    share = ""
+    if sql is not None:
+        share = ", ".join(
+            f"{n} at {100 * statistics.median(sql.values[n]) / bound:.0f}%"
+            for n in (chap, ref)
+            if n in sql.values
+        )
+    return (bare.label, bare.unit, _cell(bare, "disk"), "", share, "")
 
 
 def _flatness(results: Results, chap: str, prefix: str) -> str:
