@@ -60,7 +60,8 @@ class Serve:
     """`python -m coordinator serve --port 0 --db DB ...` (or `program`
     instead of `python -m coordinator`: the console script, say), its address
     read from the start-up line (`line`); `base` is http://127.0.0.1:PORT and
-    `url` the CHAP endpoint under it. `db` is a file or a postgresql:// URI."""
+    `url` the CHAP endpoint under it. `db` is a file or a postgresql:// URI.
+    As a context manager it stops the server at the end and asserts exit 0."""
 
     def __init__(
         self, db: Path | str, *options: str, program: Sequence[str] = (sys.executable, "-m", "coordinator")
@@ -80,6 +81,15 @@ class Serve:
         assert found, f"serve did not start: {self.line!r} {self.stop_now()}"
         self.base = found.group(1)
         self.url = self.base + "/chap"
+
+    def __enter__(self) -> Serve:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        """SIGTERM; unless the block failed already, the stop must be clean."""
+        code, err = self.stop()
+        if kind is None:
+            assert code == 0, err
 
     def stop(self, sig: int = signal.SIGTERM) -> tuple[int, str]:
         """Send `sig` and wait: the exit code and everything on stderr."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import re
 import signal
 import sqlite3
 import subprocess
@@ -21,9 +20,10 @@ import httpx
 import pandas as pd
 import pytest
 from chap_analytics import watch
-from client import env
+from client import Client, Http, env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from servers import Serve
 
 from coordinator import (
     AuditEntry,
@@ -617,60 +617,26 @@ def test_a_coordinator_closes_its_store_and_projections_as_a_context_manager(tmp
 # -- chapline serve --projection ---------------------------------------------
 
 
-def _serve(db: Path, *args: str) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "coordinator", "serve", "--db", str(db), "--port", "0", *args],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    match = re.search(r"http://127\.0\.0\.1:\d+/chap", line)
-    if not match:
-        proc.kill()
-        raise AssertionError((line, proc.communicate()[1]))
-    return proc, line
-
-
-def _stop(proc: subprocess.Popen[str]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
-
-
 def test_serve_runs_the_analytics_projection_and_catches_it_up_at_start(tmp_path: Path) -> None:
     db, target = tmp_path / "chap.db", tmp_path / "analytics.db"
-    proc, line = _serve(db)  # without the projection
-    url = re.search(r"http://127\.0\.0\.1:\d+/chap", line).group(0)  # type: ignore[union-attr]
-    try:
-        with httpx.Client(timeout=60) as http:
-            for who in (wl.ALICE, wl.BOB):
-                http.post(url, json=env("participant.join", {"workspace": "wsp_s", "from": who, "type": "human"}))
-    finally:
-        _stop(proc)
-    proc, line = _serve(db, "--projection", f"analytics={target}")
-    url = re.search(r"http://127\.0\.0\.1:\d+/chap", line).group(0)  # type: ignore[union-attr]
-    assert f"projecting analytics into {target} (live)" in line
-    try:
-        with httpx.Client(timeout=60) as http:
-            reply = http.post(url, json=env("task.create", {
-                "workspace": "wsp_s", "from": wl.ALICE, "assignee": wl.BOB, "kind": "k", "input": {},
-            }))
-            task_id = reply.json()["result"]["task_id"]
-    finally:
-        _stop(proc)
+    with Serve(db) as server, httpx.Client(base_url=server.base, timeout=60) as http:  # no projection
+        for who in (wl.ALICE, wl.BOB):
+            Client(Http(http), "wsp_s").ok("participant.join", who, type="human")
+    with Serve(db, "--projection", f"analytics={target}") as server:
+        assert f"projecting analytics into {target} (live)" in server.line
+        with httpx.Client(base_url=server.base, timeout=60) as http:
+            task_id = Client(Http(http), "wsp_s").ok(
+                "task.create", wl.ALICE, assignee=wl.BOB, kind="k", input={}
+            )["task_id"]
     with sqlite3.connect(target) as connection:
         assert connection.execute("SELECT * FROM analytics_counts").fetchall() == [("wsp_s", 3, 3, 0)]
         assert connection.execute("SELECT task_id, state FROM analytics_tasks").fetchall() == [
             (task_id, "created")
         ]
     # the database file itself as the target, and a bad name refused
-    proc, line = _serve(db, "--projection", f"analytics={db}")
-    url = re.search(r"http://127\.0\.0\.1:\d+/chap", line).group(0)  # type: ignore[union-attr]
-    try:
-        with httpx.Client(timeout=60) as http:  # serving (its signal handlers are set)
-            assert http.post(url, json=env("workspace.describe", {"workspace": "wsp_s"})).status_code == 200
-    finally:
-        _stop(proc)
+    with Serve(db, "--projection", f"analytics={db}") as server:
+        with httpx.Client(base_url=server.base, timeout=60) as http:  # serving (its signal handlers are set)
+            Client(Http(http), "wsp_s").ok("workspace.describe")
     with sqlite3.connect(db) as connection:
         assert connection.execute("SELECT entries FROM analytics_counts").fetchall() == [(3,)]
     bad = subprocess.run(

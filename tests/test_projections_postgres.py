@@ -13,7 +13,6 @@ import itertools
 import logging
 import os
 import random
-import re
 import signal
 import subprocess
 import sys
@@ -27,10 +26,11 @@ import chap_analytics
 import httpx
 import psycopg
 import pytest
-from client import env
+from client import Http, env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pgserver import PgServer
+from servers import Serve
 from test_projections import _WORKER, OPS, ROOT, assert_matches_chap_analytics, fold, make, tables
 
 from coordinator import Change, Coordinator, CounterIds, StepClock
@@ -305,19 +305,10 @@ def test_serve_projects_into_postgresql(fresh_database: str) -> None:
                "--projection", f"analytics={fresh_database}"]
 
     def served(calls: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-        proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        match = re.search(r"http://127\.0\.0\.1:\d+/chap", line)
-        try:
-            assert match, (line, proc.stderr.read() if proc.stderr else "")
-            with httpx.Client(timeout=60) as http:
-                replies = [http.post(match.group(0), json=call).json() for call in calls]
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            _, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err
-        return line, replies
+        with Serve(fresh_database, "--projection", f"analytics={fresh_database}") as server:
+            with httpx.Client(base_url=server.base, timeout=60) as http:
+                replies = [Http(http).dispatch(call) for call in calls]
+        return server.line, replies
 
     line, _ = served([
         env("participant.join", {"workspace": "wsp_s", "from": who, "type": "human"})
