@@ -107,7 +107,7 @@ class Client:
                 body.setdefault("to", self.to)
             if self.ts is not None:
                 body.setdefault("ts", self.ts())
-        return {"jsonrpc": "2.0", "id": self.next_id(), "method": method, "params": body}
+        return env(method, body, id=self.next_id())
 
     def send(self, envelope: Any) -> dict[str, Any]:
         response: dict[str, Any] = self.target.dispatch(envelope)
@@ -200,13 +200,7 @@ class Client:
     def run(self, step: tuple[Any, ...]) -> dict[str, Any]:
         """One scripted step, sent as written (its params name the workspace)."""
         method, params = step[0], step[1]
-        envelope = {
-            "jsonrpc": "2.0",
-            "id": self.next_id(),
-            "method": method,
-            "params": self.build(copy.deepcopy(params)),
-        }
-        response = self.send(envelope)
+        response = self.send(env(method, self.build(copy.deepcopy(params)), id=self.next_id()))
         self.responses.append(response)
         if len(step) > 2:
             key, name = step[2]
