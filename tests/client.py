@@ -187,8 +187,12 @@ class Client:
     # -- differential scripts -----------------------------------------------
 
     def build(self, value: Any) -> Any:
-        """`value` with every saved `"$name"` replaced by its id (others are
-        sent as written: a random script may name a step that saved none)."""
+        """`value` with every saved `"$name"` replaced by its id. A name never
+        saved is a mistake in the script (KeyError); only a step number
+        (`"$3"`, support.run_script's) may be unsaved, as a random script
+        can name a step that generated no id."""
+        if isinstance(value, str) and value.startswith("$") and not value[1:].isdigit():
+            return self.names[value]
         if isinstance(value, str) and value in self.names:
             return self.names[value]
         if isinstance(value, dict):
