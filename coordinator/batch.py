@@ -32,7 +32,11 @@ def put_values(ws: Workspace, values: dict[str, dict[str, Any]]) -> None:
     """Set each collection's keys to the values given; None removes the key.
     (Held objects are never None, so None can stand for "absent".)"""
     for collection, items in values.items():
-        held = ws.objects[collection]
+        if collection in ws.indexes:
+            for key, value in items.items():
+                ws.put(collection, key, value)
+            continue
+        held = ws.objects[collection]  # the common case, without a call per key
         for key, value in items.items():
             if value is None:
                 held.pop(key, None)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol, TypeVar, cast
 
 import msgspec
 
@@ -10,9 +11,19 @@ from coordinator.model import WorkspaceMeta, from_text
 from coordinator.wire import STORED_OBJECT_UNREADABLE, RpcError
 from storage import COLLECTIONS, EXTENSION_COLLECTIONS, IDEMPOTENCY_KEYS, SIGNED_CALLS
 
-__all__ = ["COLLECTION_NAMES", "StoredObjectError", "Workspace"]
+__all__ = ["COLLECTION_NAMES", "CollectionIndex", "StoredObjectError", "Workspace"]
 
 COLLECTION_NAMES = (*COLLECTIONS, IDEMPOTENCY_KEYS, SIGNED_CALLS, *EXTENSION_COLLECTIONS)
+
+
+class CollectionIndex(Protocol):
+    """Something derived from one collection's objects and kept beside them."""
+
+    def update(self, key: str, value: Any) -> None:
+        """The collection's `key` now holds `value` (None: nothing)."""
+
+
+_I = TypeVar("_I", bound=CollectionIndex)
 
 
 class StoredObjectError(RpcError):
@@ -40,7 +51,7 @@ class Workspace:
     objects through their `Call`, which sees its own staged values first.
     """
 
-    __slots__ = ("meta", "objects", "count", "refusal_digests")
+    __slots__ = ("meta", "objects", "count", "refusal_digests", "indexes")
 
     def __init__(self, meta: WorkspaceMeta, count: int = 0) -> None:
         self.meta = meta
@@ -49,6 +60,9 @@ class Workspace:
         # digest of a signed call on the log -> (seq, refusal code or None);
         # built on first need (see signed.py).
         self.refusal_digests: dict[str, tuple[int, int | None]] | None = None
+        # collection -> an index of its objects, built on first need (`index`)
+        # and told every value the collection takes (`put`).
+        self.indexes: dict[str, CollectionIndex] = {}
 
     @property
     def id(self) -> str:
@@ -71,3 +85,26 @@ class Workspace:
     def values(self, collection: str) -> list[Any]:
         """Every object of a collection, in held order."""
         return [self.get(collection, key) for key in list(self.objects[collection])]
+
+    def put(self, collection: str, key: str, value: Any) -> None:
+        """Hold `value` as the collection's `key` (None: remove it); only once
+        the store has it (write-ahead), or as a batch's provisional value."""
+        held = self.objects[collection]
+        if value is None:
+            held.pop(key, None)
+        else:
+            held[key] = value
+        index = self.indexes.get(collection)
+        if index is not None:
+            index.update(key, None if value is None else self.get(collection, key))
+
+    def index(self, collection: str, build: Callable[[Iterable[tuple[str, Any]]], _I]) -> _I:
+        """The collection's index, built by `build((key, object), ...)` from the
+        held objects on first need, then kept up to date by `put`. It never
+        sees what a call has staged: the caller lays that over it."""
+        index = self.indexes.get(collection)
+        if index is None:
+            index = self.indexes[collection] = build(
+                (key, self.get(collection, key)) for key in list(self.objects[collection])
+            )
+        return cast(_I, index)  # one collection, one kind of index: the one `build` makes

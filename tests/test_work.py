@@ -254,6 +254,29 @@ def test_retries_back_off_then_fail_for_good_and_block_strong_dependents() -> No
     assert waits == ["2023-11-14T22:13:21.000Z", "2023-11-14T22:13:23.000Z"]  # 1000, then 2000 capped at 1500
 
 
+def test_a_claim_sees_the_leases_its_own_sweep_just_ended() -> None:
+    """The claim index holds what the store holds; a call lays its own
+    staged sweep over it: an expired holder's resources and capacity are
+    free for the claim in the same write."""
+    c, clock = setup()
+    ids = submit(c, [task("a", writes=["repo/docs"]), task("b", writes=["repo"]),
+                     task("c", reads=["repo/docs/x.md"])])
+    c.ok("x-chapline.work.set_capacity", **{"from": ALICE}, workspace_max=1, agent_max=1)
+    assert claim(c, BOT, ids["a"], lease_ms=1_000)["outcome"] == "claimed"
+    blocked = claim(c, BOT2, ids["b"])
+    assert blocked["outcome"] == "blocked" and "repo" in blocked["reason"]
+    assert claim(c, BOT2, ids["c"])["outcome"] == "blocked"
+    clock.now += 1_000
+    # a's lease ends in this very write: its resource and its place under
+    # both caps are free for b.
+    assert claim(c, BOT, ids["b"])["outcome"] == "claimed"
+    assert claim(c, BOT2, ids["a"])["outcome"] == "blocked"  # retry wait, and b holds repo
+    described = {t["key"]: t for t in c.ok("x-chapline.plan.describe", plan="p")["tasks"]}
+    assert described["b"]["holder"] == BOT and described["a"]["holder"] is None
+    reason = claim(c, BOT2, ids["c"])["reason"]
+    assert reason == "resource repo/docs/x.md conflicts with a held task"
+
+
 def test_capacity_is_counted_in_the_write_and_never_refuses_a_refresh() -> None:
     c, _ = setup()
     ids = submit(c, [task(k) for k in "abcd"])

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from coordinator import Coordinator, CounterIds
+from coordinator.profiles._work_index import CLAIMS, ClaimIndex
 from storage import SqliteStore
 
 WS = "wsw"
@@ -298,6 +299,21 @@ class WorkMachine(RuleBasedStateMachine):
         for i, a in enumerate(held):
             for b in held[i + 1:]:
                 assert not conflict(a, b), (a, b)
+
+    @invariant()
+    def the_claim_index_is_what_the_objects_say(self) -> None:
+        """The index kept beside the workspace (updated as writes are
+        accepted, rebuilt after a restart) equals one recomputed from the
+        stored claims, and answers expiry questions as a scan would."""
+        if not hasattr(self, "coord"):
+            return
+        ws = self.coord._workspaces[WS]
+        held = dict(self.coord.snapshot(WS).get("x_chapline_claims", {}))
+        kept = ws.index(CLAIMS, ClaimIndex.of)
+        assert kept.facts() == ClaimIndex.of(held.items()).facts()
+        now = self.clock.now
+        assert kept.expired(now) == {t for t, c in held.items() if c["expires_ms"] <= now}
+        assert kept.earliest() == min((c["expires_ms"] for c in held.values()), default=None)
 
     @invariant()
     def no_duplicates(self) -> None:

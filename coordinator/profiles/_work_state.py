@@ -11,7 +11,8 @@ changed in place (a transition stages a new dict):
 - `x_chapline_frontier`: the tasks whose dependencies are met and that wait
   for a claim (status `ready`, or `retry` until `retry_at_ms`). Ready-work
   reads walk this and the claims, never the plan.
-- `x_chapline_claims`: the live claims (holder, token, lease expiry).
+- `x_chapline_claims`: the live claims (holder, token, lease expiry),
+  indexed in memory by `_work_index` so that no call walks them all.
 
 Statuses: waiting (dependencies not met), ready, held, retry (backoff after
 a failed attempt), human (blocked on a human), review (the CHAP review is
@@ -22,12 +23,12 @@ succeed), cancelled.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from coordinator.call import Call
 from coordinator.clock import epoch_ms, iso_ms
 from coordinator.model import Task
+from coordinator.profiles._work_index import CLAIMS, LiveClaims
 from coordinator.profiles._work_plan import retry_delay_ms
 from coordinator.wire import WORK_STALE_TOKEN, RpcError
 
@@ -36,13 +37,10 @@ __all__ = [
     "ENDS",
     "FRONTIER",
     "WORK",
-    "HeldIndex",
     "check_token",
-    "claim_conflict",
     "finish",
     "fail_attempt",
     "now_ms",
-    "overlaps",
     "record",
     "release_claim",
     "settle_touched",
@@ -52,7 +50,6 @@ __all__ = [
 
 WORK = "x_chapline_work"
 FRONTIER = "x_chapline_frontier"
-CLAIMS = "x_chapline_claims"
 ENDS = frozenset({"completed", "failed", "blocked", "cancelled"})
 # CHAP task states that end a plan task without success.
 _CHAP_FAILED = {"declined": "failed", "cancelled": "cancelled", "superseded": "failed",
@@ -135,8 +132,7 @@ def sweep(call: Call, now: int) -> list[str]:
     """Reclaim every expired lease (recorded on the task and in this call's
     entry), earliest expiry first, then by task id; the ids of the tasks
     reclaimed."""
-    expired = [(tid, c) for tid, c in call.items(CLAIMS) if c["expires_ms"] <= now]
-    expired.sort(key=lambda item: (item[1]["expires_ms"], item[0]))
+    expired = LiveClaims(call).expired(now)
     for tid, claim in expired:
         rec = record(call, tid)
         release_claim(call, tid)
@@ -216,72 +212,3 @@ def settle_touched(call: Call, task_ids: Iterable[str]) -> None:
             _put(call, rec, status="review")
         elif state == "in_progress" and rec["status"] == "review":
             to_frontier(call, _put(call, rec, status="ready"))  # revision asked: claim it again
-
-
-def overlaps(p: str, q: str) -> bool:
-    """Two resource paths overlap when equal or one is inside the other."""
-    return p == q or q.startswith(p + "/") or p.startswith(q + "/")
-
-
-def claim_conflict(claims: Iterable[dict[str, Any]], reads: list[str], writes: list[str]) -> str | None:
-    """A resource of (reads, writes) a live claim conflicts on, or None: one
-    task's check, in O(claims) without building an index."""
-    if not reads and not writes:
-        return None
-    for c in claims:
-        for q in c["writes"]:
-            for p in (*writes, *reads):
-                if overlaps(p, q):
-                    return p
-        if writes:
-            for q in c["reads"]:
-                for p in writes:
-                    if overlaps(p, q):
-                        return p
-    return None
-
-
-def _ancestors(path: str) -> Iterable[str]:
-    i = path.rfind("/")
-    while i > 0:
-        path = path[:i]
-        yield path
-        i = path.rfind("/")
-
-
-@dataclass
-class HeldIndex:
-    """The resources the live claims hold, for conflict checks in
-    O(path depth): a path overlaps a held one when equal, inside it, or
-    holding it."""
-
-    writes: set[str]
-    writes_under: set[str]  # every proper ancestor of a held write
-    touched: set[str]  # held reads and writes
-    touched_under: set[str]
-
-    @classmethod
-    def of(cls, claims: Iterable[dict[str, Any]]) -> HeldIndex:
-        index = cls(set(), set(), set(), set())
-        for c in claims:
-            for p in c["writes"]:
-                index.writes.add(p)
-                index.writes_under.update(_ancestors(p))
-            for p in (*c["reads"], *c["writes"]):
-                index.touched.add(p)
-                index.touched_under.update(_ancestors(p))
-        return index
-
-    @staticmethod
-    def _overlaps(path: str, exact: set[str], under: set[str]) -> bool:
-        return path in exact or path in under or any(a in exact for a in _ancestors(path))
-
-    def conflict(self, reads: list[str], writes: list[str]) -> str | None:
-        """A resource of (reads, writes) that a live claim conflicts on, or None."""
-        for p in writes:
-            if self._overlaps(p, self.touched, self.touched_under):
-                return p
-        for p in reads:
-            if self._overlaps(p, self.writes, self.writes_under):
-                return p
-        return None

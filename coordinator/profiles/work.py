@@ -17,15 +17,14 @@ from coordinator.call import Call
 from coordinator.canonical import digest
 from coordinator.clock import iso_ms
 from coordinator.model import HistoryEntry, Member, Review, Task, trial_forces_review
+from coordinator.profiles._work_index import ClaimIndex, LiveClaims
 from coordinator.profiles._work_plan import SubmittedPlan, parse_plan
 from coordinator.profiles._work_state import (
     CLAIMS,
     ENDS,
     FRONTIER,
     WORK,
-    HeldIndex,
     check_token,
-    claim_conflict,
     fail_attempt,
     finish,
     now_ms,
@@ -239,12 +238,12 @@ def _eligible(entry: dict[str, Any], member: Member | None) -> bool:
 def _ready(call: Call, now: int, member: Member | None) -> list[tuple[str, dict[str, Any]]]:
     """Claimable now (by `member` if given), best first: the frontier minus
     retry waits, paused tasks and conflicts with live claims."""
-    held = HeldIndex.of(c for _, c in call.items(CLAIMS))
+    conflict = LiveClaims(call).conflicts()
     out = []
     for tid, entry in call.items(FRONTIER):
         if entry["retry_at_ms"] is not None and entry["retry_at_ms"] > now:
             continue
-        if not _eligible(entry, member) or held.conflict(entry["reads"], entry["writes"]):
+        if not _eligible(entry, member) or conflict(entry["reads"], entry["writes"]):
             continue
         task = call.get("tasks", tid)
         if task is None or task.paused:
@@ -283,18 +282,19 @@ def work_ready(call: Call) -> dict[str, Any]:
     items = [{"task_id": tid, "plan": e["plan"], "key": call.get(WORK, tid)["key"],
               "priority": e["priority"], "assignee": e["assignee"], "role": e["role"]}
              for tid, e in ready[:limit]]
-    return {"ready": items, "count": len(ready), "held": call.count(CLAIMS)}
+    return {"ready": items, "count": len(ready), "held": LiveClaims(call).count()}
 
 
 def _capacity(call: Call, holder: str) -> str | None:
     """Why a new claim by `holder` would exceed a cap, or None."""
     caps = call.get(WORK, "config") or {}
+    live = LiveClaims(call)
     total = caps.get("workspace_max")
-    if total is not None and call.count(CLAIMS) >= total:
-        return f"the workspace holds {call.count(CLAIMS)} live claims of {total}"
+    if total is not None and live.count() >= total:
+        return f"the workspace holds {live.count()} live claims of {total}"
     mine = caps.get("agent_max")
     if mine is not None:
-        count = sum(1 for _, c in call.items(CLAIMS) if c["holder"] == holder)
+        count = live.count(holder)
         if count >= mine:
             return f"{holder} holds {count} live claims of {mine}"
     return None
@@ -317,7 +317,7 @@ def _blocked(call: Call, rec: dict[str, Any] | None, entry: dict[str, Any] | Non
     task = call.get("tasks", rec["task_id"])
     if task is not None and task.paused:
         return "it is paused"
-    clash = claim_conflict((c for _, c in call.items(CLAIMS)), entry["reads"], entry["writes"])
+    clash = LiveClaims(call).conflicts()(entry["reads"], entry["writes"])
     if clash is not None:
         return f"resource {clash} conflicts with a held task"
     return None
@@ -535,7 +535,7 @@ def work_sweep(call: Call) -> dict[str, Any]:
 def next_expiry(ws: Workspace) -> int | None:
     """The earliest lease expiry (epoch ms) among the workspace's stored
     claims, or None: whether a sweep would reclaim anything yet."""
-    return min((c["expires_ms"] for c in ws.values(CLAIMS)), default=None)
+    return ws.index(CLAIMS, ClaimIndex.of).earliest()
 
 
 CAP = {"type": ["integer", "null"], "minimum": 0}
