@@ -31,6 +31,7 @@ __all__ = ["Swept", "sweep_all"]
 
 log = logging.getLogger("chapline")
 
+
 @dataclass(frozen=True)
 class Swept:
     """What one sweep did in one workspace: the plan tasks whose expired

@@ -13,11 +13,12 @@ from typing import Any
 import httpx
 import pytest
 from client import Client, Http
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from servers import Serve
 from support import ALICE, BOT
-from test_work import BOT2, WORK, claim, setup, submit, task
+from test_work import BOT2, WORK, ManualClock, claim, setup, submit, task
 
-from coordinator import Coordinator, CounterIds, Swept
+from coordinator import Coordinator, CounterIds, Swept, public_jwk, sign_envelope
 from coordinator.clock import iso_ms
 from coordinator.replay import replay_workspace
 from storage import SqliteStore
@@ -82,6 +83,27 @@ def test_a_paused_workspace_is_not_swept_until_resumed() -> None:
     assert len(c.log()) == count
     c.ok("control.resume", **{"from": ALICE}, scope="workspace")
     assert c.target.sweep() == [Swept(c.workspace, [ids["a"]], [])]
+
+
+def test_a_sweep_needs_no_signature_where_every_call_must_be_signed() -> None:
+    key = Ed25519PrivateKey.generate()
+    clock = ManualClock()
+    coord = Coordinator(clock=clock, ids=CounterIds(), require_signatures=True)
+    n = iter(range(1000))
+
+    def send(method: str, sign: bool = True, **params: Any) -> Any:
+        envelope = {"jsonrpc": "2.0", "id": next(n), "method": method, "params": {"workspace": "s", **params}}
+        reply = coord.dispatch(sign_envelope(envelope, key, "bot-1") if sign else envelope)
+        assert "result" in reply, reply
+        return reply["result"]
+
+    send("workspace.create", sign=False, profiles=WORK)
+    send("participant.join", sign=False, **{"from": BOT}, type="agent", role="writer",
+         jwks={"keys": [public_jwk(key, "bot-1")]})
+    tid = send("x-chapline.plan.submit", **{"from": BOT}, plan="p", tasks=[task("a")])["tasks"]["a"]
+    send("x-chapline.work.claim", **{"from": BOT}, task_id=tid, lease_ms=1_000)
+    clock.now += 1_000
+    assert coord.sweep() == [Swept("s", [tid], [])]
 
 
 def test_a_sweep_cannot_run_inside_a_batch() -> None:

@@ -44,8 +44,10 @@ __all__ = ["PROFILE", "UNSIGNED_METHODS", "check_signature"]
 # are core's; what it adds is this check and the key lifecycle they keep.
 PROFILE = Profile("security-signed/1.0")
 
-# Methods that are never signature-checked: a key cannot sign before it is registered.
-UNSIGNED_METHODS = frozenset({"workspace.create", "participant.join"})
+# Methods that are never signature-checked: a key cannot sign before it is
+# registered; and the coordinator's own sweep (`Coordinator.sweep`), which has
+# no key and does only what the clock has already decided.
+UNSIGNED_METHODS = frozenset({"workspace.create", "participant.join", "x-chapline.work.sweep"})
 
 
 def check_signature(
