@@ -19,6 +19,7 @@ from support import ALICE, BOT
 from test_work import BOT2, WORK, ManualClock, claim, setup, submit, task
 
 from coordinator import Coordinator, CounterIds, Swept, public_jwk, sign_envelope
+from coordinator.cli import main
 from coordinator.clock import iso_ms
 from coordinator.replay import replay_workspace
 from storage import SqliteStore
@@ -246,3 +247,9 @@ def test_two_serve_workers_sweeping_one_file_record_each_decision_once(serve: St
     attempts = s.ok("x-chapline.plan.describe", **{"from": ALICE}, plan="p")["tasks"]
     assert [[x["outcome"] for x in t["attempts"]] for t in attempts] == [["expired"], ["expired"]]
     assert s.ok("audit.verify_chain", **{"from": ALICE})["ok"] is True
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf"])
+def test_a_sweep_interval_that_is_not_a_duration_is_refused(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--db", ":memory:", "--port", "0", "--sweep-interval", value]) == 2
+    assert "--sweep-interval must be 0 (no timer) or a number of seconds" in capsys.readouterr().err
