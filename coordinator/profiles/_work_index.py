@@ -173,12 +173,13 @@ class LiveClaims:
 
     def count(self, holder: str | None = None) -> int:
         """How many live claims (held by `holder` if given)."""
+        def counted(claim: Claim | None) -> int:
+            return int(claim is not None and (holder is None or claim["holder"] == holder))
+
         held = self.index.claims
         n = len(held) if holder is None else self.index.holders[holder]
         for key, new in self._staged().items():
-            old = held.get(key)
-            n -= old is not None and (holder is None or old["holder"] == holder)
-            n += new is not None and (holder is None or new["holder"] == holder)
+            n += counted(new) - counted(held.get(key))
         return n
 
     def expired(self, now: int) -> list[tuple[str, Claim]]:
