@@ -10,8 +10,9 @@ written some other way.
 from __future__ import annotations
 
 import calendar
+from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -44,40 +45,46 @@ class _Clock:
         return self.now_ms
 
 
-@dataclass
 class _StoredIds:
     """Generated ids as the stored objects name them.
 
-    A replayed call that generates an id gets the stored id of that prefix
-    whose object was created at the call's arrival time (in stored order), so
-    the replay names objects as the original run did. When none fits, a
-    fresh id is made, and the object shows up as a difference.
+    A replayed call that generates an id gets the first unused stored id of
+    that prefix (in stored order) whose object was created at the call's
+    arrival time, else the first unused one of that prefix at all, so the
+    replay names objects as the original run did. When none is left, a fresh
+    id is made, and the object shows up as a difference.
+
+    Both orders are indexed once, and a used id is dropped from the front of
+    a queue when it gets there, so a replay costs linear time in the number
+    of objects (a scan per call made `verify` quadratic).
     """
 
-    clock: _Clock
-    pool: dict[str, list[tuple[str, Any]]]
-    used: set[str] = field(default_factory=set)
-    fresh: int = 0
-
-    @classmethod
-    def of(cls, clock: _Clock, objects: dict[str, dict[str, Any]]) -> _StoredIds:
-        pool: dict[str, list[tuple[str, Any]]] = {}
+    def __init__(self, clock: _Clock, objects: dict[str, dict[str, Any]]) -> None:
+        self.clock = clock
+        self.used: set[str] = set()
+        self.fresh = 0
+        self._by_prefix: dict[str, deque[str]] = {}
+        self._by_moment: dict[tuple[str, str], deque[str]] = {}
         for items in objects.values():
             for key, value in items.items():
-                if isinstance(key, str) and "_" in key:
-                    created = None
-                    if isinstance(value, dict):
-                        created = next((value[f] for f in _CREATION_FIELDS if f in value), None)
-                    pool.setdefault(key.split("_", 1)[0], []).append((key, created))
-        return cls(clock, pool)
+                if not (isinstance(key, str) and "_" in key):
+                    continue
+                prefix = key.split("_", 1)[0]
+                self._by_prefix.setdefault(prefix, deque()).append(key)
+                if isinstance(value, dict):
+                    created = next((value[f] for f in _CREATION_FIELDS if f in value), None)
+                    # Only a string can equal an arrival time.
+                    if isinstance(created, str):
+                        self._by_moment.setdefault((prefix, created), deque()).append(key)
 
     def __call__(self, prefix: str) -> str:
         arrived = iso_ms(self.clock.now_ms)
-        candidates = [k for k, _ in self.pool.get(prefix, []) if k not in self.used]
-        dated = [k for k, c in self.pool.get(prefix, []) if k not in self.used and c == arrived]
-        for key in dated or candidates:
-            self.used.add(key)
-            return key
+        for queue in (self._by_moment.get((prefix, arrived)), self._by_prefix.get(prefix)):
+            while queue:
+                key = queue.popleft()
+                if key not in self.used:
+                    self.used.add(key)
+                    return key
         self.fresh += 1
         return f"{prefix}_replay{self.fresh}"
 
@@ -218,7 +225,7 @@ def replay_workspace(
     wid = meta["id"]
     clock = _Clock()
     chained = bool(meta.get("chain_enabled"))
-    coord = _coordinator(clock, _StoredIds.of(clock, objects), chained, meta.get("profiles"))
+    coord = _coordinator(clock, _StoredIds(clock, objects), chained, meta.get("profiles"))
     if not _creates(entries, wid):
         # Created with a generated id, which 0.3.3 and chapline leave out of
         # the log: start from the workspace's own fields.
