@@ -34,10 +34,9 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import errors as pg_errors
 
+from storage import _rows
 from storage._encode import EncodedChange, encode_change
-from storage.match import entry_matches
-from storage.records import assemble_snapshot, change_from_record
-from storage.sqlite import _entries, _object, _Unreadable, _value
+from storage.records import change_from_record
 from storage.types import (
     EntryFilter,
     HeldWorkspace,
@@ -75,6 +74,9 @@ _FILTER_SQL = {
     "sender": _call_field("params", "from"),
     "task_id": _call_field("params", "task_id"),
 }
+
+# psycopg returns the JSON text as str; the shared decoding takes bytes.
+_DIALECT = _rows.Dialect(param="%s", data="data", inserted="ord", filters=_FILTER_SQL, refused=_REFUSED)
 
 _SCHEMA = [
     """CREATE TABLE IF NOT EXISTS chap_meta (
@@ -333,104 +335,34 @@ class PostgresStore(Store):
     # -- reading -----------------------------------------------------------
 
     def workspace_ids(self) -> list[str]:
-        # Rows of any table name a workspace, so a verifier can report one
-        # whose meta row was lost.
-        rows = self._run(
-            lambda conn: conn.execute(
-                "SELECT workspace FROM chap_meta UNION SELECT workspace FROM chap_entries "
-                "UNION SELECT workspace FROM chap_objects ORDER BY 1"
-            ).fetchall(),
-            "read",
-        )
+        rows = self._run(lambda conn: conn.execute(_rows.WORKSPACE_IDS).fetchall(), "read")
         return [wid for (wid,) in rows]
 
     def load_held(self, workspace: str | None = None) -> list[HeldWorkspace]:
         return [held for held, _ in self._load(workspace, entries=False)]
 
     def load(self, *, entries: bool = True, workspace: str | None = None) -> list[WorkspaceRecord]:
-        out = []
-        for held, log_ in self._load(workspace, entries):
-            try:
-                items = [
-                    (c, k, _value(text, f"object {c}/{k}"))
-                    for c, objs in held.objects.items()
-                    for k, text in objs.items()
-                ]
-            except _Unreadable as exc:
-                _skip(held.id, exc)
-                continue
-            data = assemble_snapshot(held.meta, log_, items)
-            out.append(WorkspaceRecord(held.id, data, held.version, held.updated_at))
-        return out
+        return _rows.records(self._load(workspace, entries), log, "")
 
     def _load(
         self, workspace: str | None, entries: bool
     ) -> list[tuple[HeldWorkspace, list[dict[str, Any]] | None]]:
-        only, args = ("", ()) if workspace is None else (" WHERE workspace = %s", (workspace,))
+        metas, objects, log_ = _rows.load_queries(_DIALECT, workspace, entries)
 
-        def work(conn: psycopg.Connection[Any]) -> tuple[list[Any], list[Any], list[Any]]:
+        def work(conn: psycopg.Connection[Any]) -> list[list[Any]]:
             # One snapshot for all three reads.
             with conn.transaction():
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                metas = conn.execute(
-                    f"SELECT workspace, data, version, updated_at FROM chap_meta{only} ORDER BY workspace",
-                    args,
-                ).fetchall()
-                objects = conn.execute(
-                    f"SELECT workspace, collection, id, data FROM chap_objects{only} ORDER BY ord",
-                    args,
-                ).fetchall()
-                if entries:
-                    log_rows = conn.execute(
-                        f"SELECT workspace, seq, data FROM chap_entries{only} ORDER BY workspace, seq",
-                        args,
-                    ).fetchall()
-                else:
-                    log_rows = conn.execute(
-                        f"SELECT workspace, count(*), min(seq), max(seq) FROM chap_entries{only} "
-                        "GROUP BY workspace",
-                        args,
-                    ).fetchall()
-            return metas, objects, log_rows
+                return [conn.execute(sql, args).fetchall() for sql, args in (metas, objects, log_)]
 
-        metas, object_rows, log_rows = self._run(work, "read")
-        objects: dict[str, dict[str, dict[str, bytes]]] = {}
-        for wid, collection, key, text in object_rows:
-            objects.setdefault(wid, {}).setdefault(collection, {})[key] = text.encode()
-        logs: dict[str, list[tuple[int, bytes]]] = {}
-        shape: dict[str, tuple[int, int, int]] = {}
-        if entries:
-            for wid, seq, text in log_rows:
-                logs.setdefault(wid, []).append((seq, text.encode()))
-        else:
-            shape = {wid: (count, low, high) for wid, count, low, high in log_rows}
-        out = []
-        for wid, meta_text, stored_version, updated_at in metas:
-            try:
-                meta = _object(meta_text.encode(), "its meta row")
-                log_ = None
-                if entries:
-                    log_ = _entries(logs.get(wid, []), "its audit log")
-                    held = len(log_)
-                else:
-                    count, low, high = shape.get(wid, (0, 0, -1))
-                    if count and (low != 0 or high != count - 1):
-                        raise _Unreadable(
-                            f"its audit log holds {count} entries but their seqs "
-                            f"run {low}..{high}, so some seq is missing"
-                        )
-                    held = count
-            except _Unreadable as exc:
-                _skip(wid, exc)
-                continue
-            if stored_version != held:
-                log.warning(
-                    "workspace %r: chap_meta.version is %s but %d entries are held; "
-                    "loading with version %d (the log decides)",
-                    wid, stored_version, held, held,
-                )
-            out.append((HeldWorkspace(wid, meta, held, updated_at, objects.get(wid, {})), log_))
-        return out
+        meta_rows, object_rows, log_rows = self._run(work, "read")
+        loaded = _rows.Loaded.gather(
+            entries,
+            ((w, t.encode(), v, u) for w, t, v, u in meta_rows),
+            ((w, c, k, t.encode()) for w, c, k, t in object_rows),
+            ((w, seq, t.encode()) for w, seq, t in log_rows) if entries else log_rows,
+        )
+        return loaded.held(log, "")
 
     def read_entries(
         self,
@@ -441,25 +373,14 @@ class PostgresStore(Store):
     ) -> list[dict[str, Any]]:
         sql, args = entries_query(workspace, start, stop, where)
         rows = self._run(lambda conn: conn.execute(sql, args).fetchall(), "read")
-        out = []
-        for seq, text in rows:
-            try:
-                entry = _object(text.encode(), f"the entry at seq {seq}")
-            except _Unreadable as exc:
-                raise StoreUnavailableError(
-                    "",
-                    f"workspace {workspace!r}: {exc}. The log cannot be read past this "
-                    "row; repair or delete the row."
-                ) from None
-            if where is None or entry_matches(entry, where):
-                out.append(entry)
-        return out
+        return _rows.matching_entries(((seq, text.encode()) for seq, text in rows), workspace, where, "")
 
     def read_entry_texts(self, workspace: str, start: int = 0, stop: int | None = None) -> list[bytes]:
         """The stored JSON text of entries `start <= seq < stop`, by seq."""
-        sql, args = _range("data", workspace, start, stop)
-        rows = self._run(lambda conn: conn.execute(sql + " ORDER BY seq", args).fetchall(), "read")
+        sql, args = _rows.entries_query(_DIALECT, "data", workspace, start, stop)
+        rows = self._run(lambda conn: conn.execute(sql, args).fetchall(), "read")
         return [text.encode() for (text,) in rows]
+
 
     # -- other writers -------------------------------------------------------
 
@@ -520,32 +441,12 @@ def _held(cur: psycopg.Cursor[Any], wid: str) -> int:
     return 0 if row is None or row[0] is None else row[0] + 1
 
 
-def _range(columns: str, workspace: str, start: int, stop: int | None) -> tuple[str, list[Any]]:
-    sql = f"SELECT {columns} FROM chap_entries WHERE workspace = %s AND seq >= %s"
-    args: list[Any] = [workspace, max(start, 0)]
-    if stop is not None:
-        sql += " AND seq < %s"
-        args.append(stop)
-    return sql, args
-
-
 def entries_query(
     workspace: str, start: int, stop: int | None, where: EntryFilter | None
 ) -> tuple[str, list[Any]]:
     """The SELECT behind `read_entries`: (seq, data) in seq order, narrowed by
-    the indexed fields of `where`. Only string comparisons are pushed down
-    (SQL makes them as Python does); entry_matches has the last word."""
-    sql, args = _range("seq, data", workspace, start, stop)
-    if where is not None:
-        for field, expr in _FILTER_SQL.items():
-            value = getattr(where, field)
-            if isinstance(value, str):
-                sql += f" AND {expr} = %s"
-                args.append(value)
-        if where.outcome in ("accepted", "refused"):
-            sql += f" AND {_REFUSED} = %s"
-            args.append(where.outcome == "refused")
-    return sql + " ORDER BY seq", args
+    the indexed fields of `where` (entry_matches has the last word)."""
+    return _rows.entries_query(_DIALECT, "seq, data", workspace, start, stop, where)
 
 
 def _server_error(exc: Exception, what: str) -> StoreUnavailableError:
@@ -560,15 +461,6 @@ def _server_error(exc: Exception, what: str) -> StoreUnavailableError:
         f"the PostgreSQL server refused the operation ({detail}"
         + (f", SQLSTATE {state}" if state else "")
         + f"), so nothing was {what}. Check the database and retry."
-    )
-
-
-def _skip(wid: str, exc: Exception) -> None:
-    log.warning(
-        "workspace %r skipped while loading: %s; the other workspaces load. "
-        "Repair or delete its rows to load it again.",
-        wid,
-        exc,
     )
 
 

@@ -17,11 +17,10 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
-import msgspec
-
-from storage._encode import EncodedChange, decode, encode_change
-from storage.match import entry_matches
-from storage.records import assemble_snapshot, change_from_record
+from storage import _rows
+from storage._encode import EncodedChange, encode_change
+from storage._rows import Unreadable, decode_object
+from storage.records import change_from_record
 from storage.types import (
     COLLECTIONS,
     IDEMPOTENCY_KEYS,
@@ -98,6 +97,16 @@ _INDEXES = [
     for name, expr in [*_FILTER_SQL.items(), ("outcome", _REFUSED)]
 ]
 
+# CAST: the driver returns the JSON text as the bytes stored, undecoded.
+_DIALECT = _rows.Dialect(
+    param="?",
+    data="CAST(data AS BLOB)",
+    # rowid order is insertion order (writes upsert, keeping the rowid).
+    inserted="rowid",
+    filters=_FILTER_SQL,
+    refused=_REFUSED,
+)
+
 
 def _view_sql() -> str:
     """The read-only `chap_workspaces` view: each workspace as one JSON
@@ -118,33 +127,6 @@ def _view_sql() -> str:
         f"json_set(m.data, {', '.join(parts)}) AS data, "
         "m.version AS version, m.updated_at AS updated_at FROM chap_meta AS m"
     )
-
-
-class _Unreadable(Exception):
-    """A row that cannot be decoded; `load` skips its workspace."""
-
-
-def _object(text: bytes, what: str) -> dict[str, Any]:
-    value = _value(text, what)
-    if not isinstance(value, dict):
-        raise _Unreadable(f"{what} is not a JSON object")
-    return value
-
-
-def _entries(rows: list[tuple[int, bytes]], what: str) -> list[dict[str, Any]]:
-    """Decode a run of entry rows, checking that seqs run 0, 1, 2, … ."""
-    for i, (seq, _) in enumerate(rows):
-        if seq != i:
-            raise _Unreadable(f"{what}: seq {i} is missing (the next held is {seq})")
-    # One decode of the whole run is several times faster than one per row;
-    # fall back to row by row only to name the row that fails.
-    try:
-        out: list[dict[str, Any]] = decode(b"[" + b",".join(text for _, text in rows) + b"]")
-        if all(isinstance(e, dict) for e in out):
-            return out
-    except (msgspec.DecodeError, UnicodeDecodeError):
-        pass
-    return [_object(text, f"the entry at seq {seq}") for seq, text in rows]
 
 
 # Seconds a connection waits for another writer before giving up.
@@ -234,10 +216,10 @@ class SqliteStore(Store):
         migrated = 0
         for wid, text, version, updated_at in rows:
             try:
-                data = _object(text, "its data")
+                data = decode_object(text, "its data")
                 change = change_from_record(WorkspaceRecord(wid, data, version, updated_at))
                 encoded = encode_change(change)
-            except (_Unreadable, MalformedChangeError) as exc:
+            except (Unreadable, MalformedChangeError) as exc:
                 log.warning(
                     "workspace %r was not migrated from the pre-0.3.2 table: %s; "
                     "its row is kept unchanged in the renamed table",
@@ -416,112 +398,30 @@ class SqliteStore(Store):
     # -- reading -----------------------------------------------------------
 
     def workspace_ids(self) -> list[str]:
-        # Rows of any of the three tables name a workspace: one whose meta
-        # row was lost is still listed, so a verifier can report it.
         with self._read():
-            rows = self._db.execute(
-                "SELECT workspace FROM chap_meta UNION SELECT workspace FROM chap_entries "
-                "UNION SELECT workspace FROM chap_objects ORDER BY 1"
-            ).fetchall()
+            rows = self._db.execute(_rows.WORKSPACE_IDS).fetchall()
         return [wid for (wid,) in rows]
 
     def load_held(self, workspace: str | None = None) -> list[HeldWorkspace]:
         return [held for held, _ in self._load(workspace, entries=False)]
 
     def load(self, *, entries: bool = True, workspace: str | None = None) -> list[WorkspaceRecord]:
-        out = []
-        for held, log_ in self._load(workspace, entries):
-            try:
-                items = [
-                    (c, k, _value(text, f"object {c}/{k}"))
-                    for c, objs in held.objects.items()
-                    for k, text in objs.items()
-                ]
-            except _Unreadable as exc:
-                self._skip(held.id, exc)
-                continue
-            data = assemble_snapshot(held.meta, log_, items)
-            out.append(WorkspaceRecord(held.id, data, held.version, held.updated_at))
-        return out
+        return _rows.records(self._load(workspace, entries), log, self.path)
 
     def _load(
         self, workspace: str | None, entries: bool
     ) -> list[tuple[HeldWorkspace, list[dict[str, Any]] | None]]:
-        """Each readable workspace, in one read transaction: meta, objects as
-        text, and the decoded log if `entries`; a workspace with a gap in its
-        seqs or an unreadable meta row or entry is skipped with a warning."""
-        only, args = ("", ()) if workspace is None else (" WHERE workspace = ?", (workspace,))
+        """Each readable workspace, read in one read transaction and decoded
+        after it."""
+        metas, objects, log_ = _rows.load_queries(_DIALECT, workspace, entries)
         with self._read():
-            metas = self._db.execute(
-                "SELECT workspace, CAST(data AS BLOB), version, updated_at "
-                f"FROM chap_meta{only} ORDER BY workspace",
-                args,
-            ).fetchall()
-            objects: dict[str, dict[str, dict[str, bytes]]] = {}
-            # rowid order is insertion order (writes upsert, keeping the
-            # rowid): members come back in join order, as 0.3.3 loads them.
-            for wid, collection, key, text in self._db.execute(
-                "SELECT workspace, collection, id, CAST(data AS BLOB) "
-                f"FROM chap_objects{only} ORDER BY rowid",
-                args,
-            ):
-                objects.setdefault(wid, {}).setdefault(collection, {})[key] = text
-            logs: dict[str, list[tuple[int, bytes]]] = {}
-            shape: dict[str, tuple[int, int, int]] = {}
-            if entries:
-                for wid, seq, text in self._db.execute(
-                    "SELECT workspace, seq, CAST(data AS BLOB) FROM chap_entries"
-                    f"{only} ORDER BY workspace, seq",
-                    args,
-                ):
-                    logs.setdefault(wid, []).append((seq, text))
-            else:
-                # The primary-key index alone answers this; no entry is read.
-                for wid, count, low, high in self._db.execute(
-                    "SELECT workspace, COUNT(*), MIN(seq), MAX(seq) "
-                    f"FROM chap_entries{only} GROUP BY workspace",
-                    args,
-                ):
-                    shape[wid] = (count, low, high)
-        out = []
-        for wid, meta_text, stored_version, updated_at in metas:
-            try:
-                meta = _object(meta_text, "its meta row")
-                log_ = None
-                if entries:
-                    log_ = _entries(logs.get(wid, []), "its audit log")
-                    held = len(log_)
-                else:
-                    count, low, high = shape.get(wid, (0, 0, -1))
-                    if count and (low != 0 or high != count - 1):
-                        raise _Unreadable(
-                            f"its audit log holds {count} entries but their seqs "
-                            f"run {low}..{high}, so some seq is missing"
-                        )
-                    held = count
-            except _Unreadable as exc:
-                self._skip(wid, exc)
-                continue
-            if stored_version != held:
-                log.warning(
-                    "workspace %r: chap_meta.version is %s but %d entries are held; "
-                    "loading with version %d (the log decides)",
-                    wid,
-                    stored_version,
-                    held,
-                    held,
-                )
-            out.append((HeldWorkspace(wid, meta, held, updated_at, objects.get(wid, {})), log_))
-        return out
-
-    def _skip(self, wid: str, exc: Exception) -> None:
-        log.warning(
-            "workspace %r skipped while loading %s: %s; the other "
-            "workspaces load. Repair or delete its rows to load it again.",
-            wid,
-            self.path,
-            exc,
-        )
+            loaded = _rows.Loaded.gather(
+                entries,
+                self._db.execute(*metas),
+                self._db.execute(*objects),
+                self._db.execute(*log_),
+            )
+        return loaded.held(log, self.path)
 
     def read_entries(
         self,
@@ -530,42 +430,18 @@ class SqliteStore(Store):
         stop: int | None = None,
         where: EntryFilter | None = None,
     ) -> list[dict[str, Any]]:
-        sql, args = _range("seq, CAST(data AS BLOB)", workspace, start, stop)
-        if where is not None:
-            # Push down only what SQL compares exactly like Python does
-            # (strings); anything else is left to entry_matches below.
-            for field, expr in _FILTER_SQL.items():
-                value = getattr(where, field)
-                if isinstance(value, str):
-                    sql += f" AND {expr} = ?"
-                    args.append(value)
-            if where.outcome in ("accepted", "refused"):
-                sql += f" AND {_REFUSED} = ?"
-                args.append(1 if where.outcome == "refused" else 0)
-        sql += " ORDER BY seq"
+        sql, args = _rows.entries_query(_DIALECT, f"seq, {_DIALECT.data}", workspace, start, stop, where)
         with self._lock:
             self._check_open()
             rows = self._db.execute(sql, args).fetchall()
-        out = []
-        for seq, text in rows:
-            try:
-                entry = _object(text, f"the entry at seq {seq}")
-            except _Unreadable as exc:
-                raise StoreUnavailableError(
-                    self.path,
-                    f"workspace {workspace!r} in {self.path}: {exc}. The log cannot "
-                    "be read past this row; repair or delete the row."
-                ) from None
-            if where is None or entry_matches(entry, where):
-                out.append(entry)
-        return out
+        return _rows.matching_entries(rows, workspace, where, self.path)
 
     def read_entry_texts(self, workspace: str, start: int = 0, stop: int | None = None) -> list[bytes]:
         """The stored JSON text of entries `start <= seq < stop`, by seq, undecoded."""
-        sql, args = _range("CAST(data AS BLOB)", workspace, start, stop)
+        sql, args = _rows.entries_query(_DIALECT, _DIALECT.data, workspace, start, stop)
         with self._lock:
             self._check_open()
-            rows = self._db.execute(sql + " ORDER BY seq", args).fetchall()
+            rows = self._db.execute(sql, args).fetchall()
         return [text for (text,) in rows]
 
     def close(self) -> None:
@@ -580,23 +456,6 @@ class SqliteStore(Store):
                 self.path,
                 f"the SqliteStore on {self.path} is closed; open a new SqliteStore to use the file"
             )
-
-
-def _range(columns: str, workspace: str, start: int, stop: int | None) -> tuple[str, list[Any]]:
-    """SELECT `columns` of one workspace's entries with `start <= seq < stop`."""
-    sql = f"SELECT {columns} FROM chap_entries WHERE workspace = ? AND seq >= ?"
-    args: list[Any] = [workspace, max(start, 0)]
-    if stop is not None:
-        sql += " AND seq < ?"
-        args.append(stop)
-    return sql, args
-
-
-def _value(text: bytes, what: str) -> Any:
-    try:
-        return decode(text)
-    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-        raise _Unreadable(f"{what} is not valid JSON ({exc})") from None
 
 
 class _Transaction:

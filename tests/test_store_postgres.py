@@ -1,11 +1,12 @@
 """PostgresStore beyond the shared contract: reconnection after a broken
 connection and after a server restart, messages that name no credentials or
 paths, the schema created once by concurrent openers, and filtered reads
-answered from the indexes at 100k entries."""
+answered from the indexes at 100k entries, damaged rows."""
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -179,5 +180,40 @@ def test_filtered_reads_use_the_indexes_at_100k_entries(pg_dsn: str) -> None:
                 assert "chapline_entries_" in text, text
         got = store.read_entries("w", where=EntryFilter(task_id="T5"))
         assert [e["seq"] for e in got] == list(range(5, 100001, 1000))
+    finally:
+        store.close()
+
+
+def test_damaged_workspaces_are_skipped_whole(pg_dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The damage tests/test_store_sqlite.py makes, made here: skipped the same
+    way, since both stores decode their rows in storage/_rows.py."""
+    store = PostgresStore(pg_dsn)
+    try:
+        for wid in ("bad_entry", "gap", "bad_meta", "bad_object", "good"):
+            store.apply(change(wid, 0, 3, {"tasks": {"T1": {"id": "T1"}}}))
+        with psycopg.connect(pg_dsn, autocommit=True) as db:
+            # The filter indexes parse every entry as jsonb; without them a
+            # row that is not JSON can be written, as another writer might.
+            for name in ("method", "sender", "task_id", "outcome"):
+                db.execute(f"DROP INDEX chapline_entries_{name}")
+            db.execute("UPDATE chap_entries SET data = '{broken' WHERE workspace = 'bad_entry' AND seq = 1")
+            db.execute("DELETE FROM chap_entries WHERE workspace = 'gap' AND seq = 1")
+            db.execute("UPDATE chap_meta SET data = '[1]' WHERE workspace = 'bad_meta'")
+            db.execute("UPDATE chap_objects SET data = 'nope' WHERE workspace = 'bad_object'")
+        with caplog.at_level(logging.WARNING, logger="storage"):
+            loaded = store.load()
+        assert [r.id for r in loaded] == ["good"]
+        assert loaded[0].data["audit"] == [entry(0), entry(1), entry(2)]
+        warned = {r.args[0]: r.getMessage() for r in caplog.records if r.name == "storage.postgres"}
+        assert set(warned) == {"bad_entry", "gap", "bad_meta", "bad_object"}
+        assert "seq 1" in warned["bad_entry"] and "seq 1 is missing" in warned["gap"]
+        assert "meta" in warned["bad_meta"] and "tasks/T1" in warned["bad_object"]
+        assert all("skipped while loading: " in message for message in warned.values())
+
+        assert [r.id for r in store.load(entries=False)] == ["bad_entry", "good"]
+        assert [h.id for h in store.load_held()] == ["bad_entry", "bad_object", "good"]
+        with pytest.raises(StoreError, match=r"^workspace 'bad_entry': the entry at seq 1 is not valid JSON"):
+            store.read_entries("bad_entry")
+        assert store.read_entries("bad_entry", 2) == [entry(2)]
     finally:
         store.close()
