@@ -25,7 +25,6 @@ __all__ = [
     "WORKSPACE_IDS",
     "Dialect",
     "Loaded",
-    "Unreadable",
     "decode_object",
     "entries_query",
     "load_queries",
@@ -55,7 +54,7 @@ class Dialect(msgspec.Struct, frozen=True, kw_only=True):
     refused: str  # true for a recorded refusal, false for an accepted call
 
 
-class Unreadable(Exception):
+class _Unreadable(Exception):
     """A row that cannot be decoded; loading skips its workspace."""
 
 
@@ -63,13 +62,13 @@ def _decode_value(text: bytes, what: str) -> Any:
     try:
         return decode(text)
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-        raise Unreadable(f"{what} is not valid JSON ({exc})") from None
+        raise _Unreadable(f"{what} is not valid JSON ({exc})") from None
 
 
 def decode_object(text: bytes, what: str) -> dict[str, Any]:
     value = _decode_value(text, what)
     if not isinstance(value, dict):
-        raise Unreadable(f"{what} is not a JSON object")
+        raise _Unreadable(f"{what} is not a JSON object")
     return value
 
 
@@ -77,7 +76,7 @@ def _entries(rows: list[tuple[int, bytes]], what: str) -> list[dict[str, Any]]:
     """Decode a run of entry rows, checking that seqs run 0, 1, 2, … ."""
     for i, (seq, _) in enumerate(rows):
         if seq != i:
-            raise Unreadable(f"{what}: seq {i} is missing (the next held is {seq})")
+            raise _Unreadable(f"{what}: seq {i} is missing (the next held is {seq})")
     # One decode of the whole run is several times faster than one per row;
     # fall back to row by row only to name the row that fails.
     try:
@@ -153,12 +152,12 @@ class Loaded(msgspec.Struct):
                 else:
                     count, low, high = self.shape.get(wid, (0, 0, -1))
                     if count and (low != 0 or high != count - 1):
-                        raise Unreadable(
+                        raise _Unreadable(
                             f"its audit log holds {count} entries but their seqs "
                             f"run {low}..{high}, so some seq is missing"
                         )
                     held = count
-            except Unreadable as exc:
+            except _Unreadable as exc:
                 _skip(log, source, wid, exc)
                 continue
             if stored_version != held:
@@ -187,7 +186,7 @@ def records(
                 for c, objs in held.objects.items()
                 for k, text in objs.items()
             ]
-        except Unreadable as exc:
+        except _Unreadable as exc:
             _skip(log, source, held.id, exc)
             continue
         data = assemble_snapshot(held.meta, entries, items)
@@ -244,7 +243,7 @@ def matching_entries(
     for seq, text in rows:
         try:
             entry = decode_object(text, f"the entry at seq {seq}")
-        except Unreadable as exc:
+        except _Unreadable as exc:
             raise StoreUnavailableError(
                 source,
                 f"workspace {workspace!r}{f' in {source}' if source else ''}: {exc}. "

@@ -19,7 +19,7 @@ from typing import Any
 
 from storage import _rows
 from storage._encode import EncodedChange, encode_change
-from storage._rows import Unreadable, decode_object
+from storage._rows import _Unreadable, decode_object
 from storage.records import change_from_record
 from storage.types import (
     COLLECTIONS,
@@ -219,7 +219,7 @@ class SqliteStore(Store):
                 data = decode_object(text, "its data")
                 change = change_from_record(WorkspaceRecord(wid, data, version, updated_at))
                 encoded = encode_change(change)
-            except (Unreadable, MalformedChangeError) as exc:
+            except (_Unreadable, MalformedChangeError) as exc:
                 log.warning(
                     "workspace %r was not migrated from the pre-0.3.2 table: %s; "
                     "its row is kept unchanged in the renamed table",
