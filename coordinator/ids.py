@@ -14,14 +14,33 @@ IdSource = Callable[[str], str]
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 # Two Crockford digits per 10 bits: 13 look-ups make the 26 characters.
 _PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]
-_SHIFTS = tuple(range(120, -10, -10))
+
+
+# The first ten characters are the time alone: kept for the millisecond.
+_last_time: tuple[int, str] = (-1, "")
 
 
 def ulid(epoch_ms: int, randomness: int) -> str:
     """A ULID: 48 bits of milliseconds then 80 bits of `randomness`, Crockford base32."""
-    value = (epoch_ms & (2**48 - 1)) << 80 | (randomness & (2**80 - 1))
+    global _last_time
+    epoch_ms &= 2**48 - 1
+    cached_ms, head = _last_time
+    if cached_ms != epoch_ms:
+        head = "".join([_PAIRS[(epoch_ms >> s) & 1023] for s in (40, 30, 20, 10, 0)])
+        _last_time = (epoch_ms, head)
+    r = randomness & (2**80 - 1)
     pairs = _PAIRS
-    return "".join([pairs[(value >> s) & 1023] for s in _SHIFTS])
+    return (
+        head
+        + pairs[r >> 70]
+        + pairs[(r >> 60) & 1023]
+        + pairs[(r >> 50) & 1023]
+        + pairs[(r >> 40) & 1023]
+        + pairs[(r >> 30) & 1023]
+        + pairs[(r >> 20) & 1023]
+        + pairs[(r >> 10) & 1023]
+        + pairs[r & 1023]
+    )
 
 
 # Ids need to be unique, not secret (they are visible in the log and grant
