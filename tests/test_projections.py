@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 from chap_analytics import watch
 from client import Client, Http, env
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from servers import Serve
 
@@ -426,12 +426,14 @@ def assert_matches_chap_analytics(
         else:
             assert _iso(ours["requested_at"])[i] == _times(theirs["requested_at"])[i]
             assert float(ours["latency_s"][i]) == pytest.approx(float(theirs["latency_s"][i]))
-    # escalations: one row per successor task chap-analytics shows
-    escalated = frame(
-        connection, "SELECT task_id, ts FROM analytics_decisions WHERE kind = 'escalate' ORDER BY task_id")
-    successors = frames.tasks[frames.tasks["supersedes"].notna()].sort_values("supersedes")
-    assert list(escalated["task_id"]) == list(successors["supersedes"])
-    assert _iso(escalated["ts"]) == _times(successors["created_at"])
+    # escalations: one row per successor task chap-analytics shows, dated at
+    # the successor's creation. A task escalated twice has two successors:
+    # compared as sorted (task, time) pairs, since ordering by the task alone
+    # leaves those two in no particular order on either side.
+    escalated = frame(connection, "SELECT task_id, ts FROM analytics_decisions WHERE kind = 'escalate'")
+    successors = frames.tasks[frames.tasks["supersedes"].notna()]
+    assert sorted(zip(escalated["task_id"], _iso(escalated["ts"]), strict=True)) == sorted(
+        zip(successors["supersedes"], _times(successors["created_at"]), strict=True))
     tasks = frame(
         connection,
         "SELECT task_id, kind, delegator, assignee, state, created_at, decided_at "
@@ -482,8 +484,14 @@ def test_the_tables_match_chap_analytics_on_the_same_log(tmp_path: Path) -> None
     coord.close()
 
 
+# One task escalated twice (accepted both times): two successors of one task.
+TWICE_ESCALATED = [("create", 0, 0), ("create", 0, 0), ("escalate", 0, 0), ("escalate", 0, 0),
+                   ("start", 3, 0)]
+
+
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=OPS)
+@example(ops=TWICE_ESCALATED)
 def test_chap_analytics_figures_equal_the_projection_for_random_workloads(
     ops: list[tuple[str, int, int]],
 ) -> None:
@@ -493,6 +501,26 @@ def test_chap_analytics_figures_equal_the_projection_for_random_workloads(
     wl.run(coord, ops)
     frames = chap_analytics.frames(chap_analytics.from_coordinator(coord, wl.WS))
     assert_matches_chap_analytics(live.projection.connection, frames, coord.snapshot(wl.WS)["audit"])
+
+
+def test_a_task_escalated_twice_has_one_row_per_escalation_dated_as_its_successor() -> None:
+    coord = make()
+    live = coord.attach(AnalyticsProjection(":memory:"))
+    wl.setup(coord)
+    wl.run(coord, TWICE_ESCALATED)
+    log = coord.snapshot(wl.WS)["audit"]
+    raised = [e for e in log if e["envelope"]["method"] == "escalate.raise"]
+    frames = chap_analytics.frames(chap_analytics.from_coordinator(coord, wl.WS))
+    successors = frames.tasks[frames.tasks["supersedes"].notna()]
+    (original,) = {e["envelope"]["params"]["original_task_id"] for e in raised}
+    assert list(successors["supersedes"]) == [original, original]
+    # each escalation's row is at its entry's arrival, which is when its successor was made
+    rows = live.projection.connection.execute(
+        "SELECT seq, task_id, ts FROM analytics_decisions WHERE kind = 'escalate' ORDER BY seq").fetchall()
+    assert rows == [(e["seq"], original, e["arrived"]) for e in raised]
+    assert sorted(_times(successors["created_at"])) == _iso(pd.Series([ts for _, _, ts in rows]))
+    assert_matches_chap_analytics(live.projection.connection, frames, log)
+    coord.close()
 
 
 def test_chap_analytics_reads_a_chapline_coordinator_through_every_entry_point() -> None:
