@@ -9,6 +9,7 @@ or in the database a PostgresStore writes, as the test says."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -27,11 +28,20 @@ import httpx
 import psycopg
 import pytest
 from client import Http, env
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pgserver import PgServer
 from servers import Serve
-from test_projections import _WORKER, OPS, ROOT, assert_matches_chap_analytics, fold, make, tables
+from test_projections import (
+    _WORKER,
+    OPS,
+    ROOT,
+    TWICE_ESCALATED,
+    assert_matches_chap_analytics,
+    fold,
+    make,
+    tables,
+)
 
 from coordinator import Change, Coordinator, CounterIds, StepClock
 from coordinator.projections import AnalyticsProjection, ProjectionError
@@ -72,56 +82,54 @@ def fresh_database(pg_server: PgServer) -> str:
 def test_live_and_caught_up_tables_equal_a_fold_of_the_log_and_objects(
     new_target: Callable[[], str], ops: list[tuple[str, int, int]], split: int, page: int
 ) -> None:
-    coord = make()
-    live = coord.attach(AnalyticsProjection(new_target()))
-    wl.setup(coord)
-    tasks: list[str] = []
-    for action, t, h in ops[:split]:
-        wl.run_one(coord, wl.WS, tasks, action, t, h)
-    later = coord.attach(AnalyticsProjection(new_target()), page_size=page)  # half-way
-    for action, t, h in ops[split:]:
-        wl.run_one(coord, wl.WS, tasks, action, t, h)
-    after = coord.attach(AnalyticsProjection(new_target()), page_size=page)  # at the end
-    expected = fold(coord.snapshot(wl.WS))
-    for attachment in (live, later, after):
-        assert attachment.state == "live"
-        assert tables(attachment.projection.connection) == expected
-    coord.close()
+    with make() as coord:  # closes the projections' connections, failing or not
+        live = coord.attach(AnalyticsProjection(new_target()))
+        wl.setup(coord)
+        tasks: list[str] = []
+        for action, t, h in ops[:split]:
+            wl.run_one(coord, wl.WS, tasks, action, t, h)
+        later = coord.attach(AnalyticsProjection(new_target()), page_size=page)  # half-way
+        for action, t, h in ops[split:]:
+            wl.run_one(coord, wl.WS, tasks, action, t, h)
+        after = coord.attach(AnalyticsProjection(new_target()), page_size=page)  # at the end
+        expected = fold(coord.snapshot(wl.WS))
+        for attachment in (live, later, after):
+            assert attachment.state == "live"
+            assert tables(attachment.projection.connection) == expected
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=OPS)
+@example(ops=TWICE_ESCALATED)
 def test_chap_analytics_figures_equal_the_projection_for_random_workloads(
     new_target: Callable[[], str], ops: list[tuple[str, int, int]]
 ) -> None:
-    coord = make()
-    live = coord.attach(AnalyticsProjection(new_target()))
-    wl.setup(coord)
-    wl.run(coord, ops)
-    frames = chap_analytics.frames(chap_analytics.from_coordinator(coord, wl.WS))
-    assert_matches_chap_analytics(live.projection.connection, frames, coord.snapshot(wl.WS)["audit"])
-    coord.close()
+    with make() as coord:
+        live = coord.attach(AnalyticsProjection(new_target()))
+        wl.setup(coord)
+        wl.run(coord, ops)
+        frames = chap_analytics.frames(chap_analytics.from_coordinator(coord, wl.WS))
+        assert_matches_chap_analytics(live.projection.connection, frames, coord.snapshot(wl.WS)["audit"])
 
 
 def test_the_tables_in_the_stores_own_database_match_chap_analytics(
     fresh_database: str, new_target: Callable[[], str]
 ) -> None:
-    coord = make(PostgresStore(fresh_database))
-    live = coord.attach(AnalyticsProjection(fresh_database))  # beside chap_entries
-    wl.desk(coord)
-    caught_up = coord.attach(AnalyticsProjection(new_target()))
-    log = coord.snapshot(wl.WS)["audit"]
-    frames = chap_analytics.frames(chap_analytics.from_coordinator(coord, wl.WS))
-    assert len(frames.decisions) >= 7 and len(frames.refusals) >= 1
-    for attachment in (live, caught_up):
-        assert_matches_chap_analytics(attachment.projection.connection, frames, log)
+    with make(PostgresStore(fresh_database)) as coord:
+        live = coord.attach(AnalyticsProjection(fresh_database))  # beside chap_entries
+        wl.desk(coord)
+        caught_up = coord.attach(AnalyticsProjection(new_target()))
+        log = coord.snapshot(wl.WS)["audit"]
+        frames = chap_analytics.frames(chap_analytics.from_coordinator(coord, wl.WS))
+        assert len(frames.decisions) >= 7 and len(frames.refusals) >= 1
+        for attachment in (live, caught_up):
+            assert_matches_chap_analytics(attachment.projection.connection, frames, log)
     # SQL tools read the view with a float latency, as on SQLite
     with psycopg.connect(fresh_database) as reader:
         latencies = reader.execute(
             "SELECT latency_s FROM analytics_decisions WHERE kind = 'approve'"
         ).fetchall()
     assert latencies and all(isinstance(latency, float) for (latency,) in latencies)
-    coord.close()
 
 
 def test_restarts_catch_up_with_no_gap_and_no_duplicate(fresh_database: str) -> None:
@@ -176,7 +184,15 @@ def test_writers_racing_on_one_projection_apply_each_entry_once(
     (on SQLite too, whose file the threads share)."""
     changes, snapshot = _changes(80)
     target = new_target() if kind == "postgresql" else str(tmp_path / "analytics.db")
-    projections = [AnalyticsProjection(target) for _ in range(4)]
+    projections: list[AnalyticsProjection] = []
+    with contextlib.ExitStack() as closing:  # every connection closed, failing or not
+        for _ in range(4):
+            projections.append(AnalyticsProjection(target))
+            closing.callback(projections[-1].close)
+        _race(projections, changes, snapshot)
+
+
+def _race(projections: list[AnalyticsProjection], changes: list[Change], snapshot: dict[str, Any]) -> None:
     pages = [changes[i : i + 5] for i in range(0, len(changes), 5)]
     errors: list[BaseException] = []
     start = threading.Barrier(len(projections))
@@ -201,12 +217,18 @@ def test_writers_racing_on_one_projection_apply_each_entry_once(
     for projection in projections:
         assert tables(projection.connection) == expected
         assert projection.cursors() == {wl.WS: len(changes)}
-        projection.close()
 
 
 def test_two_coordinators_feeding_one_projection_count_each_entry_once(fresh_database: str) -> None:
-    a = Coordinator(PostgresStore(fresh_database, watch=True), clock=StepClock(), ids=CounterIds())
-    b = Coordinator(PostgresStore(fresh_database, watch=True), clock=StepClock(), ids=CounterIds())
+    with contextlib.ExitStack() as closing:  # both closed, failing or not
+        a = closing.enter_context(
+            Coordinator(PostgresStore(fresh_database, watch=True), clock=StepClock(), ids=CounterIds()))
+        b = closing.enter_context(
+            Coordinator(PostgresStore(fresh_database, watch=True), clock=StepClock(), ids=CounterIds()))
+        _feed_from_two(a, b, fresh_database)
+
+
+def _feed_from_two(a: Coordinator, b: Coordinator, fresh_database: str) -> None:
     wl.setup(a)
     on_a = a.attach(AnalyticsProjection(fresh_database))
     on_b = b.attach(AnalyticsProjection(fresh_database))
@@ -223,8 +245,6 @@ def test_two_coordinators_feeding_one_projection_count_each_entry_once(fresh_dat
     # skipped those the other had applied already
     assert tables(on_a.projection.connection) == fold(snapshot)
     assert on_b.projection.cursors() == {wl.WS: len(snapshot["audit"])}
-    a.close()
-    b.close()
 
 
 def test_two_processes_killed_at_random_moments_equal_a_rebuilt_projection(
@@ -265,21 +285,20 @@ def test_two_processes_killed_at_random_moments_equal_a_rebuilt_projection(
 def test_a_broken_connection_is_reported_and_replaced_on_the_retry(
     fresh_database: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    coord = make()
-    attachment = coord.attach(AnalyticsProjection(fresh_database))
-    wl.setup(coord)
-    with psycopg.connect(fresh_database, autocommit=True) as admin:  # as a server restart would
-        admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        )
-    with caplog.at_level(logging.ERROR, logger="chapline"):
-        wl.run(coord, [("create", 0, 0), ("start", 0, 0)])
-    assert attachment.state == "behind" and "ProjectionError" in str(attachment.error)
-    assert len(caplog.records) == 1  # once, not once per call
-    assert attachment.catch_up() == 2  # on a new connection, from the cursor
-    assert tables(attachment.projection.connection) == fold(coord.snapshot(wl.WS))
-    coord.close()
+    with make() as coord:
+        attachment = coord.attach(AnalyticsProjection(fresh_database))
+        wl.setup(coord)
+        with psycopg.connect(fresh_database, autocommit=True) as admin:  # as a server restart would
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        with caplog.at_level(logging.ERROR, logger="chapline"):
+            wl.run(coord, [("create", 0, 0), ("start", 0, 0)])
+        assert attachment.state == "behind" and "ProjectionError" in str(attachment.error)
+        assert len(caplog.records) == 1  # once, not once per call
+        assert attachment.catch_up() == 2  # on a new connection, from the cursor
+        assert tables(attachment.projection.connection) == fold(coord.snapshot(wl.WS))
 
 
 def test_an_unreachable_target_is_a_projection_error_that_names_no_secret() -> None:

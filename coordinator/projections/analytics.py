@@ -201,7 +201,11 @@ class AnalyticsProjection:
         self.name = name
         self.target = target
         self.db = open_target(target)
-        self.db.create(_TABLES, _VIEWS)
+        try:
+            self.db.create(_TABLES, _VIEWS)
+        except BaseException:
+            self.db.close()  # nobody else holds it: a failed open leaks no connection
+            raise
 
     @property
     def connection(self) -> Any:

@@ -226,11 +226,15 @@ class PostgresTarget(SqlTarget):
 
         with self._errors("opened"):
             connection = psycopg.connect(self.target, autocommit=True, connect_timeout=self._timeout)
-            # As on SQLite (open_sqlite): commits are atomic but not waited on
-            # to reach the disk. A server crash may take back the last few,
-            # their cursor with them, and the entries are read from the store
-            # again. This session only: the store's connection is unaffected.
-            connection.execute("SET synchronous_commit = off")
+            try:
+                # As on SQLite (open_sqlite): commits are atomic but not waited on
+                # to reach the disk. A server crash may take back the last few,
+                # their cursor with them, and the entries are read from the store
+                # again. This session only: the store's connection is unaffected.
+                connection.execute("SET synchronous_commit = off")
+            except BaseException:
+                connection.close()
+                raise
             return connection
 
     @contextmanager
