@@ -17,6 +17,7 @@ from typing import Any
 
 import chap_analytics
 import httpx
+import msgspec
 import pandas as pd
 import pytest
 from chap_analytics import watch
@@ -35,8 +36,16 @@ from coordinator import (
     UnknownWorkspaceError,
 )
 from coordinator.model import Task
-from coordinator.projections import AnalyticsProjection, CallbackProjection
-from coordinator.projections.analytics import SETTLED, epoch_ms
+from coordinator.projections import AnalyticsProjection, CallbackProjection, ProjectionError
+from coordinator.projections.analytics import (
+    DECISION_METHODS,
+    SETTLED,
+    _Call,
+    creation_key,
+    epoch_ms,
+    moves,
+)
+from coordinator.projections.times import call_moment
 from storage import MemoryStore, SqliteStore
 from tests import projection_workload as wl
 
@@ -308,44 +317,73 @@ def test_a_callback_projection_delivers_at_least_once_with_seq(tmp_path: Path) -
 # -- the analytics projection ------------------------------------------------
 
 
+TABLES = ("analytics_tasks", "analytics_reviews", "analytics_decision_log", "analytics_counts",
+          "analytics_task_calls")
+
+
 def tables(connection: Any) -> dict[str, list[tuple[Any, ...]]]:
     out = {}
-    for table in ("analytics_tasks", "analytics_reviews", "analytics_decision_log", "analytics_counts"):
+    for table in TABLES:
         out[table] = sorted(connection.execute(f"SELECT * FROM {table}").fetchall(), key=repr)
     return out
 
 
+MOVES = {"task.create": "", "task.complete": "completed review_requested",
+         "review.request": "review_requested", "decide.approve": "completed review_requested",
+         "decide.reject": "declined in_progress", "decide.override": "completed",
+         "abstain.declare": "abstained", "escalate.raise": "escalated"}
+
+
 def fold(snapshot: dict[str, Any]) -> dict[str, list[tuple[Any, ...]]]:
-    """The analytics tables of one workspace computed from its snapshot: the
-    decisions and counts from the log, the tasks and reviews from the objects."""
+    """The analytics tables of one workspace computed from its snapshot at
+    once: the calls, decisions and counts from the log, the tasks and reviews
+    from the objects, dated by the calls that made their moves."""
     wid = snapshot["id"]
     log = snapshot["audit"]
     accepted = [e for e in log if e.get("envelope") is not None]
-    kinds = {"decide.approve": "approve", "decide.reject": "reject", "decide.override": "override",
-             "abstain.declare": "abstain", "escalate.raise": "escalate"}
-    decisions = []
+    decisions, calls = [], []
     for e in accepted:
-        call = e["envelope"]
-        kind = kinds.get(call["method"])
-        if kind:
-            p = call["params"]
-            task = p.get("original_task_id") if kind == "escalate" else p.get("task_id")
-            decisions.append((wid, e["seq"], task, p.get("from"), kind, e["arrived"], epoch_ms(e["arrived"])))
+        method, p = e["envelope"]["method"], e["envelope"]["params"]
+        if method not in MOVES and method != "task.update":
+            continue
+        at, ms = call_moment(p, e["arrived"])
+        task = p.get("original_task_id") if method == "escalate.raise" else p.get("task_id")
+        if method in DECISION_METHODS:
+            decisions.append((wid, e["seq"], task, p.get("from"), DECISION_METHODS[method], at, ms))
+        creates = (creation_key(["task.create", e["arrived"], p.get("from"), p.get("kind"), p.get("input")])
+                   if method == "task.create" else
+                   creation_key(["escalate.raise", e["arrived"], task]) if method == "escalate.raise" else None)
+        moves_to = p.get("state") if method == "task.update" else MOVES[method]
+        calls.append((wid, e["seq"], task, method, p.get("from"), e["arrived"],
+                      moves_to if isinstance(moves_to, str) else "", creates, at, ms))
+    objects = {tid: msgspec.convert(t, Task) for tid, t in snapshot["tasks"].items()}
+    # tasks and creating calls with one key, paired in order (tasks by id, calls by seq)
+    created: dict[str, Any] = {}
+    for key in {c[7] for c in calls if c[7] is not None}:
+        ids = sorted(tid for tid, t in objects.items() if (
+            creation_key(["escalate.raise", t.created_at, t.supersedes]) if t.supersedes
+            else creation_key(["task.create", t.created_at, t.delegator, t.kind, t.input])) == key)
+        for tid, c in zip(ids, [c for c in calls if c[7] == key], strict=False):
+            created[tid] = ((c[8], c[9]), c[1])
     tasks, reviews = [], []
-    for t in snapshot["tasks"].values():
-        states = [h["state"] for h in t["history"]]
-        decided = t["history"][-1]["ts"] if t["state"] in SETTLED else None
-        rr = t.get("review_required")
-        tasks.append((wid, t["id"], t["kind"], t["delegator"], t["assignee"], t["mode"], t["state"],
-                      None if rr is None else int(rr), t["created_at"], epoch_ms(t["created_at"]),
-                      decided, epoch_ms(decided)))
+    for tid, t in objects.items():
+        first = created.get(tid, ((t.created_at, epoch_ms(t.created_at)), None))
+        naming = [_Call(c[1], c[3], c[4], c[5], c[6], c[8], c[9]) for c in calls if c[2] == tid]
+        dated = moves(t, naming, first)
+        (decided, decided_ms), decided_seq = dated[-1] if t.state in SETTLED else ((None, None), None)
+        rr = t.review_required
+        tasks.append((wid, tid, t.kind, t.delegator, t.assignee, t.mode, t.state,
+                      None if rr is None else int(rr), first[0][0], first[0][1], first[1],
+                      decided, decided_ms, decided_seq))
+        states = [h.state for h in t.history]
         n = 0
-        for i, h in enumerate(t["history"]):
-            if h["state"] == "review_requested" and (i == 0 or states[i - 1] != "review_requested"):
-                closing = next((x for x in t["history"][i:] if x["state"] != "review_requested"), None)
-                reviews.append((wid, t["id"], n, h["ts"], epoch_ms(h["ts"]),
-                                closing and closing["ts"], closing and epoch_ms(closing["ts"]),
-                                closing and closing["state"]))
+        for i, h in enumerate(t.history):
+            if h.state == "review_requested" and (i == 0 or states[i - 1] != "review_requested"):
+                closing = next((j for j in range(i, len(states)) if states[j] != "review_requested"), None)
+                (opened, opened_ms), opened_seq = dated[i]
+                (closed, closed_ms), closed_seq = dated[closing] if closing else ((None, None), None)
+                reviews.append((wid, tid, n, opened, opened_ms, opened_seq, closed, closed_ms, closed_seq,
+                                closing and states[closing]))
                 n += 1
     counts = [(wid, len(log), len(accepted), len(log) - len(accepted))] if log else []
     return {
@@ -353,6 +391,7 @@ def fold(snapshot: dict[str, Any]) -> dict[str, list[tuple[Any, ...]]]:
         "analytics_reviews": sorted(reviews, key=repr),
         "analytics_decision_log": sorted(decisions, key=repr),
         "analytics_counts": counts,
+        "analytics_task_calls": sorted(calls, key=repr),
     }
 
 
@@ -405,10 +444,10 @@ def assert_matches_chap_analytics(
     connection: Any, frames: chap_analytics.Frames, log: list[dict[str, Any]]
 ) -> None:
     """Our tables give chap-analytics' figures. One deliberate difference: a
-    review opened by task.complete (review_required) is dated at that call,
-    as the coordinator's review object dates it; chap-analytics 0.2.4 dates
-    some of those passes at their first decision instead (latency 0 in the
-    fixed desk), so for those decisions ours is checked against the log."""
+    review opened by task.complete (review_required) is dated at that call
+    (its ts, else its arrival); chap-analytics 0.2.4 dates some of those
+    passes at their first decision instead, so for those decisions ours is
+    checked against the log."""
     ours = frame(
         connection,
         "SELECT seq, task_id, reviewer, kind, ts, requested_at, latency_s FROM analytics_decisions "
@@ -461,7 +500,7 @@ def _opened_by_complete(log: list[dict[str, Any]]) -> dict[int, str]:
             continue
         task = call["params"].get("task_id")
         if call["method"] == "task.complete":
-            opened[task] = e["arrived"]
+            opened[task] = call_moment(call["params"], e["arrived"])[0]
         elif call["method"] == "review.request":
             opened[task] = None
         elif call["method"].startswith(("decide.", "abstain.")) and opened.get(task):
@@ -503,6 +542,64 @@ def test_chap_analytics_figures_equal_the_projection_for_random_workloads(
     assert_matches_chap_analytics(live.projection.connection, frames, coord.snapshot(wl.WS)["audit"])
 
 
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=OPS, page=st.integers(1, 7))
+@example(ops=TWICE_ESCALATED, page=1)
+def test_calls_in_one_millisecond_are_dated_and_linked_in_log_order(
+    ops: list[tuple[str, int, int]], page: int
+) -> None:
+    # every call arrives in the same millisecond: reviews and creations are
+    # told apart by the log's order and the calls' own ts, never by arrival
+    coord = Coordinator(clock=StepClock(step_ms=0), ids=CounterIds())
+    live = coord.attach(AnalyticsProjection(":memory:"))
+    wl.setup(coord)
+    wl.run(coord, [*wl.DESK_OPS, *ops])
+    after = coord.attach(AnalyticsProjection(":memory:"), page_size=page)
+    snapshot = coord.snapshot(wl.WS)
+    frames = chap_analytics.frames(chap_analytics.from_coordinator(coord, wl.WS))
+    for attachment in (live, after):
+        assert tables(attachment.projection.connection) == fold(snapshot)
+        assert_matches_chap_analytics(attachment.projection.connection, frames, snapshot["audit"])
+
+
+def test_the_real_clock_gives_chap_analytics_figures() -> None:
+    # several reviews of one task open within a millisecond or two here
+    for _ in range(5):
+        coord = Coordinator()
+        live = coord.attach(AnalyticsProjection(":memory:"))
+        wl.desk(coord)
+        snapshot = coord.snapshot(wl.WS)
+        frames = chap_analytics.frames(chap_analytics.from_coordinator(coord, wl.WS))
+        assert_matches_chap_analytics(live.projection.connection, frames, snapshot["audit"])
+        assert tables(live.projection.connection) == fold(snapshot)
+
+
+def test_a_projection_of_the_earlier_schema_is_refused_until_cleared(tmp_path: Path) -> None:
+    target = str(tmp_path / "old.db")
+    old = sqlite3.connect(target)
+    old.execute("CREATE TABLE analytics_tasks (workspace TEXT NOT NULL, task_id TEXT NOT NULL, "
+                "state TEXT NOT NULL, created_at TEXT, created_ms BIGINT, PRIMARY KEY (workspace, task_id))")
+    old.execute("CREATE TABLE chapline_cursors (projection TEXT NOT NULL, workspace TEXT NOT NULL, "
+                "next_seq BIGINT NOT NULL, PRIMARY KEY (projection, workspace))")
+    old.execute("INSERT INTO chapline_cursors VALUES ('analytics', 'wsp_desk', 40)")
+    old.execute("CREATE VIEW analytics_decisions AS SELECT 1 AS seq")
+    old.commit()
+    with pytest.raises(ProjectionError, match="no column created_seq") as refused:
+        AnalyticsProjection(target)
+    statements = str(refused.value).split("(", 1)[1].rsplit(")", 1)[0]
+    assert "DROP TABLE analytics_tasks" in statements
+    # doing what the message says clears it; the next attach rebuilds from the log
+    for statement in statements.split("; "):
+        old.execute(statement.replace("DROP TABLE", "DROP TABLE IF EXISTS"))
+    old.commit()
+    old.close()
+    coord = make()
+    wl.desk(coord)
+    rebuilt = coord.attach(AnalyticsProjection(target))
+    assert tables(rebuilt.projection.connection) == fold(coord.snapshot(wl.WS))
+    coord.close()
+
+
 def test_a_task_escalated_twice_has_one_row_per_escalation_dated_as_its_successor() -> None:
     coord = make()
     live = coord.attach(AnalyticsProjection(":memory:"))
@@ -514,10 +611,11 @@ def test_a_task_escalated_twice_has_one_row_per_escalation_dated_as_its_successo
     successors = frames.tasks[frames.tasks["supersedes"].notna()]
     (original,) = {e["envelope"]["params"]["original_task_id"] for e in raised}
     assert list(successors["supersedes"]) == [original, original]
-    # each escalation's row is at its entry's arrival, which is when its successor was made
+    # each escalation's row is at its call's time, which is when its successor was made
     rows = live.projection.connection.execute(
         "SELECT seq, task_id, ts FROM analytics_decisions WHERE kind = 'escalate' ORDER BY seq").fetchall()
-    assert rows == [(e["seq"], original, e["arrived"]) for e in raised]
+    assert rows == [(e["seq"], original, call_moment(e["envelope"]["params"], e["arrived"])[0])
+                    for e in raised]
     assert sorted(_times(successors["created_at"])) == _iso(pd.Series([ts for _, _, ts in rows]))
     assert_matches_chap_analytics(live.projection.connection, frames, log)
     coord.close()

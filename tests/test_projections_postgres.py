@@ -311,6 +311,32 @@ def test_an_unreachable_target_is_a_projection_error_that_names_no_secret() -> N
     assert "cannot be reached" in str(caught.value)
 
 
+def test_tables_of_the_earlier_schema_are_refused_until_cleared(new_target: Callable[[], str]) -> None:
+    target = new_target()
+    with psycopg.connect(target, autocommit=True) as old:
+        old.execute("CREATE TABLE analytics_tasks (workspace TEXT NOT NULL, task_id TEXT NOT NULL, "
+                    "state TEXT NOT NULL, created_ms BIGINT, PRIMARY KEY (workspace, task_id))")
+        old.execute("CREATE VIEW analytics_decisions AS SELECT workspace, task_id FROM analytics_tasks")
+        old.execute("CREATE TABLE chapline_cursors (projection TEXT NOT NULL, workspace TEXT NOT NULL, "
+                    "next_seq BIGINT NOT NULL, PRIMARY KEY (projection, workspace))")
+        old.execute("INSERT INTO chapline_cursors VALUES ('analytics', 'wsp_desk', 40)")
+    with pytest.raises(ProjectionError, match="no column created_seq") as refused:
+        AnalyticsProjection(target)
+    statements = str(refused.value).split("(", 1)[1].rsplit(")", 1)[0]
+    with psycopg.connect(target, autocommit=True) as old:
+        # the refusal made nothing: the new table is not there either
+        assert old.execute("SELECT to_regclass('analytics_task_calls')").fetchone() == (None,)
+        for statement in statements.split("; "):
+            old.execute(statement.replace("DROP TABLE", "DROP TABLE IF EXISTS"))
+    coord = make()
+    wl.desk(coord)
+    rebuilt = coord.attach(AnalyticsProjection(target))
+    try:
+        assert tables(rebuilt.projection.connection) == fold(coord.snapshot(wl.WS))
+    finally:
+        coord.close()
+
+
 def _closed_port() -> int:
     import socket
 

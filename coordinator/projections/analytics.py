@@ -14,32 +14,40 @@ analytics=TARGET`) and any SQL tool can read, as calls arrive:
 - `analytics_decision_log`, one row per accepted decision entry (approve,
   reject, override, abstain, escalate): seq, task, reviewer, time;
 - `analytics_decisions`, a view adding the pass the decision answered
-  (requested_at), latency_s, and the task's kind and assignee;
-- `analytics_counts`, entries, accepted and refused per workspace.
+  (the last opened before it in the log), latency_s, and the task's kind
+  and assignee;
+- `analytics_counts`, entries, accepted and refused per workspace;
+- `analytics_task_calls`, the accepted calls that create or move a task,
+  with the time each is dated by (what the other tables are dated from).
 
-Times are the entries' ISO text, with `*_ms` epoch-millisecond twins for
-arithmetic. The tasks and reviews are a function of the task objects; the
-decisions and counts, of the log. The tables, their SQL and the fold are
-written once (sql.py runs them on either database). Rows, counts and the
-cursor (`chapline_cursors`) change in one transaction, which first locks the
-cursors it moves and skips what another writer already applied: every entry
-is applied exactly once, across crashes, restarts and several processes
-feeding one target. The target may be the coordinator's own database
-(separate tables, its own connection and transaction).
+Every time is the one chap-analytics 0.2.4 takes: the call's own
+`params.ts` when it reads as a time, else the entry's arrival (times.py).
+A task's moves are matched to the calls that made them (the `*_seq`
+columns); a move no dated call made keeps the object's own time. Times are
+ISO text, with `*_ms` epoch-millisecond twins for arithmetic. The tables
+are a function of the log and the task objects. The tables, their SQL and
+the fold are written once (sql.py runs them on either database). Rows,
+counts and the cursor (`chapline_cursors`) change in one transaction, which
+first locks the cursors it moves and skips what another writer already
+applied: every entry is applied exactly once, across crashes, restarts and
+several processes feeding one target. The target may be the coordinator's
+own database (separate tables, its own connection and transaction).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
+from coordinator.canonical import CanonicalError, canonical_bytes
 from coordinator.listeners import Change
 from coordinator.model import Task
-from coordinator.projections.sql import ProjectionError, open_target
+from coordinator.projections.sql import ProjectionError, SqlTarget, open_target
+from coordinator.projections.times import Moment, call_moment, parse_time
 
-__all__ = ["DECISION_METHODS", "SETTLED", "AnalyticsProjection", "epoch_ms"]
+__all__ = ["DECISION_METHODS", "SETTLED", "AnalyticsProjection", "creation_key", "epoch_ms", "moves"]
 
 DECISION_METHODS = {
     "decide.approve": "approve",
@@ -50,38 +58,62 @@ DECISION_METHODS = {
 }
 # The states in which chap-analytics counts a task as settled.
 SETTLED = frozenset({"completed", "declined", "abstained", "escalated", "cancelled", "superseded"})
+# The calls that date a task's moves, and the states each can move the task
+# it names into (task.update: the state it asks for).
+_MOVES = {
+    "task.create": "",
+    "task.update": None,
+    "task.complete": "completed review_requested",
+    "review.request": "review_requested",
+    "decide.approve": "completed review_requested",
+    "decide.reject": "declined in_progress",
+    "decide.override": "completed",
+    "abstain.declare": "abstained",
+    "escalate.raise": "escalated",
+}
 
-# SQL both SQLite and PostgreSQL take (times in ms need BIGINT on PostgreSQL).
+# SQL both SQLite and PostgreSQL take (BIGINT for seq and counts).
 _TABLES = (
     """CREATE TABLE IF NOT EXISTS analytics_tasks (
     workspace TEXT NOT NULL, task_id TEXT NOT NULL, kind TEXT, delegator TEXT,
     assignee TEXT, mode TEXT, state TEXT NOT NULL, review_required INTEGER,
-    created_at TEXT, created_ms BIGINT, decided_at TEXT, decided_ms BIGINT,
+    created_at TEXT, created_ms DOUBLE PRECISION, created_seq BIGINT,
+    decided_at TEXT, decided_ms DOUBLE PRECISION, decided_seq BIGINT,
     PRIMARY KEY (workspace, task_id))""",
     """CREATE TABLE IF NOT EXISTS analytics_reviews (
     workspace TEXT NOT NULL, task_id TEXT NOT NULL, review_index INTEGER NOT NULL,
-    requested_at TEXT NOT NULL, requested_ms BIGINT, closed_at TEXT, closed_ms BIGINT,
-    closed_as TEXT,
+    requested_at TEXT NOT NULL, requested_ms DOUBLE PRECISION, requested_seq BIGINT,
+    closed_at TEXT, closed_ms DOUBLE PRECISION, closed_seq BIGINT, closed_as TEXT,
     PRIMARY KEY (workspace, task_id, review_index))""",
     """CREATE TABLE IF NOT EXISTS analytics_decision_log (
     workspace TEXT NOT NULL, seq BIGINT NOT NULL, task_id TEXT, reviewer TEXT,
-    kind TEXT NOT NULL, ts TEXT NOT NULL, ts_ms BIGINT,
+    kind TEXT NOT NULL, ts TEXT NOT NULL, ts_ms DOUBLE PRECISION,
     PRIMARY KEY (workspace, seq))""",
     """CREATE TABLE IF NOT EXISTS analytics_counts (
     workspace TEXT PRIMARY KEY, entries BIGINT NOT NULL, accepted BIGINT NOT NULL,
     refused BIGINT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS analytics_task_calls (
+    workspace TEXT NOT NULL, seq BIGINT NOT NULL, task_id TEXT, method TEXT NOT NULL,
+    sender TEXT, arrived TEXT NOT NULL, moves TEXT NOT NULL, creates TEXT,
+    at TEXT NOT NULL, at_ms DOUBLE PRECISION,
+    PRIMARY KEY (workspace, seq))""",
+    "CREATE INDEX IF NOT EXISTS analytics_task_calls_task ON analytics_task_calls (workspace, task_id)",
+    "CREATE INDEX IF NOT EXISTS analytics_task_calls_creates ON analytics_task_calls (workspace, creates)",
+    "CREATE INDEX IF NOT EXISTS analytics_tasks_created ON analytics_tasks (workspace, created_seq)",
 )
+# Present only in this schema: a table without it was made by an earlier one.
+_NEEDS = {"analytics_tasks": "created_seq", "analytics_reviews": "requested_seq"}
 _VIEWS = {
     "analytics_decisions": """
 SELECT d.workspace, d.seq, d.task_id, d.reviewer, d.kind, d.ts, d.ts_ms,
        r.requested_at, r.requested_ms, r.review_index,
-       CAST(d.ts_ms - r.requested_ms AS DOUBLE PRECISION) / 1000 AS latency_s,
-       t.kind AS task_kind, t.assignee
+       (d.ts_ms - r.requested_ms) / 1000 AS latency_s,
+       t.kind AS task_kind, t.assignee, r.requested_seq
 FROM analytics_decision_log d
 LEFT JOIN analytics_reviews r ON r.workspace = d.workspace AND r.task_id = d.task_id
      AND r.review_index = (SELECT max(x.review_index) FROM analytics_reviews x
                            WHERE x.workspace = d.workspace AND x.task_id = d.task_id
-                             AND x.requested_ms <= d.ts_ms)
+                             AND x.requested_seq < d.seq)
 LEFT JOIN analytics_tasks t ON t.workspace = d.workspace AND t.task_id = d.task_id""",
 }
 
@@ -98,41 +130,102 @@ _PUT_DECISION = (
     "task_id = excluded.task_id, reviewer = excluded.reviewer, kind = excluded.kind, "
     "ts = excluded.ts, ts_ms = excluded.ts_ms"
 )
+_PUT_CALL = (
+    "INSERT INTO analytics_task_calls (workspace, seq, task_id, method, sender, arrived, moves, "
+    "creates, at, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (workspace, seq) DO NOTHING"
+)
 _PUT_TASK = (
     "INSERT INTO analytics_tasks (workspace, task_id, kind, delegator, assignee, mode, state, "
-    "review_required, created_at, created_ms, decided_at, decided_ms) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (workspace, task_id) DO UPDATE SET "
+    "review_required, created_at, created_ms, created_seq, decided_at, decided_ms, decided_seq) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (workspace, task_id) DO UPDATE SET "
     "kind = excluded.kind, delegator = excluded.delegator, assignee = excluded.assignee, "
     "mode = excluded.mode, state = excluded.state, review_required = excluded.review_required, "
     "created_at = excluded.created_at, created_ms = excluded.created_ms, "
-    "decided_at = excluded.decided_at, decided_ms = excluded.decided_ms"
+    "created_seq = excluded.created_seq, decided_at = excluded.decided_at, "
+    "decided_ms = excluded.decided_ms, decided_seq = excluded.decided_seq"
+)
+_REDATE_TASK = (
+    "UPDATE analytics_tasks SET created_at = ?, created_ms = ?, created_seq = ? "
+    "WHERE workspace = ? AND task_id = ?"
 )
 _DROP_REVIEWS = "DELETE FROM analytics_reviews WHERE workspace = ? AND task_id = ?"
 _PUT_REVIEW = (
     "INSERT INTO analytics_reviews (workspace, task_id, review_index, requested_at, "
-    "requested_ms, closed_at, closed_ms, closed_as) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    "requested_ms, requested_seq, closed_at, closed_ms, closed_seq, closed_as) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+_CHUNK = 500  # values per IN (...) list
 
 
-def epoch_ms(iso: Any) -> int | None:
-    """Milliseconds since the epoch of an entry's `YYYY-MM-DDTHH:MM:SS.mmmZ`
-    (None for anything else)."""
-    if not isinstance(iso, str) or not iso.endswith("Z"):
-        return None
+def epoch_ms(iso: Any) -> float | None:
+    """Epoch milliseconds of a time in the form times.py reads (None for anything else)."""
+    ns = parse_time(iso)
+    return None if ns is None else ns / 1_000_000
+
+
+def creation_key(parts: list[Any]) -> str | None:
+    """What pairs a created task with the call that created it: a digest of
+    `["task.create", arrived, from, kind, input]` (the call's, or the task's
+    created_at, delegator, kind, input) or `["escalate.raise", arrived,
+    original task]` (a successor's created_at and supersedes)."""
     try:
-        moment = datetime.fromisoformat(iso[:-1]).replace(tzinfo=UTC)
-    except ValueError:
+        return hashlib.sha256(canonical_bytes(parts)).hexdigest()
+    except CanonicalError:
         return None
-    return round(moment.timestamp() * 1000)
+
+
+def _task_key(task: Task) -> str | None:
+    if isinstance(task.supersedes, str):
+        return creation_key(["escalate.raise", task.created_at, task.supersedes])
+    return creation_key(["task.create", task.created_at, task.delegator, task.kind, task.input])
+
+
+@dataclass(frozen=True)
+class _Call:
+    """A dated call, as analytics_task_calls holds it."""
+
+    seq: int
+    method: str
+    sender: Any
+    arrived: str
+    moves: str
+    at: str
+    at_ms: float | None
+
+
+Dated = tuple[Moment, int | None]  # a time and the seq of the call it comes from
+
+
+def moves(task: Task, calls: Sequence[_Call], created: Dated) -> list[Dated]:
+    """The time and seq of each move in the task's history: the first is its
+    creation (`created`); each later one, the first call naming the task after
+    the previous match that arrived when the move was made, was sent by the
+    one who made it, and can move a task into its state; a move no such call
+    made keeps its own time (seq None)."""
+    if not task.history:
+        return []
+    out = [created]
+    position = 0
+    for record in task.history[1:]:
+        for i in range(position, len(calls)):
+            call = calls[i]
+            if call.arrived == record.ts and call.sender == record.from_ and record.state in call.moves.split():
+                out.append(((call.at, call.at_ms), call.seq))
+                position = i + 1
+                break
+        else:
+            out.append(((record.ts, epoch_ms(record.ts)), None))
+    return out
 
 
 @dataclass
 class _Fold:
     """What a run of changes does to the tables: counts to add per
-    workspace, decision rows, and each task's latest object."""
+    workspace, decision and call rows, and each task's latest object."""
 
     counts: dict[str, list[int]] = field(default_factory=dict)  # entries, accepted, refused
     decisions: list[tuple[Any, ...]] = field(default_factory=list)
+    calls: list[tuple[Any, ...]] = field(default_factory=list)
     tasks: dict[tuple[str, str], Task] = field(default_factory=dict)
     next_seqs: dict[str, int] = field(default_factory=dict)
 
@@ -148,26 +241,36 @@ def _fold(changes: Sequence[Change]) -> _Fold:
         counts[0] += 1
         counts[1 if accepted else 2] += 1
         if accepted and isinstance(entry.envelope, dict):
-            kind = DECISION_METHODS.get(entry.envelope.get("method"))  # type: ignore[arg-type]
-            if kind is not None:
-                params = entry.envelope.get("params") or {}
-                task_id = params.get("original_task_id" if kind == "escalate" else "task_id")
-                reviewer = params.get("from")
-                out.decisions.append((
-                    wid,
-                    entry.seq,
-                    _text(task_id),
-                    _text(reviewer),
-                    kind,
-                    entry.arrived,
-                    epoch_ms(entry.arrived),
-                ))
+            method = entry.envelope.get("method")
+            params = entry.envelope.get("params")
+            if isinstance(method, str) and method in _MOVES and isinstance(params, dict):
+                _fold_call(out, wid, entry.seq, entry.arrived, method, params)
         for objects in (change.objects, change.current):
             if objects:
                 for task in (objects.get("tasks") or {}).values():
                     if isinstance(task, Task):
                         out.tasks[(wid, task.id)] = task
     return out
+
+
+def _fold_call(out: _Fold, wid: str, seq: int, arrived: str, method: str, params: dict[str, Any]) -> None:
+    at, at_ms = call_moment(params, arrived)
+    sender = params.get("from")
+    escalate = method == "escalate.raise"
+    task_id = _text(params.get("original_task_id" if escalate else "task_id"))
+    kind = DECISION_METHODS.get(method)
+    if kind is not None:
+        out.decisions.append((wid, seq, task_id, _text(sender), kind, at, at_ms))
+    moves_to = _MOVES[method]
+    if moves_to is None:  # task.update
+        moves_to = _text(params.get("state")) or ""
+    if method == "task.create":
+        creates = creation_key(["task.create", arrived, sender, params.get("kind"), params.get("input")])
+    elif escalate:
+        creates = creation_key(["escalate.raise", arrived, task_id])
+    else:
+        creates = None
+    out.calls.append((wid, seq, task_id, method, _text(sender), arrived, moves_to, creates, at, at_ms))
 
 
 def _unapplied(changes: Sequence[Change], cursors: dict[str, int], where: str) -> list[Change]:
@@ -195,14 +298,24 @@ class AnalyticsProjection:
     """The analytics tables in `target`: a SQLite file (":memory:" keeps them
     in this process only) or a PostgreSQL database named by a postgresql://
     URI. `name` keys its cursors. Raises ProjectionError when the target
-    cannot be opened."""
+    cannot be opened, or holds analytics tables of an earlier schema (the
+    message gives the statements that clear them; the next attach rebuilds
+    them from the store)."""
 
     def __init__(self, target: str, *, name: str = "analytics") -> None:
         self.name = name
         self.target = target
         self.db = open_target(target)
+        quoted = name.replace("'", "''")
+        rebuild = "; ".join([
+            "DROP VIEW analytics_decisions",
+            *(f"DROP TABLE {t}" for t in ("analytics_tasks", "analytics_reviews",
+                                          "analytics_decision_log", "analytics_counts",
+                                          "analytics_task_calls")),
+            f"DELETE FROM chapline_cursors WHERE projection = '{quoted}'",
+        ])
         try:
-            self.db.create(_TABLES, _VIEWS)
+            self.db.create(_TABLES, _VIEWS, _NEEDS, rebuild)
         except BaseException:
             self.db.close()  # nobody else holds it: a failed open leaks no connection
             raise
@@ -220,22 +333,105 @@ class AnalyticsProjection:
         with db.transaction():
             held = db.lock_cursors(self.name, {change.workspace for change in changes})
             rows = _fold(_unapplied(changes, held, db.where))
-            tasks = sorted(rows.tasks.items())
             with db.writes():
                 db.executemany(_ADD_COUNTS, [(w, *n) for w, n in sorted(rows.counts.items())])
                 db.executemany(_PUT_DECISION, rows.decisions)
-                db.executemany(_PUT_TASK, [_task_row(wid, task) for (wid, _), task in tasks])
-                db.executemany(_DROP_REVIEWS, [key for key, _ in tasks])
-                db.executemany(_PUT_REVIEW, [p for (wid, _), task in tasks for p in _passes(wid, task)])
+                db.executemany(_PUT_CALL, rows.calls)
+            tasks, redated, reviews = _task_rows(db, rows.tasks)
+            with db.writes():
+                db.executemany(_PUT_TASK, tasks)
+                db.executemany(_REDATE_TASK, redated)
+                db.executemany(_DROP_REVIEWS, [row[:2] for row in tasks])
+                db.executemany(_PUT_REVIEW, reviews)
                 db.advance_cursors(self.name, rows.next_seqs)
 
     def close(self) -> None:
         self.db.close()
 
 
-def _task_row(wid: str, task: Task) -> tuple[Any, ...]:
-    history = task.history
-    decided = history[-1].ts if task.state in SETTLED and history else None
+def _task_rows(
+    db: SqlTarget, tasks: dict[tuple[str, str], Task]
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[list[Any]]]:
+    """The rows of these tasks, dated by the calls the target holds; and the
+    new creation dates of other tasks that share a creation key with them."""
+    by_workspace: dict[str, list[Task]] = {}
+    for (wid, _), task in sorted(tasks.items()):
+        by_workspace.setdefault(wid, []).append(task)
+    rows: list[tuple[Any, ...]] = []
+    redated: list[tuple[Any, ...]] = []
+    reviews: list[list[Any]] = []
+    for wid, group in by_workspace.items():
+        calls = _calls_naming(db, wid, [task.id for task in group])
+        created, others = _creations(db, wid, group)
+        redated.extend((*moment, seq, wid, task_id) for task_id, (moment, seq) in others.items())
+        for task in group:
+            dated = moves(task, calls.get(task.id, []), created[task.id])
+            rows.append(_task_row(wid, task, created[task.id], dated))
+            reviews.extend(_passes(wid, task, dated))
+    return rows, redated, reviews
+
+
+def _calls_naming(db: SqlTarget, wid: str, task_ids: list[str]) -> dict[str, list[_Call]]:
+    out: dict[str, list[_Call]] = {}
+    for chunk in _chunks(task_ids):
+        marks = ", ".join("?" * len(chunk))
+        for task_id, *fields in db.execute(
+            "SELECT task_id, seq, method, sender, arrived, moves, at, at_ms FROM analytics_task_calls "
+            f"WHERE workspace = ? AND task_id IN ({marks}) ORDER BY seq",
+            (wid, *chunk),
+        ):
+            out.setdefault(task_id, []).append(_Call(*fields))
+    return out
+
+
+def _creations(db: SqlTarget, wid: str, group: list[Task]) -> tuple[dict[str, Dated], dict[str, Dated]]:
+    """Each task's creating call: tasks and calls with one creation key are
+    paired in order (tasks by id, calls by seq), so that tasks no log tells
+    apart (made in one millisecond, alike but for their ts) are dated the same
+    way whichever order the projection saw them in. Also the tasks already in
+    the tables whose pairing that changes."""
+    keys = {task.id: _task_key(task) for task in group}
+    wanted = sorted({key for key in keys.values() if key is not None})
+    calls: dict[str, list[tuple[int, str, float | None]]] = {}
+    for chunk in _chunks(wanted):
+        marks = ", ".join("?" * len(chunk))
+        for key, seq, at, at_ms in db.execute(
+            f"SELECT creates, seq, at, at_ms FROM analytics_task_calls WHERE workspace = ? "
+            f"AND creates IN ({marks}) ORDER BY seq",
+            (wid, *chunk),
+        ):
+            calls.setdefault(key, []).append((int(seq), at, at_ms))
+    members: dict[str, set[str]] = {}
+    for task_id, key in keys.items():
+        if key is not None:
+            members.setdefault(key, set()).add(task_id)
+    seqs = {seq: key for key, found in calls.items() for seq, _, _ in found}
+    for chunk in _chunks(sorted(seqs)):
+        marks = ", ".join("?" * len(chunk))
+        for task_id, seq in db.execute(
+            f"SELECT task_id, created_seq FROM analytics_tasks WHERE workspace = ? "
+            f"AND created_seq IN ({marks})",
+            (wid, *chunk),
+        ):
+            members[seqs[int(seq)]].add(task_id)
+    paired: dict[str, Dated] = {}
+    for key, ids in members.items():
+        for task_id, (seq, at, at_ms) in zip(sorted(ids), calls.get(key, []), strict=False):
+            paired[task_id] = ((at, at_ms), seq)
+    created = {}
+    for task in group:
+        created[task.id] = paired.pop(task.id, ((task.created_at, epoch_ms(task.created_at)), None))
+    return created, paired
+
+
+def _chunks(values: list[Any]) -> list[list[Any]]:
+    return [values[i:i + _CHUNK] for i in range(0, len(values), _CHUNK)]
+
+
+def _task_row(wid: str, task: Task, created: Dated, dated: list[Dated]) -> tuple[Any, ...]:
+    (created_at, created_ms), created_seq = created
+    settled = task.state in SETTLED and dated
+    (decided_at, decided_ms), decided_seq = dated[-1] if settled else ((None, None), None)
     return (
         wid,
         task.id,
@@ -245,22 +441,24 @@ def _task_row(wid: str, task: Task) -> tuple[Any, ...]:
         _text(task.mode),
         task.state,
         None if task.review_required is None else int(bool(task.review_required)),
-        task.created_at,
-        epoch_ms(task.created_at),
-        decided,
-        epoch_ms(decided),
+        created_at,
+        created_ms,
+        created_seq,
+        decided_at,
+        decided_ms,
+        decided_seq,
     )
 
 
-def _passes(wid: str, task: Task) -> list[list[Any]]:
+def _passes(wid: str, task: Task, dated: list[Dated]) -> list[list[Any]]:
     """The task's review passes: each move into review_requested, and what closed it."""
     passes: list[list[Any]] = []
     previous = None
-    for record in task.history:
+    for record, ((at, at_ms), seq) in zip(task.history, dated, strict=True):
         if record.state == "review_requested" and previous != "review_requested":
-            passes.append([wid, task.id, len(passes), record.ts, epoch_ms(record.ts), None, None, None])
+            passes.append([wid, task.id, len(passes), at, at_ms, seq, None, None, None, None])
         elif record.state != "review_requested" and previous == "review_requested":
-            passes[-1][5:8] = [record.ts, epoch_ms(record.ts), record.state]
+            passes[-1][6:10] = [at, at_ms, seq, record.state]
         previous = record.state
     return passes
 

@@ -101,9 +101,16 @@ class SqlTarget(ABC):
     def executemany(self, sql: str, rows: Iterable[Row]) -> None: ...
 
     @abstractmethod
-    def create(self, tables: Sequence[str], views: dict[str, str]) -> None:
+    def create(
+        self, tables: Sequence[str], views: dict[str, str], needs: dict[str, str] | None = None,
+        rebuild: str = "",
+    ) -> None:
         """Create what is missing: `tables` (CREATE TABLE IF NOT EXISTS
-        statements) and the cursors table, then each view `name AS body`."""
+        statements) and the cursors table, then the CREATE INDEX IF NOT
+        EXISTS statements among `tables`, then each view `name AS body`. A
+        table named in `needs` must have that column, else it was made by an
+        earlier schema: ProjectionError, whose message gives `rebuild` (the
+        statements that clear it), before any index or view is made."""
 
     def writes(self) -> Any:
         """A context manager around statements whose results nobody reads
@@ -122,6 +129,23 @@ class SqlTarget(ABC):
 
     # -- the same on both -------------------------------------------------
 
+    def _check_columns(self, needs: dict[str, str] | None, rebuild: str) -> None:
+        for table, column in (needs or {}).items():
+            if column not in self.columns(table):
+                raise ProjectionError(
+                    self.where,
+                    f"{self.where}: table {table} has no column {column}: it was made by an "
+                    f"earlier version of chapline. Its rows are a function of the log, so clear "
+                    f"it ({rebuild}) and the next attach rebuilds it from the store",
+                )
+
+    def columns(self, table: str) -> set[str]:
+        """The column names of `table`."""
+        return set(self._columns(f"SELECT * FROM {table} WHERE 1 = 0"))
+
+    @abstractmethod
+    def _columns(self, sql: str) -> list[str]: ...
+
     def load_cursors(self, projection: str) -> dict[str, int]:
         rows = self.execute(
             "SELECT workspace, next_seq FROM chapline_cursors WHERE projection = ?", (projection,)
@@ -135,6 +159,12 @@ class SqlTarget(ABC):
             "ON CONFLICT (projection, workspace) DO UPDATE SET next_seq = excluded.next_seq",
             [(projection, workspace, seq) for workspace, seq in sorted(next_seqs.items())],
         )
+
+
+def _split(statements: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Tables apart from indexes: an index is made after the columns are checked."""
+    indexes = [s for s in statements if s.lstrip().upper().startswith("CREATE INDEX")]
+    return [s for s in statements if s not in indexes], indexes
 
 
 def open_target(target: str) -> SqlTarget:
@@ -191,11 +221,21 @@ class SqliteTarget(SqlTarget):
     def executemany(self, sql: str, rows: Iterable[Row]) -> None:
         self.connection.executemany(sql, rows)
 
-    def create(self, tables: Sequence[str], views: dict[str, str]) -> None:
-        for statement in (*tables, CURSORS_TABLE):
+    def create(
+        self, tables: Sequence[str], views: dict[str, str], needs: dict[str, str] | None = None,
+        rebuild: str = "",
+    ) -> None:
+        creates, indexes = _split(tables)
+        for statement in (*creates, CURSORS_TABLE):
+            self.connection.execute(statement)
+        self._check_columns(needs, rebuild)
+        for statement in indexes:
             self.connection.execute(statement)
         for name, body in views.items():
             self.connection.execute(f"CREATE VIEW IF NOT EXISTS {name} AS {body}")
+
+    def _columns(self, sql: str) -> list[str]:
+        return [d[0] for d in self.connection.execute(sql).description]
 
     def lock_cursors(self, projection: str, workspaces: Iterable[str]) -> dict[str, int]:
         wanted = set(workspaces)
@@ -281,6 +321,11 @@ class PostgresTarget(SqlTarget):
             cursor = self.connection.execute(sql.replace("?", "%s"), params)
             return cursor.fetchall() if cursor.description is not None else []
 
+    def _columns(self, sql: str) -> list[str]:
+        with self._errors("read"):
+            description = self.connection.execute(sql).description
+            return [d.name for d in description or ()]
+
     def executemany(self, sql: str, rows: Iterable[Row]) -> None:
         rows = list(rows)
         if not rows:
@@ -288,10 +333,17 @@ class PostgresTarget(SqlTarget):
         with self._errors("written"), self.connection.cursor() as cursor:
             cursor.executemany(sql.replace("?", "%s"), rows)
 
-    def create(self, tables: Sequence[str], views: dict[str, str]) -> None:
+    def create(
+        self, tables: Sequence[str], views: dict[str, str], needs: dict[str, str] | None = None,
+        rebuild: str = "",
+    ) -> None:
         with self.transaction():
             self.execute("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK,))
-            for statement in (*tables, CURSORS_TABLE):
+            creates, indexes = _split(tables)
+            for statement in (*creates, CURSORS_TABLE):
+                self.execute(statement)
+            self._check_columns(needs, rebuild)
+            for statement in indexes:
                 self.execute(statement)
             for name, body in views.items():
                 self.execute(f"CREATE OR REPLACE VIEW {name} AS {body}")
