@@ -31,7 +31,7 @@ class Prepared(NamedTuple, Generic[V]):
     """A change ready to be written: what the store keeps of each part."""
 
     meta: V
-    entries: list[bytes]
+    entries: list[V]
     # (collection, key, value as kept or None to delete), in the change's order.
     objects: list[tuple[str, str, V | None]]
     create: bool
@@ -89,9 +89,14 @@ def hold_change(change: StoreChange) -> Prepared[Held]:
     """`encode_change` for a store held in memory: a frozen Struct (meta or
     object) is kept as it is, since nobody can change it after the write
     (the containers inside it are the writer's to leave alone, as the
-    coordinator's staged values are); everything else becomes JSON text.
-    Entries are always text: the log's filter index reads them."""
+    coordinator's staged values are); everything else becomes JSON text."""
     return _prepare(change, _hold)
+
+
+def not_object(value: Held) -> bool:
+    """Whether what a store keeps of a value is not a JSON object (kept
+    frozen Structs encode as objects, see `_is_frozen`)."""
+    return isinstance(value, bytes) and value[:1] != b"{"
 
 
 def held_text(value: Held) -> bytes:
@@ -109,7 +114,7 @@ def _prepare(change: StoreChange, convert: Callable[[Any], V]) -> Prepared[V]:
         return _prepare_checked(change, convert)
     try:
         meta = convert(change.meta)
-        entries = [encode(e) for e in change.entries]
+        entries = [convert(e) for e in change.entries]
         objects: list[tuple[str, str, V | None]] = []
         for collection, items in change.objects.items():
             if type(collection) is not str or type(items) is not dict:
@@ -120,7 +125,7 @@ def _prepare(change: StoreChange, convert: Callable[[Any], V]) -> Prepared[V]:
                 objects.append((collection, key, None if value is None else convert(value)))
     except (TypeError, ValueError, msgspec.EncodeError):
         return _prepare_checked(change, convert)
-    if (isinstance(meta, bytes) and meta[:1] != b"{") or any(t[:1] != b"{" for t in entries):
+    if not_object(meta) or any(not_object(e) for e in entries):
         return _prepare_checked(change, convert)
     return Prepared(meta, entries, objects, False)
 
@@ -150,14 +155,14 @@ def _prepare_checked(change: StoreChange, convert: Callable[[Any], V]) -> Prepar
     if not change.replace and change.base < 0:
         raise _bad(change, f"base is {change.base}", "Use the number of entries held.")
     meta = _encode(change, change.meta, "meta", convert)
-    if isinstance(meta, bytes) and not meta.startswith(b"{"):
+    if not_object(meta):
         raise _bad(change, "meta is not a JSON object", "Pass the workspace fields as a dict.")
     entries = [
-        _encode(change, e, f"the entry for seq {change.base + i}", encode)
+        _encode(change, e, f"the entry for seq {change.base + i}", convert)
         for i, e in enumerate(change.entries)
     ]
-    for i, text in enumerate(entries):
-        if not text.startswith(b"{"):
+    for i, held in enumerate(entries):
+        if not_object(held):
             raise _bad(
                 change,
                 f"the entry for seq {change.base + i} is not a JSON object",

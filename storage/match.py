@@ -8,7 +8,7 @@ import msgspec
 
 from storage.types import EntryFilter
 
-__all__ = ["entry_key", "entry_matches", "indexed_keys", "text_keys"]
+__all__ = ["entry_key", "entry_matches", "indexed_keys", "struct_keys", "text_keys"]
 
 
 def entry_matches(entry: dict[str, Any], where: EntryFilter) -> bool:
@@ -77,23 +77,58 @@ class _Keyed(msgspec.Struct):
 
 
 _read_keyed = msgspec.json.Decoder(_Keyed).decode
+_read_call = msgspec.json.Decoder(_Call).decode
 
 
 def text_keys(text: bytes, fields: list[str]) -> list[str | None]:
     """`entry_key(decoded text, field)` for each of `fields`, reading only the
-    call's method and params from the text (a write indexes its entry at a
-    fraction of the cost of decoding it). An entry of another shape is decoded
-    whole and given to `entry_key`, so the keys are always the same."""
+    call's method and params from the text (indexing an entry costs a
+    fraction of decoding it). An entry of another shape is decoded whole and
+    given to `entry_key`, so the keys are always the same."""
     try:
         keyed = _read_keyed(text)
     except (msgspec.ValidationError, msgspec.DecodeError):
         entry = msgspec.json.decode(text)
         return [entry_key(entry, field) for field in fields]
-    call = keyed.envelope if keyed.envelope is not None else keyed.request
+    refused = keyed.envelope is None
+    return _keys(keyed.request if refused else keyed.envelope, refused, fields)
+
+
+# Struct type -> whether it has `envelope` and `request` fields written
+# under those names, so its call can be read without encoding the entry.
+_named_calls: dict[type, bool] = {}
+
+
+def _has_named_calls(kind: type) -> bool:
+    names = dict(zip(kind.__struct_fields__, kind.__struct_encode_fields__, strict=True))  # type: ignore[attr-defined]
+    named = names.get("envelope") == "envelope" and names.get("request") == "request"
+    _named_calls[kind] = named
+    return named
+
+
+def struct_keys(entry: msgspec.Struct, fields: list[str]) -> list[str | None]:
+    """`text_keys` of a Struct's JSON. The coordinator's entries keep their
+    call as `msgspec.Raw` (its canonical text): only that is read."""
+    kind = type(entry)
+    named = _named_calls.get(kind)
+    if named is None:
+        named = _has_named_calls(kind)
+    if named:
+        envelope = getattr(entry, "envelope")
+        call = getattr(entry, "request") if envelope is None else envelope
+        if type(call) is msgspec.Raw:
+            try:
+                return _keys(_read_call(call), envelope is None, fields)
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                pass
+    return text_keys(msgspec.json.encode(entry), fields)
+
+
+def _keys(call: _Call | None, refused: bool, fields: list[str]) -> list[str | None]:
     out: list[str | None] = []
     for field in fields:
         if field == "outcome":
-            value: Any = "refused" if keyed.envelope is None else "accepted"
+            value: Any = "refused" if refused else "accepted"
         elif call is None:
             value = None
         elif field == "method":

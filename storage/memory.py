@@ -3,7 +3,9 @@
 Nothing a caller changes after a write leaks into a later `load` or
 `read_entries`: it keeps JSON text of what it is given, except frozen Structs,
 which nobody can change and which it keeps as they are until read
-(`storage._encode.hold_change`).
+(`storage._encode.hold_change`). So a write costs no encoding of what the
+coordinator hands it (frozen entries, metas and objects), and the filter
+index is brought up to date by the filtered read that needs it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 from storage._encode import Held, Prepared, held_text, hold_change
 from storage._encode import decode as _decode
-from storage.match import entry_matches, indexed_keys, text_keys
+from storage.match import entry_matches, indexed_keys, struct_keys, text_keys
 from storage.records import assemble_snapshot, change_from_record
 from storage.types import (
     EntryFilter,
@@ -30,19 +32,21 @@ __all__ = ["MemoryStore"]
 
 
 class _Workspace:
-    __slots__ = ("meta", "version", "updated_at", "entries", "objects", "index")
+    __slots__ = ("meta", "version", "updated_at", "entries", "objects", "index", "indexed")
 
     def __init__(self) -> None:
         self.meta: Held = b"{}"
         self.version = 0
         self.updated_at = ""
-        self.entries: list[bytes] = []
+        self.entries: list[Held] = []
         self.objects: dict[str, dict[str, Held]] = {}
         # filter field -> value -> seqs in order, so a filtered read decodes
         # only its candidates (see storage.match.entry_key). A field is
-        # indexed from its first filtered read on, so writes pay only for the
-        # filters a workspace is actually read with.
+        # indexed from its first filtered read on, and each filtered read
+        # first files the entries written since the last one (`indexed` is
+        # how many are filed), so writes never pay for it.
         self.index: dict[str, dict[str, list[int]]] = {}
+        self.indexed = 0
 
 
 def _bounds(ws: _Workspace, start: int, stop: int | None) -> tuple[int, int]:
@@ -52,17 +56,27 @@ def _bounds(ws: _Workspace, start: int, stop: int | None) -> tuple[int, int]:
     return max(start, 0), high
 
 
-def _indexed(ws: _Workspace, field: str) -> dict[str, list[int]]:
-    """The index on `field`, built from the held log on first use."""
-    by_value = ws.index.get(field)
-    if by_value is None:
-        by_value = {}
-        for seq, text in enumerate(ws.entries):
-            value = text_keys(text, [field])[0]
+def _file(ws: _Workspace, fields: list[str], start: int, stop: int) -> None:
+    """File entries `start <= seq < stop` in the indexes on `fields`."""
+    by_field = [ws.index[field] for field in fields]
+    for seq in range(start, stop):
+        held = ws.entries[seq]
+        keys = text_keys(held, fields) if isinstance(held, bytes) else struct_keys(held, fields)
+        for by_value, value in zip(by_field, keys, strict=True):
             if value is not None:
                 by_value.setdefault(value, []).append(seq)
-        ws.index[field] = by_value
-    return by_value
+
+
+def _indexed(ws: _Workspace, field: str) -> dict[str, list[int]]:
+    """The index on `field`, up to date with the held log (built on first use)."""
+    held = len(ws.entries)
+    if ws.indexed < held and ws.index:
+        _file(ws, list(ws.index), ws.indexed, held)
+    if field not in ws.index:
+        ws.index[field] = {}
+        _file(ws, [field], 0, held)
+    ws.indexed = held
+    return ws.index[field]
 
 
 def _held(wid: str, ws: _Workspace) -> HeldWorkspace:
@@ -104,16 +118,7 @@ class MemoryStore(Store):
         # state is changed in place: a write costs the same at any log length.
         if ws is None or change.replace:
             ws = self._workspaces[change.id] = _Workspace()
-        for text in encoded.entries:
-            seq = len(ws.entries)
-            ws.entries.append(text)
-            if ws.index:
-                # From the stored text, as `_indexed` builds it: it cannot fail
-                # and sees values exactly as reads will.
-                fields = list(ws.index)
-                for field, value in zip(fields, text_keys(text, fields), strict=True):
-                    if value is not None:
-                        ws.index[field].setdefault(value, []).append(seq)
+        ws.entries += encoded.entries
         ws.meta = encoded.meta
         ws.version = change.version
         ws.updated_at = change.updated_at
@@ -148,7 +153,9 @@ class MemoryStore(Store):
                 (_held(wid, ws), list(ws.entries) if entries else None)
                 for wid, ws in self._held(workspace)
             ]
-        return [_record(h, None if log is None else [_decode(e) for e in log]) for h, log in held]
+        return [
+            _record(h, None if log is None else [_decode(held_text(e)) for e in log]) for h, log in held
+        ]
 
     def read_entries(
         self,
@@ -169,7 +176,7 @@ class MemoryStore(Store):
                 rows = [ws.entries[s] for s in seqs]
             else:
                 rows = ws.entries[low:high]
-        decoded = [_decode(e) for e in rows]
+        decoded = [_decode(held_text(e)) for e in rows]
         if where is None:
             return decoded
         return [e for e in decoded if entry_matches(e, where)]
@@ -181,7 +188,8 @@ class MemoryStore(Store):
             if ws is None:
                 return []
             low, high = _bounds(ws, start, stop)
-            return ws.entries[low:high]
+            held = ws.entries[low:high]
+        return [held_text(e) for e in held]
 
     def delete(self, workspace: str) -> None:
         with self._lock:

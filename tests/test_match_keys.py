@@ -1,6 +1,7 @@
 """`text_keys` reads an entry's index keys from its JSON text without decoding
-the rest; it must give exactly what `entry_key` gives on the decoded entry,
-whatever the entry's shape (MemoryStore's filtered reads depend on it)."""
+the rest, and `struct_keys` from a frozen Struct entry without encoding it;
+both must give exactly what `entry_key` gives on the decoded entry, whatever
+the entry's shape (MemoryStore's filtered reads depend on it)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage.match import entry_key, text_keys
+from storage.match import entry_key, struct_keys, text_keys
 
 FIELDS = ["method", "sender", "task_id", "outcome"]
 
@@ -44,3 +45,44 @@ def test_text_keys_of_the_usual_shapes() -> None:
                "outcome": {"status": "refused", "code": -32011}}
     assert text_keys(msgspec.json.encode(accepted), FIELDS) == ["task.update", "agent:b", "t1", "accepted"]
     assert text_keys(msgspec.json.encode(refused), FIELDS) == ["decide.approve", "human:a", None, "refused"]
+
+
+class Entry(msgspec.Struct, frozen=True, omit_defaults=True):
+    """An entry as the coordinator hands it to a store: its call kept as Raw."""
+
+    seq: int
+    envelope: Any = None
+    request: Any = None
+    outcome: Any = None
+
+
+class Renamed(msgspec.Struct, frozen=True, rename={"envelope": "request", "request": "envelope"}):
+    seq: int
+    envelope: Any = None
+    request: Any = None
+
+
+def _raw(call: Any) -> Any:
+    return msgspec.Raw(msgspec.json.encode(call))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_entry, st.booleans())
+def test_struct_keys_agree_with_the_keys_of_its_text(entry: dict[str, Any], raw: bool) -> None:
+    calls = {k: (_raw(v) if raw else v) for k, v in entry.items() if k in ("envelope", "request")}
+    for held in (
+        Entry(entry["seq"], outcome=entry.get("outcome"), **calls),
+        Renamed(entry["seq"], **calls),
+    ):
+        assert struct_keys(held, FIELDS) == text_keys(msgspec.json.encode(held), FIELDS)
+
+
+def test_struct_keys_of_the_usual_shapes() -> None:
+    accepted = Entry(0, envelope=_raw({"method": "task.update", "params": {"from": "agent:b", "task_id": "t1"}}))
+    refused = Entry(1, request=_raw({"method": "decide.approve", "params": {"from": "human:a"}}),
+                    outcome={"status": "refused", "code": -32011})
+    assert struct_keys(accepted, FIELDS) == ["task.update", "agent:b", "t1", "accepted"]
+    assert struct_keys(refused, FIELDS) == ["decide.approve", "human:a", None, "refused"]
+    # the names as written decide: a renamed field is read through the text
+    swapped = Renamed(2, envelope=_raw({"method": "m", "params": {"task_id": "t2"}}))
+    assert struct_keys(swapped, FIELDS) == ["m", None, "t2", "refused"]
