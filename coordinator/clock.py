@@ -32,16 +32,21 @@ class StepClock:
         return self._now
 
 
-# (second, "YYYY-MM-DDTHH:MM:SS") and (day, "YYYY-MM-DD"): calls within one
-# second share the text, and formatting a date (~5 µs) happens once a day.
-# Tuples replaced whole, so threads never see a torn pair.
+# (ms, whole text), (second, "YYYY-MM-DDTHH:MM:SS") and (day, "YYYY-MM-DD"):
+# calls within one millisecond share the text (a busy coordinator answers
+# several), within one second its first part, and formatting a date (~5 µs)
+# happens once a day. Tuples replaced whole, so threads never see a torn pair.
+_last_ms: tuple[int, str] = (-1, "")
 _last_second: tuple[int, str] = (-1, "")
 _last_day: tuple[int, str] = (-1, "")
 
 
 def iso_ms(epoch_ms: int) -> str:
     """`YYYY-MM-DDTHH:MM:SS.mmmZ`, the one timestamp form CHAP coordinators write."""
-    global _last_second, _last_day
+    global _last_ms, _last_second, _last_day
+    cached_ms, stamp = _last_ms
+    if cached_ms == epoch_ms:
+        return stamp
     second, ms = divmod(epoch_ms, 1000)
     cached_second, text = _last_second
     if cached_second != second:
@@ -54,7 +59,9 @@ def iso_ms(epoch_ms: int) -> str:
         h, m = divmod(minutes, 60)
         text = f"{date}T{h:02d}:{m:02d}:{s:02d}"
         _last_second = (second, text)
-    return f"{text}.{ms:03d}Z"
+    stamp = f"{text}.{ms:03d}Z"
+    _last_ms = (epoch_ms, stamp)
+    return stamp
 
 
 def epoch_seconds(iso: str) -> int:
