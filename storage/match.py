@@ -114,8 +114,9 @@ def struct_keys(entry: msgspec.Struct, fields: list[str]) -> list[str | None]:
     if named is None:
         named = _has_named_calls(kind)
     if named:
-        envelope = getattr(entry, "envelope")
-        call = getattr(entry, "request") if envelope is None else envelope
+        fields_of: Any = entry  # a Struct with those two fields
+        envelope = fields_of.envelope
+        call = fields_of.request if envelope is None else envelope
         if type(call) is msgspec.Raw:
             try:
                 return _keys(_read_call(call), envelope is None, fields)
