@@ -144,6 +144,11 @@ _PUT_TASK = (
     "created_seq = excluded.created_seq, decided_at = excluded.decided_at, "
     "decided_ms = excluded.decided_ms, decided_seq = excluded.decided_seq"
 )
+# A task no creating call in the batch concerns keeps the creation its row has.
+_PUT_TASK_KEEPING_CREATED = _PUT_TASK[: _PUT_TASK.index("created_at = excluded")] + (
+    "decided_at = excluded.decided_at, decided_ms = excluded.decided_ms, "
+    "decided_seq = excluded.decided_seq"
+)
 _REDATE_TASK = (
     "UPDATE analytics_tasks SET created_at = ?, created_ms = ?, created_seq = ? "
     "WHERE workspace = ? AND task_id = ?"
@@ -228,6 +233,10 @@ class _Fold:
     calls: list[tuple[Any, ...]] = field(default_factory=list)
     tasks: dict[tuple[str, str], Task] = field(default_factory=dict)
     next_seqs: dict[str, int] = field(default_factory=dict)
+    # what may change a task's creation: a creating call here, or the whole
+    # workspace handed over (the end of a catch-up)
+    creates: dict[str, set[str]] = field(default_factory=dict)
+    whole: set[str] = field(default_factory=set)
 
 
 def _fold(changes: Sequence[Change]) -> _Fold:
@@ -245,6 +254,8 @@ def _fold(changes: Sequence[Change]) -> _Fold:
             params = entry.envelope.get("params")
             if isinstance(method, str) and method in _MOVES and isinstance(params, dict):
                 _fold_call(out, wid, entry.seq, entry.arrived, method, params)
+        if change.current is not None:
+            out.whole.add(wid)
         for objects in (change.objects, change.current):
             if objects:
                 for task in (objects.get("tasks") or {}).values():
@@ -270,6 +281,8 @@ def _fold_call(out: _Fold, wid: str, seq: int, arrived: str, method: str, params
         creates = creation_key(["escalate.raise", arrived, task_id])
     else:
         creates = None
+    if creates is not None:
+        out.creates.setdefault(wid, set()).add(creates)
     out.calls.append((wid, seq, task_id, method, _text(sender), arrived, moves_to, creates, at, at_ms))
 
 
@@ -337,11 +350,12 @@ class AnalyticsProjection:
                 db.executemany(_ADD_COUNTS, [(w, *n) for w, n in sorted(rows.counts.items())])
                 db.executemany(_PUT_DECISION, rows.decisions)
                 db.executemany(_PUT_CALL, rows.calls)
-            tasks, redated, reviews = _task_rows(db, rows.tasks)
+            tasks, kept, redated, reviews = _task_rows(db, rows)
             with db.writes():
                 db.executemany(_PUT_TASK, tasks)
+                db.executemany(_PUT_TASK_KEEPING_CREATED, kept)
                 db.executemany(_REDATE_TASK, redated)
-                db.executemany(_DROP_REVIEWS, [row[:2] for row in tasks])
+                db.executemany(_DROP_REVIEWS, [row[:2] for row in (*tasks, *kept)])
                 db.executemany(_PUT_REVIEW, reviews)
                 db.advance_cursors(self.name, rows.next_seqs)
 
@@ -350,25 +364,34 @@ class AnalyticsProjection:
 
 
 def _task_rows(
-    db: SqlTarget, tasks: dict[tuple[str, str], Task]
-) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[list[Any]]]:
-    """The rows of these tasks, dated by the calls the target holds; and the
-    new creation dates of other tasks that share a creation key with them."""
+    db: SqlTarget, fold: _Fold
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]], list[list[Any]]]:
+    """The rows of the tasks `fold` holds, dated by the calls the target
+    holds: those whose creation may have changed, those whose creation stays
+    as the table has it (the row's creation is only a default for a new row),
+    the new creation dates of other tasks sharing a creation key with them,
+    and their review passes."""
     by_workspace: dict[str, list[Task]] = {}
-    for (wid, _), task in sorted(tasks.items()):
+    for (wid, _), task in sorted(fold.tasks.items()):
         by_workspace.setdefault(wid, []).append(task)
     rows: list[tuple[Any, ...]] = []
+    kept: list[tuple[Any, ...]] = []
     redated: list[tuple[Any, ...]] = []
     reviews: list[list[Any]] = []
     for wid, group in by_workspace.items():
         calls = _calls_naming(db, wid, [task.id for task in group])
-        created, others = _creations(db, wid, group)
+        fresh = fold.creates.get(wid)
+        dating = [t for t in group if wid in fold.whole or (fresh and _task_key(t) in fresh)]
+        created, others = _creations(db, wid, dating)
         redated.extend((*moment, seq, wid, task_id) for task_id, (moment, seq) in others.items())
         for task in group:
-            dated = moves(task, calls.get(task.id, []), created[task.id])
-            rows.append(_task_row(wid, task, created[task.id], dated))
+            first = created.get(task.id)
+            if first is None:
+                first = ((task.created_at, epoch_ms(task.created_at)), None)
+            dated = moves(task, calls.get(task.id, []), first)
+            (rows if task.id in created else kept).append(_task_row(wid, task, first, dated))
             reviews.extend(_passes(wid, task, dated))
-    return rows, redated, reviews
+    return rows, kept, redated, reviews
 
 
 def _calls_naming(db: SqlTarget, wid: str, task_ids: list[str]) -> dict[str, list[_Call]]:
@@ -385,6 +408,8 @@ def _calls_naming(db: SqlTarget, wid: str, task_ids: list[str]) -> dict[str, lis
 
 
 def _creations(db: SqlTarget, wid: str, group: list[Task]) -> tuple[dict[str, Dated], dict[str, Dated]]:
+    if not group:
+        return {}, {}
     """Each task's creating call: tasks and calls with one creation key are
     paired in order (tasks by id, calls by seq), so that tasks no log tells
     apart (made in one millisecond, alike but for their ts) are dated the same
