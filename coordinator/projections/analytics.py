@@ -37,7 +37,7 @@ own database (separate tables, its own connection and transaction).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -396,49 +396,34 @@ def _task_rows(
 
 def _calls_naming(db: SqlTarget, wid: str, task_ids: list[str]) -> dict[str, list[_Call]]:
     out: dict[str, list[_Call]] = {}
-    for chunk in _chunks(task_ids):
-        marks = ", ".join("?" * len(chunk))
-        for task_id, *fields in db.execute(
-            "SELECT task_id, seq, method, sender, arrived, moves, at, at_ms FROM analytics_task_calls "
-            f"WHERE workspace = ? AND task_id IN ({marks}) ORDER BY seq",
-            (wid, *chunk),
-        ):
-            out.setdefault(task_id, []).append(_Call(*fields))
+    select = "SELECT task_id, seq, method, sender, arrived, moves, at, at_ms FROM analytics_task_calls"
+    for task_id, *fields in _rows_in(db, select, wid, "task_id", task_ids, "ORDER BY seq"):
+        out.setdefault(task_id, []).append(_Call(*fields))
     return out
 
 
 def _creations(db: SqlTarget, wid: str, group: list[Task]) -> tuple[dict[str, Dated], dict[str, Dated]]:
-    if not group:
-        return {}, {}
     """Each task's creating call: tasks and calls with one creation key are
     paired in order (tasks by id, calls by seq), so that tasks no log tells
     apart (made in one millisecond, alike but for their ts) are dated the same
     way whichever order the projection saw them in. Also the tasks already in
     the tables whose pairing that changes."""
+    if not group:
+        return {}, {}
     keys = {task.id: _task_key(task) for task in group}
     wanted = sorted({key for key in keys.values() if key is not None})
     calls: dict[str, list[tuple[int, str, float | None]]] = {}
-    for chunk in _chunks(wanted):
-        marks = ", ".join("?" * len(chunk))
-        for key, seq, at, at_ms in db.execute(
-            f"SELECT creates, seq, at, at_ms FROM analytics_task_calls WHERE workspace = ? "
-            f"AND creates IN ({marks}) ORDER BY seq",
-            (wid, *chunk),
-        ):
-            calls.setdefault(key, []).append((int(seq), at, at_ms))
+    select = "SELECT creates, seq, at, at_ms FROM analytics_task_calls"
+    for key, seq, at, at_ms in _rows_in(db, select, wid, "creates", wanted, "ORDER BY seq"):
+        calls.setdefault(key, []).append((int(seq), at, at_ms))
     members: dict[str, set[str]] = {}
     for task_id, key in keys.items():
         if key is not None:
             members.setdefault(key, set()).add(task_id)
     seqs = {seq: key for key, found in calls.items() for seq, _, _ in found}
-    for chunk in _chunks(sorted(seqs)):
-        marks = ", ".join("?" * len(chunk))
-        for task_id, seq in db.execute(
-            f"SELECT task_id, created_seq FROM analytics_tasks WHERE workspace = ? "
-            f"AND created_seq IN ({marks})",
-            (wid, *chunk),
-        ):
-            members[seqs[int(seq)]].add(task_id)
+    select = "SELECT task_id, created_seq FROM analytics_tasks"
+    for task_id, seq in _rows_in(db, select, wid, "created_seq", sorted(seqs)):
+        members[seqs[int(seq)]].add(task_id)
     paired: dict[str, Dated] = {}
     for key, ids in members.items():
         for task_id, (seq, at, at_ms) in zip(sorted(ids), calls.get(key, []), strict=False):
@@ -449,8 +434,15 @@ def _creations(db: SqlTarget, wid: str, group: list[Task]) -> tuple[dict[str, Da
     return created, paired
 
 
-def _chunks(values: list[Any]) -> list[list[Any]]:
-    return [values[i:i + _CHUNK] for i in range(0, len(values), _CHUNK)]
+def _rows_in(
+    db: SqlTarget, select: str, wid: str, column: str, values: Sequence[Any], order: str = ""
+) -> Iterator[Any]:
+    """The rows of `select` in workspace `wid` whose `column` is one of
+    `values`, asked in chunks of `_CHUNK` (each chunk in `order`)."""
+    for i in range(0, len(values), _CHUNK):
+        chunk = values[i : i + _CHUNK]
+        marks = ", ".join("?" * len(chunk))
+        yield from db.execute(f"{select} WHERE workspace = ? AND {column} IN ({marks}) {order}", (wid, *chunk))
 
 
 def _task_row(wid: str, task: Task, created: Dated, dated: list[Dated]) -> tuple[Any, ...]:
