@@ -18,6 +18,7 @@ from typing import Any
 
 import msgspec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from mypy_extensions import mypyc_attr
 
 from coordinator.audit import AuditEntry, refusal_is_recorded, signed_digest
 from coordinator.batch import Part, Pending, put_values, run_batch
@@ -95,6 +96,9 @@ _encode_sorted = msgspec.json.Encoder(order="sorted").encode
 _encode = msgspec.json.Encoder().encode  # keeps key order, as results are shown
 
 
+# Compiled (setup.py) as an ordinary Python class, so that applications can
+# subclass it and replace its methods on an instance as before.
+@mypyc_attr(native_class=False)
 class Coordinator:
     """A CHAP coordinator: `dispatch(envelope)` answers one JSON-RPC call.
 
@@ -133,7 +137,7 @@ class Coordinator:
         if isinstance(store, CoordinatorOptions):  # 0.3.3's Coordinator(options)
             if options is not None:
                 raise TypeError("Coordinator() got options twice (positionally and as options=)")
-            store, options = None, store
+            options, store = store, None
         explicit = {
             "store": store,
             "clock": clock,
@@ -217,7 +221,7 @@ class Coordinator:
 
     # -- public API ---------------------------------------------------------
 
-    def dispatch(self, envelope: dict[str, Any] | str | bytes) -> dict[str, Any]:
+    def dispatch(self, envelope: Any) -> dict[str, Any]:
         """Answer one JSON-RPC envelope (a dict, or its JSON text). Never raises."""
         batch = self._batch
         if batch is not None:

@@ -34,14 +34,20 @@ class Rejected(ChaplineError):
         self.error = error
 
 
-class Request(msgspec.Struct, frozen=True):
+class Request:
     """A checked request: the pipeline's own copy of the envelope (decoded
-    from `raw`, its canonical bytes), its params object and its method."""
+    from `raw`, its canonical bytes), its params object and its method.
+    (A plain class, not a Struct: this module is compiled, setup.py.)"""
 
-    envelope: dict[str, Any]
-    raw: bytes
-    params: dict[str, Any]
-    method: Method
+    __slots__ = ("envelope", "raw", "params", "method")
+
+    def __init__(
+        self, envelope: dict[str, Any], raw: bytes, params: dict[str, Any], method: Method
+    ) -> None:
+        self.envelope = envelope
+        self.raw = raw
+        self.params = params
+        self.method = method
 
 
 def _blank(body: bytes | bytearray | memoryview | str) -> bool:

@@ -169,14 +169,17 @@ def _prepare_checked(change: StoreChange, convert: Callable[[Any], V]) -> Prepar
                 "Pass audit entries in their wire shape (a dict per entry).",
             )
     objects: list[tuple[str, str, V | None]] = []
-    for collection, items in change.objects.items():
+    # Whatever the annotation says, a caller's change can hold anything here.
+    given: dict[Any, Any] = change.objects
+    for collection, items in given.items():
         if not isinstance(collection, str) or not isinstance(items, dict):
             raise _bad(
                 change,
                 f"objects[{collection!r}] is not a mapping of key -> value",
                 "Pass objects as {collection: {key: value or None}}.",
             )
-        for key, value in items.items():
+        keyed: dict[Any, Any] = items
+        for key, value in keyed.items():
             if not isinstance(key, str):
                 raise _bad(
                     change,

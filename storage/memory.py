@@ -14,6 +14,8 @@ import bisect
 import threading
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from storage._encode import Held, Prepared, held_text, hold_change
 from storage._encode import decode as _decode
 from storage.match import entry_matches, indexed_keys, struct_keys, text_keys
@@ -92,6 +94,8 @@ def _record(held: HeldWorkspace, log: list[Any] | None) -> WorkspaceRecord:
     )
 
 
+# Compiled (setup.py); applications subclass it, to wrap or fail its writes.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class MemoryStore(Store):
     """A store held in memory; `close()` empties it. It writes one change at a
     time, so `apply_many` is the protocol's one-by-one default."""

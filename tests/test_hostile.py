@@ -364,7 +364,10 @@ def _imports(module: str) -> set[str]:
 
     spec = importlib.util.find_spec(module)
     assert spec is not None and spec.origin is not None
-    tree = ast.parse(Path(spec.origin).read_text())
+    origin = Path(spec.origin)
+    # A module built as an extension (setup.py) has its source beside it.
+    source = origin if origin.suffix == ".py" else origin.with_name(origin.name.split(".")[0] + ".py")
+    tree = ast.parse(source.read_text())
     out = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
