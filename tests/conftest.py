@@ -2,13 +2,19 @@
 .ci/run sets it) explores more and stays bounded; "dev", the default for local
 runs, is quicker. HYPOTHESIS_PROFILE=<name> picks one explicitly.
 
-Fixtures shared by the test modules: a throwaway PostgreSQL server."""
+Fixtures shared by the test modules: a throwaway PostgreSQL server.
+
+The run stops at once when the compiled modules (setup.py) are older than
+their sources: the tests would otherwise exercise the code as last built."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
+import tomllib
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -16,6 +22,33 @@ from pgserver import PgServer, stop_stale_servers
 
 # `chapline serve` as a process, for the transport tests.
 from servers import served, served_with_auth  # noqa: F401
+
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _stale_build() -> str | None:
+    """What to do when the built extensions are not those of the sources."""
+    import coordinator.canonical
+
+    if Path(coordinator.canonical.__file__).suffix == ".py":
+        return None  # not built: the sources run as they are
+    with open(_ROOT / "pyproject.toml", "rb") as f:
+        compiled = tomllib.load(f)["tool"]["chapline"]["compiled"]
+    digest = hashlib.sha256()
+    for path in compiled:
+        digest.update((_ROOT / path).read_bytes())
+    built = _ROOT / "build" / "compiled.sha256"
+    if built.is_file() and built.read_text() == digest.hexdigest():
+        return None
+    return (
+        "the compiled modules (setup.py) are older than their sources; "
+        "`./run test` rebuilds them (or `.venv/bin/pip install -e '.[test]'`)"
+    )
+
+
+_STALE = _stale_build()
+if _STALE is not None:
+    pytest.exit(_STALE, returncode=2)
 
 settings.register_profile(
     "ci",

@@ -148,13 +148,21 @@ def test_the_sweep_reads_the_injected_clock():
     assert notices[0]["params"]["ts"] > asked
 
 
-@pytest.mark.parametrize("now", ["garbage", "2024-01-01T00:00:00", 5])
-def test_a_sweep_with_an_unreadable_now_raises_and_changes_nothing(now: Any):
+@pytest.mark.parametrize(
+    ("now", "error", "says"),
+    [
+        ("garbage", ValueError, "now"),
+        ("2024-01-01T00:00:00", ValueError, "now"),
+        # not a str: the compiled method refuses it by its annotation
+        (5, TypeError, "str or None object expected; got int"),
+    ],
+)
+def test_a_sweep_with_an_unreadable_now_raises_and_changes_nothing(now: Any, error: type, says: str):
     c = client()
     t = setup(c)
     ask(c, t, "w", deadline_ms=1)
     before = c.target.snapshot(W)
-    with pytest.raises(ValueError, match="now"):
+    with pytest.raises(error, match=says):
         c.target.check_whisper_lapses(W, now)
     assert c.target.snapshot(W) == before
 
