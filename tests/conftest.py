@@ -30,8 +30,9 @@ def _stale_build() -> str | None:
     """What to do when the built extensions are not those of the sources."""
     import coordinator.canonical
 
-    if Path(coordinator.canonical.__file__).suffix == ".py":
-        return None  # not built: the sources run as they are
+    module = Path(coordinator.canonical.__file__).resolve()
+    if module.suffix == ".py" or not module.is_relative_to(_ROOT):
+        return None  # the sources run as they are, or an installed copy runs
     with open(_ROOT / "pyproject.toml", "rb") as f:
         compiled = tomllib.load(f)["tool"]["chapline"]["compiled"]
     digest = hashlib.sha256()
