@@ -260,10 +260,10 @@ class Coordinator:
                     {"log_id": log_id},
                 ),
             )
-        except Exception as exc:
+        except Exception as defect:
             req_id = dict.get(envelope, "id") if isinstance(envelope, dict) else None
             return error_response(
-                req_id, internal_error(log, "internal error while dispatching", exc, self._ids)
+                req_id, internal_error(log, "internal error while dispatching", defect, self._ids)
             )
 
     def add_audit_listener(self, listener: AuditListener) -> Listening:

@@ -173,8 +173,8 @@ def apply_patch(document: Any, ops: Any) -> Any:
             doc = _apply_one(doc, size, op)
         except _Fail as exc:
             raise PatchError(f"Operation {index}: {exc}", data) from None
-        except _Limit as exc:
-            raise PatchLimitError(f"Operation {index}: {exc}", {**data, **exc.data}) from None
+        except _Limit as limit:
+            raise PatchLimitError(f"Operation {index}: {limit}", {**data, **limit.data}) from None
         if size.nodes > MAX_NODES:
             raise PatchError(
                 f"Operation {index}: the patched document would hold {size.nodes} JSON values, "

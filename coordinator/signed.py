@@ -22,11 +22,15 @@ from storage import SIGNED_CALLS
 __all__ = ["Replay", "index_signed", "seen_before", "signed_index", "signed_message"]
 
 
-class Replay(msgspec.Struct, frozen=True):
-    """An accepted signed call sent again: answer `result` (a fresh copy)."""
+class Replay:
+    """An accepted signed call sent again: answer `result` (a fresh copy).
+    (A plain class, not a Struct: this module is compiled, setup.py.)"""
 
-    seq: int
-    result: Any
+    __slots__ = ("seq", "result")
+
+    def __init__(self, seq: int, result: Any) -> None:
+        self.seq = seq
+        self.result = result
 
 
 def signed_message(envelope: dict[str, Any]) -> tuple[bytes | None, str | None]:

@@ -380,8 +380,8 @@ def decide_override(call: Call) -> dict[str, Any]:
         raise invalid_params("No base artefact for override: the task has no artefact under review")
     try:
         patched = apply_patch(base, diff)
-    except PatchLimitError as exc:
-        raise RpcError(INVALID_PARAMS, f"JSON Patch refused: {exc.message}", exc.data) from None
+    except PatchLimitError as limit:
+        raise RpcError(INVALID_PARAMS, f"JSON Patch refused: {limit.message}", limit.data) from None
     except PatchError as exc:
         raise RpcError(PATCH_FAILED, f"JSON Patch failed: {exc.message}", exc.data or None) from None
     p = call.params
