@@ -29,7 +29,6 @@ def test_each_listed_module_is_loaded_as_its_extension(path: str) -> None:
     assert loaded.with_name(Path(path).name).is_file()  # its source beside it
 
 
-
 @pytest.mark.parametrize("path", _compiled())
 def test_no_listed_module_defines_a_struct(path: str) -> None:
     # mypyc compiles a Struct's annotations into something msgspec cannot
