@@ -255,7 +255,7 @@ def participant_join(call: Call) -> dict[str, Any]:
     existing = call.member(sender)
     options = call.options
     attested = attest_join(
-        call.envelope, existing, call.arrived, options.verify_oidc_token, options.verify_vc
+        call.envelope, existing, call.arrived, options.verify_oidc_token, options.verify_vc, call.new_id
     )
     if existing is None:
         check_new_id(sender, "from", "human:alice")
@@ -284,8 +284,7 @@ def participant_join(call: Call) -> dict[str, Any]:
         # A re-join is additive: what the evidence binds merges in.
         known = {k.get("kid") for k in existing.keys}
         keys = [*existing.keys, *(k for k in attested.keys if k["kid"] not in known)]
-        fields = {name: v for name, v in attested.fields.items() if v is not None}
-        call.put("members", sender, replace(existing, keys=keys, **fields))
+        call.put("members", sender, replace(existing, keys=keys, **attested.fields))
     return {"joined": True, "as": sender}
 
 
