@@ -4,6 +4,8 @@ step-up authentication for privileged calls.
 The profile owns no method. `participant.join` takes an `oidc_token`, checked
 by the coordinator's `verify_oidc_token` hook and bound to the member
 (coordinator/attest.py; a ready verifier is `coordinator.verifiers.OidcVerifier`).
+A token that does not verify, or that no hook can check, refuses the join
+(-32403): it is never taken as no token.
 
 With `enforce_step_up`, a privileged call (the seven `control.*`,
 `workspace.set_profiles`, `participant.rotate_key`, `participant.revoke_key`)
