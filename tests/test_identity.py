@@ -228,6 +228,31 @@ def test_vc_verifier_binds_the_holder_and_refuses_a_mismatch(ids: Identities) ->
     assert _code(_joined(coord, "human:x", vc_presentation={"holder": "did:ex:x"})) == -32410
 
 
+MALFORMED = ["", "not-a-jwt", "a.b.c", "e30.e30.", 5, True, ["x"], {"jwt": "x"}]
+
+
+@pytest.mark.parametrize("param, code", [("oidc_token", -32403), ("vc_presentation", -32410)])
+def test_ready_verifiers_refuse_malformed_evidence_on_join_and_rejoin(
+    ids: Identities, param: str, code: int
+) -> None:
+    """Through the ready verifiers, malformed evidence of every shape refuses the
+    join and the re-join, and changes nothing."""
+    coord = ids.coordinator()
+    key = Ed25519PrivateKey.generate()
+    for bad in MALFORMED:
+        answer = _joined(coord, "human:m", **{param: bad})
+        assert _code(answer) == code and answer["error"]["message"], (bad, answer)
+    assert W not in coord.workspace_ids()
+    good = (ids.token("s-m", "human:m", key) if param == "oidc_token"
+            else ids.presentation("did:ex:m", key))
+    assert "result" in _joined(coord, "human:m", key, **{param: good})
+    before = coord.snapshot(W)
+    for bad in MALFORMED:
+        answer = _joined(coord, "human:m", **{param: bad})
+        assert _code(answer) == code, (bad, answer)
+    assert coord.snapshot(W) == before
+
+
 # -- step-up ---------------------------------------------------------------------------
 
 
