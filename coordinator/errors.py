@@ -29,6 +29,8 @@ Each carries its facts as attributes, and its message (and the class's
      ├── DispatcherClosed          the serving worker stopped taking calls
      │                             (transports/worker.py)
      ├── SignatureError            a signature cannot be accepted: code (signing.py)
+     ├── JwkError                  a key offered for registration is not a public
+     │                             Ed25519 JWK: field (signing.py; answered -32602)
      ├── IdentityRejected          a token or presentation cannot be accepted:
      │                             code                            (verifiers.py)
      ├── CoseError                 bytes that are not an acceptable COSE_Sign1 (cose.py)

@@ -17,6 +17,17 @@ are asked of it:
 - did this key sign this entry? (`key_at`): the key named by the kid that was
   valid when the entry arrived, so an old entry verifies with the key of its
   time even after rotation or a later revocation.
+
+Verification is strict, as libsodium's: besides RFC 8032's equation, a
+signature is refused when its key A or its R is a small-order point or not
+canonically encoded, or its S is not below the group order L. Without that, a
+member who registered a small-order key (the identity point, say) has a fixed
+signature that verifies on every envelope, which anyone can send.
+
+A key is registered (`check_jwk`, at join and rotation) only when it is a
+public Ed25519 JWK whose `x` is a canonical point of the prime-order subgroup
+(what libsodium's `crypto_core_ed25519_is_valid_point` takes) and whose kid
+can appear in a signature tag.
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import re
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
@@ -34,7 +46,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from coordinator.canonical import CanonicalError, canonical_bytes
+from coordinator.ed25519 import L, key_problem, weak_point
 from coordinator.errors import ChaplineError
+from coordinator.limits import MAX_ID_CHARS
 from coordinator.wire import (  # re-exported: raised by the checks here
     SIG_KEY_NOT_FOUND,
     SIG_KEY_REVOKED,
@@ -47,7 +61,9 @@ __all__ = [
     "SIG_KEY_NOT_FOUND",
     "SIG_KEY_REVOKED",
     "SIG_ROTATION_KEY_MISMATCH",
+    "JwkError",
     "SignatureError",
+    "check_jwk",
     "key_at",
     "key_for_call",
     "parse_sig",
@@ -69,6 +85,21 @@ class SignatureError(ChaplineError, ValueError):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class JwkError(ChaplineError, ValueError):
+    """A key offered for registration that is not one: `field` names the
+    member at fault (`jwks.keys[0].x`, `new_jwk.kid`); answered -32602."""
+
+    remedy = (
+        "Register the public half of an Ed25519 key, as coordinator.public_jwk(key, kid) "
+        "writes it: {kty: OKP, crv: Ed25519, kid, x}."
+    )
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.message = f"{field} {problem}"
+        super().__init__(self.message)
 
 
 def signing_bytes(envelope: dict[str, Any]) -> bytes:
@@ -140,6 +171,77 @@ def _public_key(x: str) -> Ed25519PublicKey | None:
         return None
 
 
+# A JWK's x as RFC 8037 writes it: 32 bytes, base64url without padding.
+_X = re.compile(r"[A-Za-z0-9_-]{43}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_jwk(jwk: Any, field: str) -> dict[str, Any]:
+    """`jwk` if it may be registered as a member's signing key, else JwkError
+    naming the member of `field` (the JWK's place in the params) at fault."""
+    if not isinstance(jwk, dict):
+        raise JwkError(field, "must be a JWK object: {kty: OKP, crv: Ed25519, kid, x}")
+    if "d" in jwk:
+        raise JwkError(
+            f"{field}.d",
+            "is the private key: register only the public key (without d); "
+            "the key has left its holder, so replace it with a new one",
+        )
+    if jwk.get("kty") != "OKP":
+        raise JwkError(f"{field}.kty", f'must be "OKP" (an Ed25519 key, RFC 8037), not {jwk.get("kty")!r}')
+    if jwk.get("crv") != "Ed25519":
+        raise JwkError(f"{field}.crv", f'must be "Ed25519", not {jwk.get("crv")!r}')
+    _check_kid(jwk.get("kid"), f"{field}.kid")
+    x = jwk.get("x")
+    raw = _x_bytes(x) if isinstance(x, str) else None
+    if raw is None:
+        raise JwkError(
+            f"{field}.x", "must be the 32-byte public key in base64url without padding (43 characters)"
+        )
+    problem = key_problem(raw)
+    if problem is not None:
+        raise JwkError(
+            f"{field}.x", f"{problem}: not a key Ed25519 key generation makes; register a generated key"
+        )
+    return jwk
+
+
+def _check_kid(kid: Any, field: str) -> None:
+    """A kid travels in `sig` tags (`ed25519:<kid>:...`) and is quoted in messages."""
+    if not isinstance(kid, str):
+        raise JwkError(field, 'must be a string naming the key, such as "alice-1"')
+    if not kid:
+        raise JwkError(field, 'must not be empty; name the key, such as "alice-1"')
+    if ":" in kid:
+        raise JwkError(field, "must not contain ':', which separates the parts of a signature tag")
+    if len(kid) > MAX_ID_CHARS or _CONTROL.search(kid):
+        raise JwkError(
+            field, f"must be printable text of at most {MAX_ID_CHARS} characters (no control characters)"
+        )
+
+
+def _x_bytes(x: str) -> bytes | None:
+    """The key bytes of an `x` written canonically (no stray low bits), else None."""
+    if not _X.fullmatch(x):
+        return None
+    raw = base64.urlsafe_b64decode(x + "=")
+    return raw if base64.urlsafe_b64encode(raw)[:43].decode("ascii") == x else None
+
+
+def _weak_signature(public: bytes, signature: bytes) -> str | None:
+    """What strict verification refuses before the equation is checked: a
+    weak key or R (coordinator/ed25519.py), or S not reduced below L."""
+    problem = weak_point(public)
+    if problem is not None:
+        return f"the signer's key {problem}"
+    problem = weak_point(signature[:32])
+    if problem is not None:
+        return f"the signature's R {problem}"
+    if int.from_bytes(signature[32:], "little") >= L:
+        return "the signature's S is not below the group order"
+    return None
+
+
 def parse_sig(sig: Any) -> tuple[str, bytes]:
     """`(kid, signature)` from an `ed25519:<kid>:<base64>` tag; SignatureError(-32070)."""
     if not isinstance(sig, str):
@@ -164,9 +266,13 @@ def parse_sig(sig: Any) -> tuple[str, bytes]:
 def verify_envelope(
     envelope: dict[str, Any], public_key: Ed25519PublicKey, message: bytes | None = None
 ) -> None:
-    """Check `envelope["sig"]` against `public_key`; SignatureError(-32070) if it
-    fails. `message` is `signing_bytes(envelope)` when the caller has it already."""
+    """Check `envelope["sig"]` against `public_key`, strictly (see the module
+    docstring); SignatureError(-32070) if it fails. `message` is
+    `signing_bytes(envelope)` when the caller has it already."""
     _, signature = parse_sig(envelope.get("sig"))
+    weak = _weak_signature(public_key.public_bytes_raw(), signature)
+    if weak is not None:
+        raise SignatureError(SIG_VERIFY_FAILED, f"Signature failed verification: {weak}")
     try:
         public_key.verify(signature, signing_bytes(envelope) if message is None else message)
     except (InvalidSignature, CanonicalError):

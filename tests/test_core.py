@@ -26,7 +26,7 @@ from support import (
     s0,
 )
 
-from coordinator import AuditEntry
+from coordinator import AuditEntry, public_jwk
 from storage import MemoryStore, SqliteStore
 
 ZERO = "sha256:" + "0" * 64
@@ -36,6 +36,11 @@ CAROL = "human:carol"
 
 def frm(uri: str) -> dict[str, str]:
     return {"from": uri}
+
+
+def jwk(kid: str) -> dict[str, str]:
+    """A real public key under `kid` (a key that is not one is refused: test_keys.py)."""
+    return public_jwk(kid.encode().ljust(32, b"."), kid)
 
 
 @pytest.fixture
@@ -297,11 +302,11 @@ def test_join_creates_unknown_workspace_with_default_profiles():
 
 
 def test_join_with_jwks_shows_keys(c, T):
-    c.ok("participant.join", **frm(BOB), type="human", jwks={"keys": [{"kty": "OKP", "kid": "b1"}]})
+    c.ok("participant.join", **frm(BOB), type="human", jwks={"keys": [jwk("b1")]})
     bob = c.describe()["members"][-1]
-    assert bob["jwks"] == {"keys": [{"kty": "OKP", "kid": "b1"}]}
+    assert bob["jwks"] == {"keys": [jwk("b1")]}
     assert bob["key_history"] == [
-        {"jwk": {"kty": "OKP", "kid": "b1"}, "kid": "b1", "valid_from": "2023-11-14T22:13:25.000Z"}
+        {"jwk": jwk("b1"), "kid": "b1", "valid_from": "2023-11-14T22:13:25.000Z"}
     ]
 
 
@@ -356,17 +361,17 @@ def test_leave_refusals(c, T, params, code):
 @pytest.fixture
 def K(c, T):
     """BOB joined with key k1."""
-    c.ok("participant.join", **frm(BOB), type="human", jwks={"keys": [{"kty": "OKP", "kid": "k1"}]})
+    c.ok("participant.join", **frm(BOB), type="human", jwks={"keys": [jwk("k1")]})
     return "k1"
 
 
 def test_rotate_key(c, K):
-    sent = c.envelope("participant.rotate_key", **frm(BOB), old_kid="k1", new_jwk={"kty": "OKP", "kid": "k2"})
+    sent = c.envelope("participant.rotate_key", **frm(BOB), old_kid="k1", new_jwk=jwk("k2"))
     r = c.send(sent)["result"]
     assert r == {"rotated": True, "old_kid": "k1", "new_kid": "k2", "valid_from": "2023-11-14T22:13:26.000Z"}
     assert last(c)["envelope"] == sent
     bob = c.describe()["members"][-1]
-    assert bob["jwks"] == {"keys": [{"kty": "OKP", "kid": "k2"}]}
+    assert bob["jwks"] == {"keys": [jwk("k2")]}
     assert bob["key_history"][0]["valid_until"] == r["valid_from"]
 
 

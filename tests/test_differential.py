@@ -18,7 +18,7 @@ from chap_coordinator.storage.sqlite import SqliteStore as ReferenceSqlite
 from client import Client, env
 from support import make
 
-from coordinator import Coordinator
+from coordinator import Coordinator, public_jwk
 from storage import SqliteStore
 
 ID = re.compile(r"^(?:tsk|wsp|art)_[0-9A-HJKMNP-TV-Z]{26}$")
@@ -71,6 +71,11 @@ def _f(uri: str) -> dict[str, str]:
     return {"from": uri}
 
 
+def _jwk(kid: str, seed: int) -> dict[str, str]:
+    """A real public key: both coordinators register it (chapline refuses a bad one)."""
+    return public_jwk(bytes([seed]) * 32, kid)
+
+
 # The scripted Core workload: successes, recorded refusals, unrecorded
 # refusals, reads and a generated workspace id. Nothing in it is a deliberate
 # difference (those are asserted separately below).
@@ -79,7 +84,7 @@ CORE = [
     ("participant.join", {"workspace": "$W", **_f(A), "type": "human", "role": "admin"}),
     ("participant.join", {"workspace": "$W", **_f(BOT), "type": "agent", "role": "drafter"}),
     ("participant.join", {"workspace": "$W", **_f(BOB), "type": "human",
-                          "jwks": {"keys": [{"kty": "OKP", "kid": "b1", "x": "AAAA"}]}}),
+                          "jwks": {"keys": [_jwk("b1", 1)]}}),
     ("task.create", {"workspace": "$W", **_f(A), "assignee": BOT, "kind": "k", "input": {"q": [1, 2]},
                      "idempotency_key": "I1"}, ("task_id", "$T")),
     ("task.create", {"workspace": "$W", **_f(A), "assignee": BOT, "kind": "k", "input": {},
@@ -102,7 +107,7 @@ CORE = [
     ("workspace.set_profiles", {"workspace": "$W", **_f(BOT), "profiles": ["core/1.0"]}),  # recorded -32011
     ("workspace.set_profiles", {"workspace": "$W", **_f(GHOST), "profiles": ["core/1.0"]}),  # -32011
     ("participant.rotate_key", {"workspace": "$W", **_f(BOB), "old_kid": "b1",
-                                "new_jwk": {"kty": "OKP", "kid": "b2", "x": "BBBB"}}),
+                                "new_jwk": _jwk("b2", 2)}),
     ("participant.rotate_key", {"workspace": "$W", **_f(BOB), "old_kid": "zz", "new_jwk": {}}),  # -32071
     ("participant.revoke_key", {"workspace": "$W", **_f(BOT), "target_uri": BOB, "kid": "b2"}),  # recorded
     ("participant.revoke_key", {"workspace": "$W", **_f(A), "target_uri": BOB, "kid": "b2", "reason": "lost"}),

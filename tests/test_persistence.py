@@ -20,7 +20,7 @@ from support import (
     stored,
 )
 
-from coordinator import BatchWriteError, RestoreError
+from coordinator import BatchWriteError, RestoreError, public_jwk
 from storage import MemoryStore, PostgresStore, SqliteStore, StoreChange, StoreConflictError
 
 
@@ -177,8 +177,8 @@ def test_persistent_conflict_is_an_error_and_changes_nothing():
 def _workload(c: Client) -> None:
     T = s0(c, extra_humans=(BOB,))
     c.ok("task.update", **frm(BOT), task_id=T, state="in_progress")
-    c.ok("participant.join", **frm("human:kim"), type="human", jwks={"keys": [{"kid": "b1", "kty": "OKP"}]})
-    c.ok("participant.rotate_key", **frm("human:kim"), old_kid="b1", new_jwk={"kid": "b2", "kty": "OKP"})
+    c.ok("participant.join", **frm("human:kim"), type="human", jwks={"keys": [public_jwk(bytes([1]) * 32, "b1")]})
+    c.ok("participant.rotate_key", **frm("human:kim"), old_kid="b1", new_jwk=public_jwk(bytes([2]) * 32, "b2"))
     c.err("workspace.set_profiles", **frm(BOT), profiles=["core/1.0"])  # recorded refusal
     R = c.ok("task.create", **frm(ALICE), assignee=BOT, kind="r", input={"a": [1]}, review_required=True,
              idempotency_key="idem")["task_id"]

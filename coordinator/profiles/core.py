@@ -27,7 +27,9 @@ from coordinator.registry import (
     profile_names,
     schema,
 )
+from coordinator.signing import JwkError, check_jwk
 from coordinator.wire import (
+    INVALID_PARAMS,
     NOT_AUTHORISED,
     SIG_KEY_NOT_FOUND,
     SIG_KEY_REVOKED,
@@ -249,6 +251,9 @@ def participant_join(call: Call) -> dict[str, Any]:
     role = call.params.get("role")
     if role is not None and not isinstance(role, str):
         raise invalid_params("role must be a string, such as \"reviewer\"")
+    # Checked even when they will not be registered (a re-join, a pinned
+    # key): the call is recorded, and a private key must never be.
+    offered = _offered_keys(call.params.get("jwks"))
     if call.ws is None:
         check_new_id(wid, "workspace", "wsp_reports")
         _new_workspace_for_join(call, wid)
@@ -260,11 +265,8 @@ def participant_join(call: Call) -> dict[str, Any]:
     if existing is None:
         check_new_id(sender, "from", "human:alice")
         p = call.params
-        keys = attested.keys
-        jwks = p.get("jwks")
         # Self-asserted keys only when no identity profile pinned one.
-        if not keys and isinstance(jwks, dict) and isinstance(jwks.get("keys"), list):
-            keys = [key_record(k, call.arrived) for k in jwks["keys"] if isinstance(k, dict)]
+        keys = attested.keys or [key_record(k, call.arrived) for k in offered]
         call.put(
             "members",
             sender,
@@ -286,6 +288,42 @@ def participant_join(call: Call) -> dict[str, Any]:
         keys = [*existing.keys, *(k for k in attested.keys if k["kid"] not in known)]
         call.put("members", sender, replace(existing, keys=keys, **attested.fields))
     return {"joined": True, "as": sender}
+
+
+# A join registers a handful of keys at most; each costs about a millisecond
+# to check (coordinator/ed25519.py), so the count is bounded ("Bounds").
+MAX_JOIN_KEYS = 16
+
+
+def _offered_keys(jwks: Any) -> list[dict[str, Any]]:
+    """The self-asserted keys of a join's `jwks` (none when absent), each
+    checked; -32602 naming the field at fault."""
+    if jwks is None:
+        return []
+    try:
+        if not isinstance(jwks, dict):
+            raise JwkError("jwks", "must be an object: {keys: [jwk, ...]}")
+        keys = jwks.get("keys")
+        if not isinstance(keys, list):
+            raise JwkError("jwks.keys", "must be an array of JWKs: {keys: [jwk, ...]}")
+        if len(keys) > MAX_JOIN_KEYS:
+            raise JwkError("jwks.keys", f"holds {len(keys)} keys; a join registers at most {MAX_JOIN_KEYS}")
+        first: dict[str, int] = {}
+        for i, jwk in enumerate(keys):
+            kid = check_jwk(jwk, f"jwks.keys[{i}]")["kid"]
+            if kid in first:
+                raise JwkError(
+                    f"jwks.keys[{i}].kid",
+                    f"{kid!r} already names jwks.keys[{first[kid]}]; give each key its own kid",
+                )
+            first[kid] = i
+    except JwkError as exc:
+        raise _invalid_key(exc) from None
+    return keys
+
+
+def _invalid_key(exc: JwkError) -> RpcError:
+    return RpcError(INVALID_PARAMS, exc.message, {"field": exc.field})
 
 
 def _new_workspace_for_join(call: Call, wid: str) -> None:
@@ -344,14 +382,23 @@ def participant_rotate_key(call: Call) -> dict[str, Any]:
         raise RpcError(SIG_KEY_REVOKED, f"Key {old_kid} is revoked")
     # Checked after the key lookups, as 0.3.3 does: an unknown or revoked
     # old key is reported first.
-    if not isinstance(new_jwk, dict) or not isinstance(new_jwk.get("kid"), str):
-        raise invalid_params("new_jwk must include kid")
+    try:
+        kid = check_jwk(new_jwk, "new_jwk")["kid"]
+        if _key_index(member, kid) is not None:
+            # Two records under one kid: the rotated-out one would refuse
+            # every call signed with it (coordinator.signing.key_for_call).
+            raise JwkError(
+                "new_jwk.kid",
+                f"{kid!r} already names a key of {member.uri}; a kid is never reused: choose a new one",
+            )
+    except JwkError as exc:
+        raise _invalid_key(exc) from None
     keys = list(member.keys)
     keys[i] = {**keys[i], "valid_until": call.arrived}
     keys.append(
         {
             "jwk": new_jwk,
-            "kid": new_jwk["kid"],
+            "kid": kid,
             "valid_from": call.arrived,
             "valid_until": None,
             "revoked_at": None,
@@ -359,7 +406,7 @@ def participant_rotate_key(call: Call) -> dict[str, Any]:
         }
     )
     call.put("members", member.uri, replace(member, keys=keys))
-    return {"rotated": True, "old_kid": old_kid, "new_kid": new_jwk["kid"], "valid_from": call.arrived}
+    return {"rotated": True, "old_kid": old_kid, "new_kid": kid, "valid_from": call.arrived}
 
 
 @PROFILE.method(

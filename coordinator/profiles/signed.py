@@ -11,6 +11,8 @@ answered again and before step-up and the profile gate), first failure wins, as 
 - `from` is not a member → -32071;
 - the kid names no key of the member → -32071; a revoked key → -32072; a key
   rotated out before the call arrived → -32071 (whatever `ts` says);
+- the key or R is a small-order point or not canonically encoded, or S is
+  not below L (strict verification, as libsodium's) → -32070;
 - the signature does not verify over the JCS form without `sig` → -32070;
 - `participant.rotate_key` signed with another key than `old_kid` → -32073.
 
