@@ -118,8 +118,8 @@ _SCHEMA = [
 
 _UNREACHABLE = (
     "the PostgreSQL server cannot be reached (connection refused, lost or timed "
-    "out), so nothing was {what}. The store reconnects by itself: retry once the "
-    "server is back."
+    "out), so nothing was {what}. The connection is made again by itself: retry "
+    "once the server is back."
 )
 
 # The server encodings that hold any text of a log: UTF8, and SQL_ASCII,
