@@ -141,3 +141,73 @@ def test_serve_says_what_the_server_said_about_a_wrong_database(pg_server: PgSer
     err = _serve_fails(pg_server.uri("no_such_db"))
     assert 'refused the connection: database "no_such_db" does not exist' in err, err
     assert "cannot be reached" not in err
+
+
+# -- tokens in the PostgreSQL database ------------------------------------------
+
+
+def _token(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["token", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_tokens_live_in_the_postgresql_database_and_serve_auth_uses_them(
+    pg_server: PgServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    uri = pg_server.uri(pg_server.new_database())
+    code, secret, err = _token(capsys, "create", "--db", uri, "--as", ZOE)
+    assert code == 0, err
+    secret = secret.strip()
+    token_id = err.split("token ", 1)[1].split()[0]
+    code, listed, _ = _token(capsys, "list", "--db", uri)
+    assert code == 0 and listed.startswith(f"{token_id}  {ZOE}  created ") and listed.endswith("active\n")
+    # only the digest is kept, in the database the URI names
+    with psycopg.connect(uri) as conn:
+        rows = conn.execute("SELECT id, digest, principal, revoked FROM chapline_tokens").fetchall()
+    assert rows == [(token_id, hashlib.sha256(secret.encode()).hexdigest(), ZOE, None)]
+
+    join = env("participant.join", {"workspace": WS, "from": ZOE, "type": "human", "role": "admin"})
+    with Serve(uri, "--auth") as server, httpx.Client(base_url=server.base, timeout=60) as http:
+        assert "tokens required" in server.line
+        assert http.post("/chap", json=join).status_code == 401
+        ok = http.post("/chap", json=join, headers={"Authorization": f"Bearer {secret}"})
+        assert ok.json()["result"] == {"joined": True, "as": ZOE}
+        assert _token(capsys, "revoke", "--db", uri, token_id)[0] == 0
+        again = http.post("/chap", json=join, headers={"Authorization": f"Bearer {secret}"})
+        assert again.status_code == 401
+    assert _token(capsys, "list", "--db", uri)[1].split("  ")[-1].startswith("revoked ")
+
+
+def test_a_token_check_the_database_cannot_answer_is_refused_as_retryable(
+    pg_server: PgServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Fail closed: when the token table cannot be read the call is refused
+    (503, -32900, retry), not admitted and not called unauthenticated; a
+    connection the server broke is replaced on the next check."""
+    from coordinator.transports.auth import Authenticator, TokenStore
+
+    dbname = pg_server.new_database()
+    tokens = TokenStore(pg_server.uri(dbname))
+    try:
+        secret, _ = tokens.create(ZOE)
+        auth = Authenticator(tokens)
+        body = json.dumps(env("participant.join", {"workspace": WS, "from": ZOE, "type": "human"})).encode()
+        header = f"Bearer {secret}"
+        assert auth.refusal(header, body) is None
+        with psycopg.connect(pg_server.dsn(), autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (dbname,)
+            )
+            assert auth.refusal(header, body) is None  # on a new connection
+            admin.execute(f'DROP DATABASE "{dbname}" WITH (FORCE)')
+        refused = auth.refusal(header, body)
+        assert refused is not None
+        status, _, error = refused
+        assert (status, error.code) == (503, -32900), refused
+        assert "retry" in error.message and dbname not in error.message
+        # the server's words go to the log, under the id the caller is given
+        (record,) = [r for r in caplog.records if error.data["log_id"] in r.getMessage()]
+        assert f'database "{dbname}" does not exist' in str(record.exc_info[1])
+    finally:
+        tokens.close()
