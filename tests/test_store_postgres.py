@@ -359,3 +359,24 @@ def test_a_row_that_is_not_utf8_in_a_sql_ascii_database_is_damage(
         assert store.read_entries("bad", 0, 1) == [entry(0)]
     finally:
         store.close()
+
+
+def test_a_watching_store_hears_of_a_non_ascii_workspace_in_sql_ascii(
+    pg_server: PgServer, sql_ascii: str
+) -> None:
+    dsn = _schema_maker(pg_server, sql_ascii)()
+    watching, writer = PostgresStore(dsn, watch=True), PostgresStore(dsn)
+    try:
+        writer.apply(change("wsp_☕", 0, 1))
+        heard: set[str] = set()
+        for _ in range(200):  # the notification arrives within the listener's poll
+            got = watching.changed()
+            assert got is not None  # the listening connection was never lost
+            heard |= got
+            if heard:
+                break
+            threading.Event().wait(0.05)
+        assert heard == {"wsp_☕"}
+    finally:
+        watching.close()
+        writer.close()
