@@ -198,7 +198,11 @@ class _Postgres:
     def __init__(self, uri: str) -> None:
         self._uri = uri
         self._conn = self._connect()
-        self._run(self._create)
+        try:
+            self._run(self._create)
+        except BaseException:
+            self._conn.close()
+            raise
 
     def _connect(self) -> psycopg.Connection[Any]:
         from storage.postgres import connect
