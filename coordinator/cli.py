@@ -220,7 +220,8 @@ def _parser() -> argparse.ArgumentParser:
     revoke = actions.add_parser("revoke", help="revoke a token by its id")
     revoke.add_argument("id", help="the token id that `create` and `list` print")
     for action in (create, listing, revoke):
-        action.add_argument("--db", default="chap.db", help="SQLite file (default: ./chap.db)")
+        action.add_argument("--db", default="chap.db",
+                            help="the serve database: a SQLite file or a postgresql:// URI (default: ./chap.db)")
     logcli.add_commands(commands)
     copycli.add_command(commands)
     return parser
@@ -228,11 +229,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def _token(args: argparse.Namespace) -> int:
     from coordinator.transports.auth import TokenStore
+    from storage import StoreError
 
     try:
         tokens = TokenStore(args.db)
-    except (sqlite3.Error, ValueError) as exc:
-        print(f"chapline: cannot open the token table in {args.db!r}: {exc}", file=sys.stderr)
+    except (sqlite3.Error, StoreError, ValueError) as exc:
+        print(f"chapline: cannot open the token table in {_quoted(args.db)}: {exc}", file=sys.stderr)
         return 1
     try:
         if args.action == "create":
@@ -328,7 +330,7 @@ def _serve(
     sweep_interval: float = DEFAULT_SWEEP_INTERVAL,
 ) -> int:
     from storage import StoreError
-    from storage.target import describe_target, is_postgres, open_store
+    from storage.target import describe_target, open_store
 
     if workers < 1:
         raise _Usage(f"--workers must be at least 1, got {workers}")
@@ -338,11 +340,6 @@ def _serve(
         raise _Usage(
             "--projection NAME=:memory: would give each worker tables of its own: with "
             "--workers N, name a file or a postgresql:// URI the workers share"
-        )
-    if auth and is_postgres(db):
-        raise _Usage(
-            "--auth keeps its tokens in the SQLite file given as --db, so it cannot be "
-            "used with a postgresql:// database yet"
         )
     sock = _listen(host, port)
     try:
@@ -429,7 +426,7 @@ def _serve_one(
         if auth:
             try:
                 tokens = TokenStore(db)
-            except (sqlite3.Error, ValueError) as exc:
+            except (sqlite3.Error, StoreError, ValueError) as exc:
                 raise _Failure(f"--auth: {exc}") from None
             authenticator = Authenticator(tokens, oidc=oidc, signatures=require_signatures)
         projected = _attach(coord, projections)

@@ -17,15 +17,20 @@ SPECIFICATION.md, "PostgreSQL":
   use to refresh a workspace before their next write to it.
 - A broken connection is replaced on the next call. A call that fails
   because the server is unreachable raises StoreUnavailableError with a
-  message that names no host, path or credential. A read, and a write that failed before
-  its COMMIT was sent, is tried once more on a fresh connection; a write whose
-  COMMIT got no answer is not (it may have been committed, and the CAS makes
-  the caller find out by reloading).
+  message that names no host, path or credential; one the server refused
+  (no such database or role, say) says what the server said. A read, and a
+  write that failed before its COMMIT was sent, is tried once more on a fresh
+  connection; a write whose COMMIT got no answer is not (it may have been
+  committed, and the CAS makes the caller find out by reloading).
+- Every connection speaks UTF-8 (`connect`), and only a database that can
+  hold any UTF-8 text is opened: UTF8, or SQL_ASCII (a plain `initdb
+  --locale=C`), which keeps the bytes as sent.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import uuid
 from collections.abc import Callable, Iterable
@@ -50,7 +55,7 @@ from storage.types import (
     WorkspaceRecord,
 )
 
-__all__ = ["CHANNEL", "PostgresStore", "entries_query"]
+__all__ = ["CHANNEL", "DatabaseEncodingError", "PostgresStore", "connect", "entries_query"]
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +80,14 @@ _FILTER_SQL = {
     "task_id": _call_field("params", "task_id"),
 }
 
-# psycopg returns the JSON text as str; the shared decoding takes bytes.
-_DIALECT = _rows.Dialect(param="%s", data="data", inserted="ord", filters=_FILTER_SQL, refused=_REFUSED)
+# The JSON columns are read as the bytes stored (a conversion to SQL_ASCII is
+# none, in any database), in binary results: the shared decoding takes bytes,
+# and a row that is not UTF-8 (a SQL_ASCII database checks nothing) is then a
+# damaged row, as on SQLite, where the server would refuse to send it as text.
+_DIALECT = _rows.Dialect(
+    param="%s", data="convert_to(data, 'SQL_ASCII')", inserted="ord", filters=_FILTER_SQL,
+    refused=_REFUSED,
+)
 
 _SCHEMA = [
     """CREATE TABLE IF NOT EXISTS chap_meta (
@@ -107,15 +118,83 @@ _SCHEMA = [
 
 _UNREACHABLE = (
     "the PostgreSQL server cannot be reached (connection refused, lost or timed "
-    "out), so nothing was {what}. The store reconnects by itself: retry once the "
-    "server is back."
+    "out), so nothing was {what}. The connection is made again by itself: retry "
+    "once the server is back."
 )
+
+# The server encodings that hold any text of a log: UTF8, and SQL_ASCII,
+# which stores the UTF-8 bytes a UTF8 client sends as they are. Any other
+# would refuse (or convert) some character of some call.
+_ENCODINGS = ("UTF8", "SQL_ASCII")
+
+# libpq words a refusal by the server as "... failed: FATAL:  <message>"
+# (the severity in the server's language); its own failures have no such part.
+_SERVER_SAID = re.compile(r"failed: \w+:  ([^\n]+)")
 
 T = TypeVar("T")
 
 
 class _Ambiguous(Exception):
     """The connection broke after COMMIT was sent: the write may have landed."""
+
+
+class DatabaseEncodingError(StoreUnavailableError):
+    """The database's `encoding` cannot hold every character a log may hold,
+    so it was not opened; nothing was read or written."""
+
+    remedy = "Use a database created with ENCODING 'UTF8' and copy the workspaces into it."
+
+    def __init__(self, encoding: str) -> None:
+        self.encoding = encoding
+        super().__init__(
+            "",
+            f"the PostgreSQL database's encoding is {encoding}, which cannot hold every "
+            "character a call may carry (the log is UTF-8 text), so it was not opened and "
+            "nothing was read or written. Use a database created as UTF8 (CREATE DATABASE "
+            "name ENCODING 'UTF8' TEMPLATE template0, or a cluster made by initdb -E UTF8) "
+            "and point the connection string at it; `chapline copy` moves workspaces there "
+            "from another database.",
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.encoding,))
+
+
+def connect(dsn: str, *, connect_timeout: int = 5, what: str = "read or written") -> psycopg.Connection[Any]:
+    """An autocommit connection to the database `dsn` names that speaks UTF-8,
+    whatever the connection string, PGCLIENTENCODING or the database's
+    default say (else a SQL_ASCII database would hand back bytes).
+
+    Raises StoreUnavailableError when no connection is made, worded for each
+    cause (`what` is what was therefore not done), and DatabaseEncodingError
+    for a database whose encoding cannot hold the log."""
+    try:
+        conn = psycopg.connect(
+            dsn, autocommit=True, connect_timeout=connect_timeout, client_encoding="UTF8"
+        )
+    except psycopg.ProgrammingError:
+        # libpq's reason quotes the string, which may hold a password.
+        raise StoreUnavailableError(
+            "",
+            "the connection string is not a valid PostgreSQL connection string (a "
+            "postgresql://USER@HOST:PORT/DBNAME URI or libpq key=value pairs), so nothing "
+            f"was {what}. Correct it and retry.",
+        ) from None
+    except psycopg.OperationalError as exc:
+        said = _SERVER_SAID.findall(str(exc))
+        if not said:
+            raise StoreUnavailableError("", _UNREACHABLE.format(what=what)) from None
+        raise StoreUnavailableError(
+            "",
+            f"the PostgreSQL server refused the connection: {said[-1].strip()}. Nothing was "
+            f"{what}; correct what it names (the database, role or password in the "
+            "connection string, or the server's access rules), then retry.",
+        ) from None
+    encoding = conn.info.parameter_status("server_encoding") or ""
+    if encoding not in _ENCODINGS:
+        conn.close()
+        raise DatabaseEncodingError(encoding)
+    return conn
 
 
 class PostgresStore(Store):
@@ -146,10 +225,7 @@ class PostgresStore(Store):
     # -- connections -----------------------------------------------------
 
     def _connect_raw(self) -> psycopg.Connection[Any]:
-        try:
-            return psycopg.connect(self._dsn, autocommit=True, connect_timeout=self._timeout)
-        except psycopg.OperationalError:
-            raise StoreUnavailableError("", _UNREACHABLE.format(what="read or written")) from None
+        return connect(self._dsn, connect_timeout=self._timeout)
 
     def _connection(self) -> psycopg.Connection[Any]:
         conn = self._conn
@@ -353,16 +429,13 @@ class PostgresStore(Store):
             # One snapshot for all three reads.
             with conn.transaction():
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                return [conn.execute(sql, args).fetchall() for sql, args in (metas, objects, log_)]
+                return [
+                    conn.execute(sql, args, binary=True).fetchall()
+                    for sql, args in (metas, objects, log_)
+                ]
 
         meta_rows, object_rows, log_rows = self._run(work, "read")
-        loaded = _rows.Loaded.gather(
-            entries,
-            ((w, t.encode(), v, u) for w, t, v, u in meta_rows),
-            ((w, c, k, t.encode()) for w, c, k, t in object_rows),
-            ((w, seq, t.encode()) for w, seq, t in log_rows) if entries else log_rows,
-        )
-        return loaded.held(log, "")
+        return _rows.Loaded.gather(entries, meta_rows, object_rows, log_rows).held(log, "")
 
     def read_entries(
         self,
@@ -372,14 +445,14 @@ class PostgresStore(Store):
         where: EntryFilter | None = None,
     ) -> list[dict[str, Any]]:
         sql, args = entries_query(workspace, start, stop, where)
-        rows = self._run(lambda conn: conn.execute(sql, args).fetchall(), "read")
-        return _rows.matching_entries(((seq, text.encode()) for seq, text in rows), workspace, where, "")
+        rows = self._run(lambda conn: conn.execute(sql, args, binary=True).fetchall(), "read")
+        return _rows.matching_entries(rows, workspace, where, "")
 
     def read_entry_texts(self, workspace: str, start: int = 0, stop: int | None = None) -> list[bytes]:
         """The stored JSON text of entries `start <= seq < stop`, by seq."""
-        sql, args = _rows.entries_query(_DIALECT, "data", workspace, start, stop)
-        rows = self._run(lambda conn: conn.execute(sql, args).fetchall(), "read")
-        return [text.encode() for (text,) in rows]
+        sql, args = _rows.entries_query(_DIALECT, _DIALECT.data, workspace, start, stop)
+        rows = self._run(lambda conn: conn.execute(sql, args, binary=True).fetchall(), "read")
+        return [text for (text,) in rows]
 
 
     # -- other writers -------------------------------------------------------
@@ -446,7 +519,7 @@ def entries_query(
 ) -> tuple[str, list[Any]]:
     """The SELECT behind `read_entries`: (seq, data) in seq order, narrowed by
     the indexed fields of `where` (entry_matches has the last word)."""
-    return _rows.entries_query(_DIALECT, "seq, data", workspace, start, stop, where)
+    return _rows.entries_query(_DIALECT, f"seq, {_DIALECT.data}", workspace, start, stop, where)
 
 
 def _server_error(exc: Exception, what: str) -> StoreUnavailableError:

@@ -175,23 +175,25 @@ class PgServer:
 
     # -- connecting ---------------------------------------------------------
 
-    def dsn(self, dbname: str = "postgres", **options: str) -> str:
+    def dsn(self, dbname: str = "postgres", *, user: str = "postgres", **options: str) -> str:
         """A libpq key=value string for `dbname` over the unix socket."""
-        parts = [f"host={self.socket_dir}", f"port={self.port}", "user=postgres", f"dbname={dbname}"]
+        parts = [f"host={self.socket_dir}", f"port={self.port}", f"user={user}", f"dbname={dbname}"]
         parts += [f"{k}='{v}'" for k, v in options.items()]
         return " ".join(parts)
 
-    def uri(self, dbname: str = "postgres") -> str:
+    def uri(self, dbname: str = "postgres", *, user: str = "postgres") -> str:
         """A postgresql:// URI for `dbname` over TCP on 127.0.0.1."""
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{dbname}"
+        return f"postgresql://{user}@127.0.0.1:{self.port}/{dbname}"
 
-    def new_database(self) -> str:
-        """Create an empty database; return its name."""
+    def new_database(self, encoding: str = "UTF8") -> str:
+        """Create an empty database in `encoding` (the cluster's C locale
+        takes any; SQL_ASCII is what a plain `initdb --locale=C` makes);
+        return its name."""
         import psycopg
 
         name = "t_" + uuid.uuid4().hex[:12]
         with psycopg.connect(self.dsn(), autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
+            conn.execute(f"CREATE DATABASE \"{name}\" ENCODING '{encoding}' TEMPLATE template0")
         return name
 
 

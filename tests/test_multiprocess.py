@@ -247,7 +247,6 @@ def _children(pid: int) -> list[int]:
 @pytest.mark.parametrize("args, named", [
     (["--db", ":memory:", "--workers", "2"], "--workers"),
     (["--workers", "0"], "--workers"),
-    (["--db", "postgresql://chap@127.0.0.1:1/chap", "--auth"], "--auth"),
     (["--workers", "2", "--projection", "analytics=:memory:"], "--projection"),
 ])
 def test_bad_serve_arguments_exit_2(args: list[str], named: str) -> None:

@@ -112,18 +112,25 @@ def test_chap_analytics_figures_equal_the_projection_for_random_workloads(
         assert_matches_chap_analytics(live.projection.connection, frames, coord.snapshot(wl.WS)["audit"])
 
 
+@pytest.mark.parametrize("encoding", ["UTF8", "SQL_ASCII"])
 def test_the_tables_in_the_stores_own_database_match_chap_analytics(
-    fresh_database: str, new_target: Callable[[], str]
+    pg_server: PgServer, encoding: str, new_target: Callable[[], str]
 ) -> None:
+    """In a UTF8 database, and in a SQL_ASCII one (a plain `initdb
+    --locale=C`), under a workspace id that is not ASCII."""
+    fresh_database = pg_server.uri(pg_server.new_database(encoding))
+    ws = "wsp_dèsk☕"
     with make(PostgresStore(fresh_database)) as coord:
         live = coord.attach(AnalyticsProjection(fresh_database))  # beside chap_entries
-        wl.desk(coord)
+        wl.desk(coord, ws)
         caught_up = coord.attach(AnalyticsProjection(new_target()))
-        log = coord.snapshot(wl.WS)["audit"]
-        frames = chap_analytics.frames(chap_analytics.from_coordinator(coord, wl.WS))
+        log = coord.snapshot(ws)["audit"]
+        frames = chap_analytics.frames(chap_analytics.from_coordinator(coord, ws))
         assert len(frames.decisions) >= 7 and len(frames.refusals) >= 1
         for attachment in (live, caught_up):
             assert_matches_chap_analytics(attachment.projection.connection, frames, log)
+            counts = attachment.projection.connection.execute("SELECT workspace FROM analytics_counts")
+            assert counts.fetchall() == [(ws,)]
     # SQL tools read the view with a float latency, as on SQLite
     with psycopg.connect(fresh_database) as reader:
         latencies = reader.execute(
@@ -309,6 +316,14 @@ def test_an_unreachable_target_is_a_projection_error_that_names_no_secret() -> N
     assert "s3cret" not in str(caught.value) and "someone" not in str(caught.value)
     assert "the PostgreSQL database db on 127.0.0.1" in caught.value.target
     assert "cannot be reached" in str(caught.value)
+
+
+def test_a_target_that_cannot_hold_the_text_is_refused_naming_its_encoding(pg_server: PgServer) -> None:
+    target = pg_server.uri(pg_server.new_database("LATIN1"))
+    with pytest.raises(ProjectionError, match="encoding is LATIN1.*ENCODING 'UTF8'"):
+        AnalyticsProjection(target)
+    with psycopg.connect(target) as conn:  # nothing was made in it
+        assert conn.execute("SELECT to_regclass('chapline_cursors')").fetchone() == (None,)
 
 
 def test_tables_of_the_earlier_schema_are_refused_until_cleared(new_target: Callable[[], str]) -> None:

@@ -1,24 +1,30 @@
 """PostgresStore beyond the shared contract: reconnection after a broken
 connection and after a server restart, messages that name no credentials or
 paths, the schema created once by concurrent openers, and filtered reads
-answered from the indexes at 100k entries, damaged rows."""
+answered from the indexes at 100k entries, damaged rows; databases in other
+encodings (SQL_ASCII, as a plain `initdb --locale=C` makes, holds the log;
+LATIN1 is refused at open), and what a wrong database or role is told."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
 import pytest
 from client import Client
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pgserver import PgServer
 from support import ALICE, BOT, make, s0
+from test_store_contract import PostgresFactory
 
 from storage import EntryFilter, PostgresStore, StoreChange, StoreError
-from storage.contract import change, entry
+from storage.contract import StoreContract, change, entry
 from storage.postgres import entries_query
 
 SECRET = "s3cret-pw"
@@ -217,3 +223,160 @@ def test_damaged_workspaces_are_skipped_whole(pg_dsn: str, caplog: pytest.LogCap
         assert store.read_entries("bad_entry", 2) == [entry(2)]
     finally:
         store.close()
+
+
+# -- encodings ---------------------------------------------------------------
+
+_schemas = itertools.count()
+
+
+def _schema_maker(server: PgServer, dbname: str) -> Callable[[], str]:
+    """Each call makes an empty schema in `dbname`; returns its DSN."""
+
+    def new() -> str:
+        name = f"e{next(_schemas)}"
+        with psycopg.connect(server.dsn(dbname), autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {name}")
+        return server.dsn(dbname, options=f"-c search_path={name}")
+
+    return new
+
+
+@pytest.fixture(scope="module")
+def sql_ascii(pg_server: PgServer) -> str:
+    """A database in the encoding a plain `initdb --locale=C` gives: SQL_ASCII."""
+    return pg_server.new_database("SQL_ASCII")
+
+
+@pytest.fixture(scope="module", params=["UTF8", "SQL_ASCII"])
+def new_schema(request: pytest.FixtureRequest, pg_server: PgServer) -> Callable[[], str]:
+    """Empty schemas in the server's UTF8 database, then in a SQL_ASCII one."""
+    dbname = "postgres" if request.param == "UTF8" else request.getfixturevalue("sql_ascii")
+    return _schema_maker(pg_server, dbname)
+
+
+class TestContractOnSqlAscii(StoreContract):
+    """The whole store contract once more, in a SQL_ASCII database."""
+
+    @pytest.fixture
+    def factory(self, pg_server: PgServer, sql_ascii: str) -> PostgresFactory:
+        return PostgresFactory(_schema_maker(pg_server, sql_ascii))
+
+
+# Any Unicode text but NUL, which PostgreSQL's text cannot hold (and
+# surrogates, which UTF-8 cannot).
+_TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1, max_size=5)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    wid=_TEXT,
+    words=st.lists(_TEXT, min_size=4, max_size=4),
+    calls=st.lists(st.tuples(_TEXT, _TEXT, _TEXT, st.booleans()), min_size=1, max_size=4),
+)
+def test_any_unicode_text_round_trips_and_filters(
+    new_schema: Callable[[], str], wid: str, words: list[str], calls: list[tuple[str, str, str, bool]]
+) -> None:
+    """What is written is what is read back, byte for byte, and a filtered
+    read finds exactly the entries whose field equals the value (computed
+    here from the calls, not by the store's matcher)."""
+    entries = [entry(i, method, task, refused, sender) for i, (method, sender, task, refused) in enumerate(calls)]
+    meta = {"id": wid, "name": words[0]}
+    objects = {"tasks": {words[1]: {"id": words[1], "title": words[2]}}}
+    store = PostgresStore(new_schema())
+    try:
+        store.apply(StoreChange(wid, 0, len(entries), words[3], meta, entries, objects))
+        assert store.workspace_ids() == [wid]
+        (record,) = store.load()
+        assert (record.id, record.version, record.updated_at) == (wid, len(entries), words[3])
+        assert record.data["name"] == words[0] and record.data["audit"] == entries
+        assert record.data["tasks"] == objects["tasks"]
+        assert [json.loads(t) for t in store.read_entry_texts(wid)] == entries
+        for field, position in (("method", 0), ("sender", 1), ("task_id", 2)):
+            value = calls[-1][position]
+            expected = [e for e, call in zip(entries, calls, strict=True) if call[position] == value]
+            assert store.read_entries(wid, where=EntryFilter(**{field: value})) == expected
+        refused = [e for e, call in zip(entries, calls, strict=True) if call[3]]
+        assert store.read_entries(wid, where=EntryFilter(outcome="refused")) == refused
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("encoding", ["LATIN1", "EUC_JP"])
+def test_a_database_that_cannot_hold_the_log_is_refused_at_open(pg_server: PgServer, encoding: str) -> None:
+    """LATIN1 cannot hold "☕" and EUC_JP cannot hold "é": either would refuse
+    (or, converting, alter) some call later. Refused at open, naming the
+    encoding and the fix, and nothing is created in it."""
+    dbname = pg_server.new_database(encoding)
+    with pytest.raises(StoreError) as caught:
+        PostgresStore(pg_server.dsn(dbname))
+    message = str(caught.value)
+    assert f"encoding is {encoding}" in message, message
+    assert "ENCODING 'UTF8'" in message and "chapline copy" in message, message
+    with psycopg.connect(pg_server.dsn(dbname)) as conn:
+        assert conn.execute("SELECT to_regclass('chap_entries')").fetchone() == (None,)
+
+
+def test_a_wrong_database_or_role_is_reported_in_the_servers_words(pg_server: PgServer) -> None:
+    for dsn, said in [
+        (pg_server.dsn("no_such_db"), 'database "no_such_db" does not exist'),
+        (pg_server.uri("postgres", user="no_such_role"), 'role "no_such_role" does not exist'),
+    ]:
+        with pytest.raises(StoreError) as caught:
+            PostgresStore(dsn)
+        message = str(caught.value)
+        assert f"the PostgreSQL server refused the connection: {said}" in message, message
+        assert "cannot be reached" not in message
+        assert pg_server.socket_dir not in message and str(pg_server.port) not in message
+
+
+def test_a_malformed_connection_string_is_a_store_error_that_repeats_nothing(pg_server: PgServer) -> None:
+    for dsn in ("postgresql://u:s3cret@[::1/db", "host=x s3cret"):
+        with pytest.raises(StoreError) as caught:
+            PostgresStore(dsn)
+        message = str(caught.value)
+        assert "s3cret" not in message and "not a valid PostgreSQL connection string" in message, message
+
+
+def test_a_row_that_is_not_utf8_in_a_sql_ascii_database_is_damage(
+    pg_server: PgServer, sql_ascii: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SQL_ASCII checks nothing, so another writer can store bytes that are
+    not UTF-8: that workspace is skipped as any damaged one, the others load."""
+    dsn = _schema_maker(pg_server, sql_ascii)()
+    store = PostgresStore(dsn)
+    try:
+        for wid in ("bad", "good"):
+            store.apply(change(wid, 0, 2))
+        with psycopg.connect(dsn, autocommit=True, client_encoding="SQL_ASCII") as raw:
+            raw.execute("UPDATE chap_entries SET data = convert_from('\\x7b22223a22ff227d'::bytea, 'SQL_ASCII') "
+                        "WHERE workspace = 'bad' AND seq = 1")
+        with caplog.at_level(logging.WARNING, logger="storage"):
+            assert [r.id for r in store.load()] == ["good"]
+        assert any("'bad' skipped while loading" in r.getMessage() for r in caplog.records)
+        with pytest.raises(StoreError, match=r"^workspace 'bad': the entry at seq 1 is not valid JSON"):
+            store.read_entries("bad")
+        assert store.read_entries("bad", 0, 1) == [entry(0)]
+    finally:
+        store.close()
+
+
+def test_a_watching_store_hears_of_a_non_ascii_workspace_in_sql_ascii(
+    pg_server: PgServer, sql_ascii: str
+) -> None:
+    dsn = _schema_maker(pg_server, sql_ascii)()
+    watching, writer = PostgresStore(dsn, watch=True), PostgresStore(dsn)
+    try:
+        writer.apply(change("wsp_☕", 0, 1))
+        heard: set[str] = set()
+        for _ in range(200):  # the notification arrives within the listener's poll
+            got = watching.changed()
+            assert got is not None  # the listening connection was never lost
+            heard |= got
+            if heard:
+                break
+            threading.Event().wait(0.05)
+        assert heard == {"wsp_☕"}
+    finally:
+        watching.close()
+        writer.close()

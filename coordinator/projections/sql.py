@@ -262,10 +262,16 @@ class PostgresTarget(SqlTarget):
         self.connection: psycopg.Connection[Any] = self._connect()
 
     def _connect(self) -> psycopg.Connection[Any]:
-        import psycopg
+        from storage import StoreError
+        from storage.postgres import connect
 
+        try:
+            # UTF-8 on any database that can hold it, as the store's (else a
+            # SQL_ASCII database hands back bytes); the refusals worded alike.
+            connection = connect(self.target, connect_timeout=self._timeout, what="opened")
+        except StoreError as exc:
+            raise ProjectionError(self.where, f"{self.where}: {exc}") from None
         with self._errors("opened"):
-            connection = psycopg.connect(self.target, autocommit=True, connect_timeout=self._timeout)
             try:
                 # As on SQLite (open_sqlite): commits are atomic but not waited on
                 # to reach the disk. A server crash may take back the last few,

@@ -2,9 +2,10 @@
 
 A token is a random secret handed out once (`chapline token create`); the
 database keeps only its SHA-256 digest, the participant URI it stands for
-(the principal) and when it was created and revoked. The transport looks the
-presented token up on every request, so a revocation made by another process
-takes effect at the next call.
+(the principal) and when it was created and revoked: the serve database,
+a SQLite file or PostgreSQL. The transport looks the presented token up on
+every request, so a revocation made by another process takes effect at the
+next call, and a lookup the database cannot answer refuses the call.
 
 A deployment with an identity provider may also accept the provider's
 access tokens (JWTs): an `Authenticator` given an OIDC verifier
@@ -24,23 +25,31 @@ refused call is never recorded. The rules are in SPECIFICATION.md,
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import secrets
 import sqlite3
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from coordinator.clock import Clock, iso_ms, system_clock
+from coordinator.incidents import logged
 from coordinator.profiles.signed import UNSIGNED_METHODS
 from coordinator.verifiers import OIDC_TOKEN_INVALID, IdentityRejected
 from coordinator.wire import (
     AUTHENTICATION_REQUIRED,
     NOT_AUTHORISED,
+    STORE_WRITE_FAILED,
     RpcError,
     decode_json,
 )
+from storage import StoreError, StoreUnavailableError
+from storage.target import is_postgres
+
+if TYPE_CHECKING:
+    import psycopg
 
 __all__ = [
     "AUTHENTICATION_REQUIRED",
@@ -59,6 +68,10 @@ TABLE = "chapline_tokens"
 _PARTICIPANT = re.compile(r"^(human|agent|service|group):\S+$")
 _PREFIX = "chl_"
 
+T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class TokenInfo:
@@ -70,30 +83,34 @@ class TokenInfo:
     revoked: str | None
 
 
-class TokenStore:
-    """Token digests in a SQLite file, beside (not inside) the shared schema.
+_SCHEMA = (
+    f"CREATE TABLE IF NOT EXISTS {TABLE} ("
+    " id TEXT PRIMARY KEY,"
+    " digest TEXT NOT NULL UNIQUE,"
+    " principal TEXT NOT NULL,"
+    " created TEXT NOT NULL,"
+    " revoked TEXT)"
+)
 
-    Safe to use from several threads: one connection behind a lock.
+
+class TokenStore:
+    """Token digests in the serve database `db`, beside (not inside) the
+    shared schema: a SQLite file, or the PostgreSQL database a
+    `postgresql://` URI names.
+
+    Safe to use from several threads: one connection behind a lock. Raises
+    StoreError (PostgreSQL) or sqlite3.Error when the database fails.
     """
 
-    def __init__(self, path: str, *, clock: Clock = system_clock) -> None:
-        if path == ":memory:":
+    def __init__(self, db: str, *, clock: Clock = system_clock) -> None:
+        if db == ":memory:":
             raise ValueError(
                 "tokens need a database file that `chapline token` can reach; "
                 "pass --db PATH instead of :memory:"
             )
         self._clock = clock
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA busy_timeout = 5000")
-        self._db.execute(
-            f"CREATE TABLE IF NOT EXISTS {TABLE} ("
-            " id TEXT PRIMARY KEY,"
-            " digest TEXT NOT NULL UNIQUE,"
-            " principal TEXT NOT NULL,"
-            " created TEXT NOT NULL,"
-            " revoked TEXT)"
-        )
+        self._db: _Sqlite | _Postgres = _Postgres(db) if is_postgres(db) else _Sqlite(db)
 
     def create(self, principal: str) -> tuple[str, TokenInfo]:
         """A new token for `principal`: (the secret, shown once; its record)."""
@@ -119,29 +136,29 @@ class TokenStore:
                 f"UPDATE {TABLE} SET revoked = ? WHERE id = ? AND revoked IS NULL",
                 (iso_ms(self._clock()), token_id),
             )
-            row = self._db.execute(
+            rows = self._db.execute(
                 f"SELECT id, principal, created, revoked FROM {TABLE} WHERE id = ?", (token_id,)
-            ).fetchone()
-        if row is None:
+            )
+        if not rows:
             raise KeyError(f"no token with id {token_id!r}; `chapline token list` shows the ids")
-        return TokenInfo(*row)
+        return TokenInfo(*rows[0])
 
     def all(self) -> list[TokenInfo]:
         """Every token, oldest first, revoked ones included."""
         with self._lock:
             rows = self._db.execute(
                 f"SELECT id, principal, created, revoked FROM {TABLE} ORDER BY created, id"
-            ).fetchall()
+            )
         return [TokenInfo(*row) for row in rows]
 
     def principal(self, secret: str) -> str | None:
         """The principal of a valid (known, unrevoked) token, else None."""
         with self._lock:
-            row = self._db.execute(
+            rows = self._db.execute(
                 f"SELECT principal FROM {TABLE} WHERE digest = ? AND revoked IS NULL",
                 (_digest(secret),),
-            ).fetchone()
-        return None if row is None else str(row[0])
+            )
+        return str(rows[0][0]) if rows else None
 
     def close(self) -> None:
         with self._lock:
@@ -151,6 +168,78 @@ class TokenStore:
 def _digest(secret: str) -> str:
     # Tokens carry 256 random bits, so a plain SHA-256 cannot be brute-forced.
     return hashlib.sha256(secret.encode()).hexdigest()
+
+
+class _Sqlite:
+    """The token table in a SQLite file. Statements use `?`."""
+
+    def __init__(self, path: str) -> None:
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA busy_timeout = 5000")
+        self._db.execute(_SCHEMA)
+
+    def execute(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        return self._db.execute(sql, args).fetchall()
+
+    def close(self) -> None:
+        self._db.close()
+
+
+# Taken while creating the table, so serve's workers starting at once on an
+# empty database do not race on the catalogue.
+_TABLE_LOCK = 0x6368_746B  # "chtk"
+
+
+class _Postgres:
+    """The token table in a PostgreSQL database (storage.postgres.connect:
+    UTF-8, the same refusals as the store's). A connection the server broke
+    is replaced, and the statement run once more on the new one."""
+
+    def __init__(self, uri: str) -> None:
+        self._uri = uri
+        self._conn = self._connect()
+        try:
+            self._run(self._create)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        from storage.postgres import connect
+
+        return connect(self._uri)
+
+    def _create(self) -> None:
+        with self._conn.transaction():
+            self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_TABLE_LOCK,))
+            self._conn.execute(_SCHEMA)
+
+    def execute(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        def statement() -> list[tuple[Any, ...]]:
+            cursor = self._conn.execute(sql.replace("?", "%s"), args)
+            return list(cursor.fetchall()) if cursor.description else []
+
+        return self._run(statement)
+
+    def _run(self, work: Callable[[], T]) -> T:
+        import psycopg
+
+        for attempt in (1, 2):
+            if self._conn.closed or self._conn.broken:
+                self._conn.close()
+                self._conn = self._connect()
+            try:
+                return work()
+            except psycopg.Error as exc:
+                if not self._conn.broken or attempt == 2:
+                    said = getattr(exc.diag, "message_primary", None) or type(exc).__name__
+                    raise StoreUnavailableError(
+                        "", f"the token table could not be read or written ({said}); retry"
+                    ) from None
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        self._conn.close()
 
 
 def bearer(header: str | None) -> str | None:
@@ -200,6 +289,17 @@ class Authenticator:
             principal = self.principal(header)
         except RpcError as err:
             return 401, None, err
+        except (StoreError, sqlite3.Error) as exc:
+            # Fail closed: a token that cannot be checked admits nothing. The
+            # cause (database names, the server's words) goes to the log only.
+            log_id = logged(log, "the token table could not be read", exc)
+            return 503, None, RpcError(
+                STORE_WRITE_FAILED,
+                "The bearer token could not be checked (the database did not answer), so the "
+                f"call was not run; retry it. The server logged the cause as {log_id} (quote "
+                "it to the operator if the retry fails too).",
+                {"log_id": log_id},
+            )
         refused = admit(principal, body)
         return None if refused is None else (403, *refused)
 
