@@ -228,22 +228,21 @@ class Coordinator:
             batch.current = None
         if self._changed is not None:
             self._note_changes(self._changed)
-        response = self._dispatch_safe(envelope, None, retry=True)
+        response = self._dispatch_safe(envelope, retry=True)
         if batch is not None and batch.current is not None:
             # Anything answered from a workspace the batch changed depends on
             # that write: it is rewritten or run again with the batch's calls.
-            wid, own, arrived = batch.current
+            wid, own = batch.current
             part = batch.parts.get(wid)
             if part is not None:
-                part.calls.append((own, arrived, response))
+                part.calls.append((own, response))
         return response
 
-    def _dispatch_safe(self, envelope: Any, arrived: str | None, retry: bool) -> dict[str, Any]:
-        """`_dispatch`, with a defect answered -32603 (no traceback), never raised."""
+    def _dispatch_safe(self, envelope: Any, retry: bool) -> dict[str, Any]:
+        """`_dispatch` at a fresh clock reading (a call run again reads it
+        again), with a defect answered -32603 (no traceback), never raised."""
         try:
-            if arrived is None:
-                arrived = iso_ms(int(self._clock()))
-            return self._dispatch(envelope, arrived, retry)
+            return self._dispatch(envelope, int(self._clock()), retry)
         except StoreError as exc:
             # A store that cannot be reached or read (a database server down)
             # leaves the call unrun, as a failed write does: retrying helps.
@@ -377,10 +376,12 @@ class Coordinator:
             meta = ws.meta
             entries: list[AuditEntry] = []
             lapsed: dict[str, Any] = {}
+            latest = ws.latest
             for held in due:
-                # 0.3.3 reads the clock for the notice's ts, then for arrived.
-                ts = iso_ms(int(self._clock()))
-                arrived = iso_ms(int(self._clock()))
+                # 0.3.3 reads the clock for the notice's ts, then for arrived;
+                # neither is earlier than the workspace's last write.
+                ts = max(iso_ms(int(self._clock())), latest)
+                arrived = latest = max(iso_ms(int(self._clock())), latest)
                 notice = whisper.lapse_notice(ws.id, held, ts)
                 prev = None
                 if meta.chain_enabled:
@@ -410,6 +411,7 @@ class Coordinator:
             put_values(ws, {"whispers": lapsed})
             ws.meta = meta
             ws.count += len(entries)
+            ws.latest = latest
             if self._listeners.active:
                 # a sweep answers no caller: the change has no result
                 written = {"whispers": lapsed}
@@ -447,12 +449,12 @@ class Coordinator:
 
     # -- the pipeline (SPECIFICATION.md, "Dispatch") -----------------------
 
-    def _dispatch(self, envelope: Any, arrived: str, retry: bool) -> dict[str, Any]:
+    def _dispatch(self, envelope: Any, now: int, retry: bool) -> dict[str, Any]:
         try:
             request = read_envelope(envelope, REGISTRY, self.options.max_envelope_bytes)
         except Rejected as rejected:  # steps 1-8
             return error_response(rejected.request_id, rejected.error)
-        call = self._open(request, arrived, retry)
+        call = self._open(request, now, retry)
         message, digest = signed_message(call.envelope)
         if digest is not None and call.ws is not None:
             seen = seen_before(call.ws, call.log, digest)  # step 9
@@ -498,12 +500,18 @@ class Coordinator:
             call.put(SIGNED_CALLS, digest, kept)
         return self._record(call, response, record, None)  # step 18
 
-    def _open(self, request: Request, arrived: str, retry: bool) -> Call:
-        """The call's context, on the workspace `params.workspace` names (if held)."""
+    def _open(self, request: Request, now: int, retry: bool) -> Call:
+        """The call's context, on the workspace `params.workspace` names (if
+        held), arriving at `now` (epoch ms) or, when the clock is behind the
+        workspace's last write (another writer's clock, a clock stepped
+        back), at that write's time: entry times never go backwards."""
         wid = request.params.get("workspace")
         ws = self._workspace(wid) if isinstance(wid, str) else None
+        arrived = iso_ms(now)
+        if ws is not None and ws.latest > arrived:  # iso_ms text sorts as time
+            arrived = ws.latest
         if self._batch is not None and isinstance(wid, str):
-            self._batch.current = (wid, request.envelope, arrived)
+            self._batch.current = (wid, request.envelope)
         return Call(
             request.envelope,
             request.raw,
@@ -582,7 +590,9 @@ class Coordinator:
             error = apply_change(self.store, change, self._ids)
             if error is not None:
                 if error.code == STORE_CONFLICT and call.retry and self._reload(ws.id):
-                    return self._dispatch(call.envelope, call.arrived, retry=False)
+                    # run again on the fresh state, at a fresh reading: the
+                    # other writer's entries may be later than our first one
+                    return self._dispatch_safe(call.envelope, retry=False)
                 return error_response(call.request_id, error)
         else:
             part = self._batch.parts.get(ws.id)
@@ -590,7 +600,7 @@ class Coordinator:
                 part = self._batch.parts[ws.id] = Part(ws, call.created)
             part.add(ws, call, change)
             self._batch.written.extend((ws.id, e, call.staged, response) for e in entries)
-            self._batch.current = (ws.id, call.envelope, call.arrived)
+            self._batch.current = (ws.id, call.envelope)
         self._commit(ws, call, meta, len(entries))
         for entry in entries:
             index_signed(ws, call.envelope, entry)
@@ -605,6 +615,7 @@ class Coordinator:
         put_values(ws, call.staged)
         ws.meta = meta
         ws.count += appended
+        ws.latest = max(ws.latest, call.arrived)
         if call.created:
             self._workspaces[ws.id] = ws
 

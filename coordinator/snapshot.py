@@ -9,6 +9,7 @@ import msgspec
 
 from coordinator.audit import ChainVerifier, entry_is_well_formed
 from coordinator.canonical import ZERO_HASH
+from coordinator.clock import epoch_ms, iso_ms
 from coordinator.errors import ChaplineError
 from coordinator.log import LogReader
 from coordinator.model import WorkspaceMeta, from_stored, to_stored
@@ -86,11 +87,20 @@ def workspace_from_held(held: HeldWorkspace) -> Workspace | None:
     except msgspec.ValidationError as exc:
         log.warning("workspace %s skipped: its stored fields cannot be read (%s)", held.id, exc)
         return None
-    ws = Workspace(meta, held.version)
+    ws = Workspace(meta, held.version, _stamp(held.updated_at))
     for collection, items in held.objects.items():
         if collection in ws.objects:
             ws.objects[collection] = items
     return ws
+
+
+def _stamp(held: str) -> str:
+    """A store's `updated_at` as `iso_ms` writes it, or "" when it is no time
+    (a store written by other software may hold another ISO 8601 form)."""
+    try:
+        return iso_ms(epoch_ms(held))
+    except (ValueError, OverflowError, OSError):
+        return ""
 
 
 def restore_change(item: Any) -> StoreChange:
