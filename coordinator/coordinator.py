@@ -57,7 +57,13 @@ from coordinator.profiles.identity import check_step_up
 from coordinator.profiles.signed import UNSIGNED_METHODS, check_signature
 from coordinator.projections.cursor import Attachment, Projection
 from coordinator.registry import Handler, Method, profile_name, profile_names
-from coordinator.signed import index_signed, seen_before, signed_index, signed_message
+from coordinator.signed import (
+    index_signed,
+    refused_before,
+    replay_of,
+    signed_index,
+    signed_message,
+)
 from coordinator.snapshot import (
     RestoreError,
     UnknownWorkspaceError,
@@ -457,11 +463,9 @@ class Coordinator:
         call = self._open(request, now, retry)
         message, digest = signed_message(call.envelope)
         if digest is not None and call.ws is not None:
-            seen = seen_before(call.ws, call.log, digest)  # step 9
-            if isinstance(seen, RpcError):
-                return error_response(call.request_id, seen)
-            if seen is not None:
-                return result_response(call.request_id, seen.result)
+            refused = refused_before(call.ws, call.log, digest)  # step 9
+            if refused is not None:
+                return error_response(call.request_id, refused)
         method = request.method
         if self.options.require_signatures and method.name not in UNSIGNED_METHODS:
             try:  # step 10, never recorded
@@ -469,6 +473,12 @@ class Coordinator:
                 check_signature(call.envelope, members, call.arrived, message)
             except RpcError as err:
                 return error_response(call.request_id, err)
+        if digest is not None and call.ws is not None:
+            # Step 10a: only now, with its signature checked, may a resend be
+            # answered with the accepted call's result.
+            replay = replay_of(call.ws, call.log, digest, call.envelope["sig"])
+            if replay is not None:
+                return result_response(call.request_id, replay.result)
         try:
             if self.options.enforce_step_up:
                 check_step_up(call, method)  # step 11
@@ -494,8 +504,9 @@ class Coordinator:
         # Step 17: 0.3.3 records a call only when params.workspace names the
         # workspace: a create with a generated id is kept, but leaves no entry.
         record = call.raw if call.params.get("workspace") == call.ws.id else None
-        if record is not None and digest is not None:
-            # A verbatim resend is answered with this result (its own copy).
+        if record is not None and digest is not None and call.get(SIGNED_CALLS, digest) is None:
+            # A verbatim resend is answered with this result (its own copy);
+            # a resend run again (another `sig`) leaves the first one kept.
             kept = {"seq": call.ws.count, "result": _decode(_encode(result))}
             call.put(SIGNED_CALLS, digest, kept)
         return self._record(call, response, record, None)  # step 18
