@@ -54,9 +54,11 @@ def refused_before(ws: Workspace, log: LogReader, digest: str) -> RpcError | Non
     """0.3.3's B1: a signed call whose digest is a recorded refusal gets that
     refusal again, without being evaluated (whatever its `sig`, as there)."""
     seen = signed_index(ws, log).get(digest)
-    if seen is None or seen[1] is None:
+    if seen is None:
         return None
     seq, code = seen
+    if code is None:  # accepted: see replay_of
+        return None
     return RpcError(code, f"This signed request was refused at seq {seq}", {"refused_at_seq": seq})
 
 
