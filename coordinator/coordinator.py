@@ -79,6 +79,7 @@ from coordinator.wire import (
     STORE_WRITE_FAILED,
     WORKSPACE_PAUSED,
     RpcError,
+    decode_json,
     error_response,
     result_response,
 )
@@ -253,10 +254,9 @@ class Coordinator:
             # A store that cannot be reached or read (a database server down)
             # leaves the call unrun, as a failed write does: retrying helps.
             # Its own words go to the log only, as for a failed write.
-            req_id = dict.get(envelope, "id") if isinstance(envelope, dict) else None
             log_id = logged(log, "the store failed while dispatching", exc, self._ids)
             return error_response(
-                req_id,
+                _request_id(envelope),
                 RpcError(
                     STORE_WRITE_FAILED,
                     "The store could not be reached or read, so the call was not run; retry "
@@ -266,9 +266,9 @@ class Coordinator:
                 ),
             )
         except Exception as defect:
-            req_id = dict.get(envelope, "id") if isinstance(envelope, dict) else None
             return error_response(
-                req_id, internal_error(log, "internal error while dispatching", defect, self._ids)
+                _request_id(envelope),
+                internal_error(log, "internal error while dispatching", defect, self._ids),
             )
 
     def add_audit_listener(self, listener: AuditListener) -> Listening:
@@ -697,6 +697,17 @@ class Coordinator:
         if ws is not None and self._batch is not None and ws.id in self._batch.parts:
             unwritten = self._batch.parts[ws.id].entries
         return LogReader(self.store, ws, unwritten)
+
+
+def _request_id(envelope: Any) -> Any:
+    """The id of `envelope` (a dict, or its JSON text) as far as it can be
+    read, else None: a call that failed keeps its id, whatever form it came in."""
+    if isinstance(envelope, (bytes, bytearray, memoryview, str)):
+        try:
+            envelope = decode_json(envelope if isinstance(envelope, str) else bytes(envelope))
+        except RpcError:
+            return None
+    return dict.get(envelope, "id") if isinstance(envelope, dict) else None
 
 
 def _route(call: Call, method: Method) -> Handler:
