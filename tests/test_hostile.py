@@ -304,6 +304,27 @@ def test_a_store_down_or_a_defect_keeps_the_id_of_a_body_given_as_text(tmp_path:
     coord.close()
 
 
+@pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
+def test_over_http_a_defect_keeps_the_id_and_a_surrogate_id_comes_back_as_sent(tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from coordinator.transports import create_app
+
+    coord = Coordinator(SqliteStore(str(tmp_path / "c.db")))
+    with TestClient(create_app(coord)) as http:
+        body = '{"jsonrpc": "2.0", "id": "\\ud800", ' + DESCRIBE + "}"
+        answer = http.post("/chap", content=body.encode(), headers={"content-type": "application/json"})
+        assert json.loads(answer.content)["id"] == "\ud800" and b'"id":"\\ud800"' in answer.content
+
+        def broken() -> int:
+            raise RuntimeError("clock source unreadable")
+
+        coord._clock = broken
+        answer = http.post("/chap", content=b'{"jsonrpc": "2.0", "id": "h1", ' + DESCRIBE.encode() + b"}")
+        assert answer.json()["id"] == "h1" and answer.json()["error"]["code"] == -32603
+    coord.close()
+
+
 # --- dispatch never raises, whatever it is given ----------------------------------
 
 # Strings with lone surrogates (Cs) as well as any other character.
