@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import reprlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -732,7 +733,8 @@ def _route(call: Call, method: Method) -> Handler:
         if not isinstance(sender, str) or sender not in ws.objects["members"]:
             raise RpcError(
                 NOT_AUTHORISED,
-                f"'from' is not a participant URI of this workspace: {sender!r}",
+                f"'from' is not a participant URI of this workspace: {reprlib.repr(sender)}; "
+                "join first with participant.join, then send the call again",
             )
     if ws is not None and ws.meta.state == "paused" and not method.pause_exempt:
         raise RpcError(WORKSPACE_PAUSED, f"Workspace {ws.id} is paused")

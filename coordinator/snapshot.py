@@ -49,13 +49,31 @@ def snapshot_of(ws: Workspace, log: LogReader) -> dict[str, Any]:
     return assemble_snapshot(msgspec.to_builtins(ws.meta), entries, objects)
 
 
+_TAKES = (
+    "restore() takes a snapshot (the dict coord.snapshot(workspace_id) returns), a list "
+    'of them, or {"workspaces": [...]}'
+)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return 'an object without a string "id" (the workspace it holds)'
+    return "None" if value is None else f"a {type(value).__name__}"
+
+
 def restore_changes(data: Any) -> list[StoreChange]:
     """The replace changes for snapshots (one dict, a list, or
     `{"workspaces": [...]}`), all checked before any is written."""
-    if isinstance(data, dict) and isinstance(data.get("workspaces"), list):
+    if isinstance(data, dict) and "workspaces" in data and "id" not in data:
         data = data["workspaces"]
-    items = data if isinstance(data, list) else [data]
-    return [restore_change(item) for item in items]
+        if not isinstance(data, list):
+            raise RestoreError(f'{_TAKES}; got "workspaces": {_kind(data)}')
+    if isinstance(data, list):
+        for at, item in enumerate(data):
+            if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+                raise RestoreError(f"{_TAKES}; item {at} of the list is {_kind(item)}")
+        return [restore_change(item) for item in data]
+    return [restore_change(data)]
 
 
 class UnknownWorkspaceError(ChaplineError, KeyError):
@@ -106,7 +124,7 @@ def _stamp(held: str) -> str:
 def restore_change(item: Any) -> StoreChange:
     """The replace change for one snapshot, checked before anything is written."""
     if not isinstance(item, dict) or not isinstance(item.get("id"), str):
-        raise RestoreError("a snapshot must be an object with a string 'id'")
+        raise RestoreError(f"{_TAKES}; got {_kind(item)}")
     audit = item.get("audit") or []
     if not isinstance(audit, list):
         raise RestoreError(f"workspace {item['id']!r}: 'audit' must be an array of entries")

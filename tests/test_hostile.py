@@ -431,6 +431,33 @@ def test_task_messages_name_what_is_missing(chap: Client) -> None:
     assert message.startswith("Illegal transition created -> completed; from created: send state")
 
 
+# (params or a whole envelope, what must be said): the code must be 0.3.3's
+MESSAGES = [
+    ({"method": "workspace.describe", "params": {"workspace": 5}},
+     "params.workspace must be a workspace id (a string), got 5"),
+    ({"method": "workspace.describe", "params": {"workspace": "nope"}},
+     "no workspace has this id; check it, or create it with workspace.create"),
+    ({"method": "workspace.describe", "params": {"workspace": "w"}, "jsonrpc": "1.0"},
+     '"jsonrpc" must be the string "2.0", got "1.0"'),
+    ({"method": "task.create", "params": {"workspace": "w", "from": "human:x", "kind": "k", "input": {}, "assignee": "human:a"}},
+     "join first with participant.join"),
+    ({"method": "participant.leave", "params": {"workspace": "w", "from": "human:x"}},
+     "join first with participant.join"),
+]
+
+
+@pytest.mark.parametrize("call, words", MESSAGES, ids=["workspace-not-a-string", "workspace-unknown", "jsonrpc-1.0",
+                                                       "non-member", "non-member-floor"])
+def test_refusals_say_what_to_fix_and_keep_0_3_3s_codes(chap: Client, call: dict[str, Any], words: str) -> None:
+    reference = chap_coordinator.Coordinator(deterministic_ids=True, deterministic_clock=True)
+    for target in (chap.target, reference):
+        target.dispatch(_env("workspace.create", workspace="w"))
+        target.dispatch(_env("participant.join", workspace="w", **{"from": "human:a"}, type="human"))
+    envelope = {"jsonrpc": "2.0", "id": 9, **call}
+    ours, theirs = chap.send(envelope)["error"], reference.dispatch(envelope)["error"]
+    assert ours["code"] == theirs["code"] and words in ours["message"], (ours, theirs)
+
+
 @pytest.mark.parametrize(
     "envelope, words",
     [
