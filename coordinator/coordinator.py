@@ -475,8 +475,8 @@ class Coordinator:
             except RpcError as err:
                 return error_response(call.request_id, err)
         if digest is not None and call.ws is not None:
-            # Step 10a: only now, with its signature checked, may a resend be
-            # answered with the accepted call's result.
+            # Still step 10: only now, its signature checked, may a verbatim
+            # resend be answered with the accepted call's result.
             replay = replay_of(call.ws, call.log, digest, call.envelope["sig"])
             if replay is not None:
                 return result_response(call.request_id, replay.result)

@@ -264,7 +264,7 @@ def _decode_what_msgspec_refused(raw: bytes | str, fast: Exception) -> Any:
     except RecursionError:
         raise RpcError(INVALID_REQUEST, _TOO_DEEP) from None
     except json.JSONDecodeError as slow:
-        where = f"{slow.msg} at {unit} {slow.pos}"
+        where = f"{slow.msg} at character {slow.pos}"
     except ValueError:  # NaN or Infinity, or an integer too long to read
         where = ""
     if str(fast) == _TRUNCATED:
@@ -273,7 +273,7 @@ def _decode_what_msgspec_refused(raw: bytes | str, fast: Exception) -> Any:
             "off); send the whole request"
         )
     elif isinstance(fast, UnicodeError) and where:
-        message = where  # msgspec could not look at it; the standard library's place
+        message = where  # a str msgspec could not look at: the standard library's place
     else:
         message = str(fast)
     raise RpcError(PARSE_ERROR, f"Parse error: {message}")
