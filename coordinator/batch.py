@@ -47,11 +47,14 @@ def put_values(ws: Workspace, values: dict[str, dict[str, Any]]) -> None:
 class Part:
     """One workspace's share of a batch."""
 
-    __slots__ = ("base", "meta", "created", "undo", "order", "entries", "objects", "last", "calls")
+    __slots__ = (
+        "base", "meta", "latest", "created", "undo", "order", "entries", "objects", "last", "calls"
+    )
 
     def __init__(self, ws: Workspace, created: bool) -> None:
         self.base = ws.count  # entries held before the batch
         self.meta = ws.meta  # as before the batch
+        self.latest = ws.latest
         self.created = created
         # {collection: {key: value before the batch, None where absent}}
         self.undo: dict[str, dict[str, Any]] = {}
@@ -60,9 +63,9 @@ class Part:
         self.entries: list[AuditEntry] = []
         self.objects: dict[str, dict[str, Any]] = {}
         self.last: StoreChange | None = None
-        # (envelope, arrived, response) of each call answered from this
-        # workspace's provisional state, to rewrite or re-run it
-        self.calls: list[tuple[dict[str, Any], str, dict[str, Any]]] = []
+        # (envelope, response) of each call answered from this workspace's
+        # provisional state, to rewrite or run again (at a fresh reading)
+        self.calls: list[tuple[dict[str, Any], dict[str, Any]]] = []
 
     def add(self, ws: Workspace, call: Call, change: StoreChange) -> None:
         """Take one call's change (before memory has it, so undo sees old values)."""
@@ -113,7 +116,7 @@ class Part:
 
     def undo_into(self, ws: Workspace) -> None:
         """Put the workspace back as it was before the batch."""
-        ws.meta, ws.count = self.meta, self.base
+        ws.meta, ws.count, ws.latest = self.meta, self.base, self.latest
         put_values(ws, self.undo)
         for collection, keys in self.order.items():
             # `keys` may name objects the batch added before its first
@@ -132,8 +135,8 @@ class Pending:
         self.parts: dict[str, Part] = {}
         # what listeners are told once the batch is written
         self.written: list[Record] = []
-        # (workspace id, envelope, arrived) of the call being dispatched
-        self.current: tuple[str, dict[str, Any], str] | None = None
+        # (workspace id, envelope) of the call being dispatched
+        self.current: tuple[str, dict[str, Any]] | None = None
 
 
 def run_batch(coord: Coordinator) -> Iterator[None]:
@@ -143,10 +146,10 @@ def run_batch(coord: Coordinator) -> Iterator[None]:
     If the block raises, every call is undone and its response dict rewritten
     to an error. On exit each workspace's change is written. A workspace whose
     write conflicts with another writer is reloaded and its calls are run
-    again, one by one, their response dicts updated in place. A workspace
-    whose write fails is undone, its calls' response dicts are rewritten in
-    place to the error, and BatchWriteError is raised once the other
-    workspaces are written.
+    again, one by one (each at a fresh clock reading), their response dicts
+    updated in place. A workspace whose write fails is undone, its calls'
+    response dicts are rewritten in place to the error, and BatchWriteError
+    is raised once the other workspaces are written.
     """
     if coord._batch is not None:
         yield  # nested: the outer batch writes
@@ -189,8 +192,8 @@ def run_batch(coord: Coordinator) -> Iterator[None]:
             coord._reload(wid)
         except Exception:  # the re-runs conflict again and reload themselves
             log.exception("reloading workspace %s after a conflict failed", wid)
-        for envelope, arrived, response in pending.parts[wid].calls:
-            again = coord._dispatch_safe(envelope, arrived, retry=True)
+        for envelope, response in pending.parts[wid].calls:
+            again = coord._dispatch_safe(envelope, retry=True)
             response.clear()
             response.update(again)
     if failed:
@@ -206,6 +209,6 @@ def _undo(coord: Coordinator, wid: str, part: Part) -> None:
 
 def _answer_all(part: Part, error: RpcError) -> None:
     """Rewrite every response the part's calls were given to `error`."""
-    for _, _, response in part.calls:
+    for _, response in part.calls:
         response.pop("result", None)
         response["error"] = error.to_wire()

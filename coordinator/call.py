@@ -9,6 +9,7 @@ swaps the staged values in. A handler that raises leaves nothing behind.
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -107,7 +108,17 @@ class Call:
     def workspace(self) -> Workspace:
         """The workspace the call names, else -32602."""
         if self.ws is None:
-            raise RpcError(INVALID_PARAMS, f"Unknown workspace: {self.params.get('workspace')}")
+            wid = self.params.get("workspace")
+            if not isinstance(wid, str):
+                raise RpcError(
+                    INVALID_PARAMS,
+                    f"params.workspace must be a workspace id (a string), got {reprlib.repr(wid)}",
+                )
+            raise RpcError(
+                INVALID_PARAMS,
+                f"Unknown workspace: {reprlib.repr(wid)}: no workspace has this id; check it, "
+                "or create it with workspace.create",
+            )
         return self.ws
 
     def get(self, collection: str, key: Any) -> Any:
@@ -162,7 +173,11 @@ class Call:
         sender = self.params.get("from")
         m = self.member(sender)
         if m is None:
-            raise RpcError(NOT_AUTHORISED, f"Not a participant in this workspace: {sender}")
+            raise RpcError(
+                NOT_AUTHORISED,
+                f"Not a participant in this workspace: {reprlib.repr(sender)} (params.from); "
+                "join first with participant.join, then send the call again",
+            )
         return m
 
     def task(self, task_id: Any) -> Task:

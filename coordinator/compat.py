@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -202,6 +203,28 @@ class CollectionView(Mapping[str, Any]):
         return f"<{self._collection} of {self._view.id}: {len(self)}>"
 
 
+class _NoDataclassFields:
+    """`WorkspaceView.__dataclass_fields__`: absent, as on any class that is
+    not a dataclass. Except to `dataclasses.asdict` and `astuple` (0.3.3's
+    `workspaces` held dataclasses, and code passes them there), which are
+    told what to call instead of their bare "should be called on dataclass
+    instances"; they ask through `_is_dataclass_instance(obj)`, and that
+    frame alone gets the TypeError."""
+
+    def __get__(self, view: object, owner: type) -> Any:
+        asking = sys._getframe(1)
+        code = asking.f_code
+        if code.co_name == "_is_dataclass_instance" and code.co_filename == dataclasses.__file__:
+            seen = asking.f_locals.get("obj")
+            wid = repr(seen.id) if isinstance(seen, WorkspaceView) else "workspace_id"
+            raise TypeError(
+                "coord.workspaces holds read-only views, not dataclasses: call "
+                f"coord.get_workspace({wid}) for the workspace as a dataclass in 0.3.3's "
+                "field layout, which dataclasses.asdict takes"
+            )
+        raise AttributeError("__dataclass_fields__")
+
+
 class WorkspaceView:
     """A workspace as 0.3.3's readers see it: its fields (`id`, `state`,
     `profiles`, `mode`, `mode_ceiling`, `chain_head`, ...) and each collection
@@ -210,6 +233,7 @@ class WorkspaceView:
     `audit` reads the whole log from the store (O(log))."""
 
     __slots__ = ("_coordinator", "_id")
+    __dataclass_fields__ = _NoDataclassFields()
 
     def __init__(self, coordinator: Coordinator, workspace_id: str) -> None:
         self._coordinator = coordinator

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import reprlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -57,7 +58,13 @@ from coordinator.profiles.identity import check_step_up
 from coordinator.profiles.signed import UNSIGNED_METHODS, check_signature
 from coordinator.projections.cursor import Attachment, Projection
 from coordinator.registry import Handler, Method, profile_name, profile_names
-from coordinator.signed import index_signed, seen_before, signed_index, signed_message
+from coordinator.signed import (
+    index_signed,
+    refused_before,
+    replay_of,
+    signed_index,
+    signed_message,
+)
 from coordinator.snapshot import (
     RestoreError,
     UnknownWorkspaceError,
@@ -73,6 +80,7 @@ from coordinator.wire import (
     STORE_WRITE_FAILED,
     WORKSPACE_PAUSED,
     RpcError,
+    decode_json,
     error_response,
     result_response,
 )
@@ -228,30 +236,28 @@ class Coordinator:
             batch.current = None
         if self._changed is not None:
             self._note_changes(self._changed)
-        response = self._dispatch_safe(envelope, None, retry=True)
+        response = self._dispatch_safe(envelope, retry=True)
         if batch is not None and batch.current is not None:
             # Anything answered from a workspace the batch changed depends on
             # that write: it is rewritten or run again with the batch's calls.
-            wid, own, arrived = batch.current
+            wid, own = batch.current
             part = batch.parts.get(wid)
             if part is not None:
-                part.calls.append((own, arrived, response))
+                part.calls.append((own, response))
         return response
 
-    def _dispatch_safe(self, envelope: Any, arrived: str | None, retry: bool) -> dict[str, Any]:
-        """`_dispatch`, with a defect answered -32603 (no traceback), never raised."""
+    def _dispatch_safe(self, envelope: Any, retry: bool) -> dict[str, Any]:
+        """`_dispatch` at a fresh clock reading (a call run again reads it
+        again), with a defect answered -32603 (no traceback), never raised."""
         try:
-            if arrived is None:
-                arrived = iso_ms(int(self._clock()))
-            return self._dispatch(envelope, arrived, retry)
+            return self._dispatch(envelope, int(self._clock()), retry)
         except StoreError as exc:
             # A store that cannot be reached or read (a database server down)
             # leaves the call unrun, as a failed write does: retrying helps.
             # Its own words go to the log only, as for a failed write.
-            req_id = dict.get(envelope, "id") if isinstance(envelope, dict) else None
             log_id = logged(log, "the store failed while dispatching", exc, self._ids)
             return error_response(
-                req_id,
+                _request_id(envelope),
                 RpcError(
                     STORE_WRITE_FAILED,
                     "The store could not be reached or read, so the call was not run; retry "
@@ -261,9 +267,9 @@ class Coordinator:
                 ),
             )
         except Exception as defect:
-            req_id = dict.get(envelope, "id") if isinstance(envelope, dict) else None
             return error_response(
-                req_id, internal_error(log, "internal error while dispatching", defect, self._ids)
+                _request_id(envelope),
+                internal_error(log, "internal error while dispatching", defect, self._ids),
             )
 
     def add_audit_listener(self, listener: AuditListener) -> Listening:
@@ -377,10 +383,12 @@ class Coordinator:
             meta = ws.meta
             entries: list[AuditEntry] = []
             lapsed: dict[str, Any] = {}
+            latest = ws.latest
             for held in due:
-                # 0.3.3 reads the clock for the notice's ts, then for arrived.
-                ts = iso_ms(int(self._clock()))
-                arrived = iso_ms(int(self._clock()))
+                # 0.3.3 reads the clock for the notice's ts, then for arrived;
+                # neither is earlier than the workspace's last write.
+                ts = max(iso_ms(int(self._clock())), latest)
+                arrived = latest = max(iso_ms(int(self._clock())), latest)
                 notice = whisper.lapse_notice(ws.id, held, ts)
                 prev = None
                 if meta.chain_enabled:
@@ -410,6 +418,7 @@ class Coordinator:
             put_values(ws, {"whispers": lapsed})
             ws.meta = meta
             ws.count += len(entries)
+            ws.latest = latest
             if self._listeners.active:
                 # a sweep answers no caller: the change has no result
                 written = {"whispers": lapsed}
@@ -447,19 +456,17 @@ class Coordinator:
 
     # -- the pipeline (SPECIFICATION.md, "Dispatch") -----------------------
 
-    def _dispatch(self, envelope: Any, arrived: str, retry: bool) -> dict[str, Any]:
+    def _dispatch(self, envelope: Any, now: int, retry: bool) -> dict[str, Any]:
         try:
             request = read_envelope(envelope, REGISTRY, self.options.max_envelope_bytes)
         except Rejected as rejected:  # steps 1-8
             return error_response(rejected.request_id, rejected.error)
-        call = self._open(request, arrived, retry)
+        call = self._open(request, now, retry)
         message, digest = signed_message(call.envelope)
         if digest is not None and call.ws is not None:
-            seen = seen_before(call.ws, call.log, digest)  # step 9
-            if isinstance(seen, RpcError):
-                return error_response(call.request_id, seen)
-            if seen is not None:
-                return result_response(call.request_id, seen.result)
+            refused = refused_before(call.ws, call.log, digest)  # step 9
+            if refused is not None:
+                return error_response(call.request_id, refused)
         method = request.method
         if self.options.require_signatures and method.name not in UNSIGNED_METHODS:
             try:  # step 10, never recorded
@@ -467,6 +474,12 @@ class Coordinator:
                 check_signature(call.envelope, members, call.arrived, message)
             except RpcError as err:
                 return error_response(call.request_id, err)
+        if digest is not None and call.ws is not None:
+            # Still step 10: only now, its signature checked, may a verbatim
+            # resend be answered with the accepted call's result.
+            replay = replay_of(call.ws, call.log, digest, call.envelope["sig"])
+            if replay is not None:
+                return result_response(call.request_id, replay.result)
         try:
             if self.options.enforce_step_up:
                 check_step_up(call, method)  # step 11
@@ -492,18 +505,25 @@ class Coordinator:
         # Step 17: 0.3.3 records a call only when params.workspace names the
         # workspace: a create with a generated id is kept, but leaves no entry.
         record = call.raw if call.params.get("workspace") == call.ws.id else None
-        if record is not None and digest is not None:
-            # A verbatim resend is answered with this result (its own copy).
+        if record is not None and digest is not None and call.get(SIGNED_CALLS, digest) is None:
+            # A verbatim resend is answered with this result (its own copy);
+            # a resend run again (another `sig`) leaves the first one kept.
             kept = {"seq": call.ws.count, "result": _decode(_encode(result))}
             call.put(SIGNED_CALLS, digest, kept)
         return self._record(call, response, record, None)  # step 18
 
-    def _open(self, request: Request, arrived: str, retry: bool) -> Call:
-        """The call's context, on the workspace `params.workspace` names (if held)."""
+    def _open(self, request: Request, now: int, retry: bool) -> Call:
+        """The call's context, on the workspace `params.workspace` names (if
+        held), arriving at `now` (epoch ms) or, when the clock is behind the
+        workspace's last write (another writer's clock, a clock stepped
+        back), at that write's time: entry times never go backwards."""
         wid = request.params.get("workspace")
         ws = self._workspace(wid) if isinstance(wid, str) else None
+        arrived = iso_ms(now)
+        if ws is not None and ws.latest > arrived:  # iso_ms text sorts as time
+            arrived = ws.latest
         if self._batch is not None and isinstance(wid, str):
-            self._batch.current = (wid, request.envelope, arrived)
+            self._batch.current = (wid, request.envelope)
         return Call(
             request.envelope,
             request.raw,
@@ -582,7 +602,9 @@ class Coordinator:
             error = apply_change(self.store, change, self._ids)
             if error is not None:
                 if error.code == STORE_CONFLICT and call.retry and self._reload(ws.id):
-                    return self._dispatch(call.envelope, call.arrived, retry=False)
+                    # run again on the fresh state, at a fresh reading: the
+                    # other writer's entries may be later than our first one
+                    return self._dispatch_safe(call.envelope, retry=False)
                 return error_response(call.request_id, error)
         else:
             part = self._batch.parts.get(ws.id)
@@ -590,7 +612,7 @@ class Coordinator:
                 part = self._batch.parts[ws.id] = Part(ws, call.created)
             part.add(ws, call, change)
             self._batch.written.extend((ws.id, e, call.staged, response) for e in entries)
-            self._batch.current = (ws.id, call.envelope, call.arrived)
+            self._batch.current = (ws.id, call.envelope)
         self._commit(ws, call, meta, len(entries))
         for entry in entries:
             index_signed(ws, call.envelope, entry)
@@ -605,6 +627,7 @@ class Coordinator:
         put_values(ws, call.staged)
         ws.meta = meta
         ws.count += appended
+        ws.latest = max(ws.latest, call.arrived)
         if call.created:
             self._workspaces[ws.id] = ws
 
@@ -677,6 +700,17 @@ class Coordinator:
         return LogReader(self.store, ws, unwritten)
 
 
+def _request_id(envelope: Any) -> Any:
+    """The id of `envelope` (a dict, or its JSON text) as far as it can be
+    read, else None: a call that failed keeps its id, whatever form it came in."""
+    if isinstance(envelope, (bytes, bytearray, memoryview, str)):
+        try:
+            envelope = decode_json(envelope if isinstance(envelope, str) else bytes(envelope))
+        except RpcError:
+            return None
+    return dict.get(envelope, "id") if isinstance(envelope, dict) else None
+
+
 def _route(call: Call, method: Method) -> Handler:
     """Steps 12-14: the handler for the call, or the refusal a gate gives first."""
     ws = call.ws
@@ -699,7 +733,8 @@ def _route(call: Call, method: Method) -> Handler:
         if not isinstance(sender, str) or sender not in ws.objects["members"]:
             raise RpcError(
                 NOT_AUTHORISED,
-                f"'from' is not a participant URI of this workspace: {sender!r}",
+                f"'from' is not a participant URI of this workspace: {reprlib.repr(sender)}; "
+                "join first with participant.join, then send the call again",
             )
     if ws is not None and ws.meta.state == "paused" and not method.pause_exempt:
         raise RpcError(WORKSPACE_PAUSED, f"Workspace {ws.id} is paused")

@@ -14,13 +14,13 @@ from coordinator.registry import Method, Registry
 from coordinator.wire import (
     INVALID_PARAMS,
     INVALID_REQUEST,
+    MAX_DEPTH,
     RpcError,
     decode_json,
 )
 
 __all__ = ["MAX_DEPTH", "Rejected", "Request", "read_envelope"]
 
-MAX_DEPTH = 64
 _decode = msgspec.json.decode
 
 

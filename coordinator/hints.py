@@ -8,6 +8,7 @@ which part of "Invalid JSON-RPC 2.0 request" they got wrong.
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -59,11 +60,13 @@ def invalid_request(envelope: Any) -> RpcError | None:
         )
     if "jsonrpc" not in envelope:
         return RpcError(INVALID_REQUEST, 'Invalid JSON-RPC 2.0 request: missing "jsonrpc": "2.0"')
-    if envelope["jsonrpc"] != "2.0":
+    version = envelope["jsonrpc"]
+    if version != "2.0":
+        # a string is shown (JSON-quoted, surrogates escaped): "1.0" and "2" are the usual slips
+        got = json.dumps(version[:20]) if isinstance(version, str) else _type_name(version)
         return RpcError(
             INVALID_REQUEST,
-            f'Invalid JSON-RPC 2.0 request: "jsonrpc" must be the string "2.0", '
-            f"got {_type_name(envelope['jsonrpc'])}",
+            f'Invalid JSON-RPC 2.0 request: "jsonrpc" must be the string "2.0", got {got}',
         )
     method = envelope.get("method")
     if "method" not in envelope or method is None:

@@ -1,8 +1,9 @@
-"""The signed calls on a workspace's log, by signed digest (dispatch step 9):
-a signed request already refused is answered with that refusal (0.3.3's B1),
-and one already accepted with its original result (beyond 0.3.3: the
-`signed_calls` collection keeps `{seq, result}` by digest, written with the
-call's entry, so it holds after restarts and across coordinators)."""
+"""The signed calls on a workspace's log, by signed digest: a signed request
+already refused is answered with that refusal (0.3.3's B1, dispatch step 9),
+and a verbatim resend of one already accepted, once its signature is
+checked, with its original result (beyond 0.3.3: the `signed_calls`
+collection keeps `{seq, result}` by digest, written with the call's entry,
+so it holds after restarts and across coordinators)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,14 @@ from coordinator.wire import RpcError
 from coordinator.workspace import Workspace
 from storage import SIGNED_CALLS
 
-__all__ = ["Replay", "index_signed", "seen_before", "signed_index", "signed_message"]
+__all__ = [
+    "Replay",
+    "index_signed",
+    "refused_before",
+    "replay_of",
+    "signed_index",
+    "signed_message",
+]
 
 
 class Replay:
@@ -42,19 +50,35 @@ def signed_message(envelope: dict[str, Any]) -> tuple[bytes | None, str | None]:
     return message, "sha256:" + hashlib.sha256(message).hexdigest()
 
 
-def seen_before(ws: Workspace, log: LogReader, digest: str) -> Replay | RpcError | None:
-    """A signed call already on the log is not evaluated again: a refused one
-    gets its refusal, an accepted one its original result (0.3.3 runs it again)."""
-    kept = ws.get(SIGNED_CALLS, digest)
-    if isinstance(kept, dict) and "result" in kept:
-        return Replay(kept.get("seq", -1), msgspec.json.decode(msgspec.json.encode(kept["result"])))
+def refused_before(ws: Workspace, log: LogReader, digest: str) -> RpcError | None:
+    """0.3.3's B1: a signed call whose digest is a recorded refusal gets that
+    refusal again, without being evaluated (whatever its `sig`, as there)."""
     seen = signed_index(ws, log).get(digest)
     if seen is None:
         return None
     seq, code = seen
-    if code is None:  # on the log as accepted, before its result was kept: run it
+    if code is None:  # accepted: see replay_of
         return None
     return RpcError(code, f"This signed request was refused at seq {seq}", {"refused_at_seq": seq})
+
+
+def replay_of(ws: Workspace, log: LogReader, digest: str, sig: str) -> Replay | None:
+    """The original result of an accepted signed call sent again verbatim, or
+    None (0.3.3 runs it again). The digest leaves `sig` out, so a resend with
+    another `sig` shares it: only the very `sig` the log recorded for the call
+    makes the resend the call itself (the pipeline has checked it first, when
+    signatures are required)."""
+    kept = ws.get(SIGNED_CALLS, digest)
+    if not isinstance(kept, dict) or "result" not in kept:
+        return None
+    seq = kept.get("seq")
+    if type(seq) is not int or not 0 <= seq < ws.count:
+        return None
+    recorded = log.entries(seq, seq + 1)
+    call = recorded[0].get("envelope") if recorded else None
+    if not isinstance(call, dict) or call.get("sig") != sig:
+        return None
+    return Replay(seq, msgspec.json.decode(msgspec.json.encode(kept["result"])))
 
 
 def signed_index(ws: Workspace, log: LogReader) -> dict[str, tuple[int, int | None]]:

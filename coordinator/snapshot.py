@@ -9,6 +9,7 @@ import msgspec
 
 from coordinator.audit import ChainVerifier, entry_is_well_formed
 from coordinator.canonical import ZERO_HASH
+from coordinator.clock import epoch_ms, iso_ms
 from coordinator.errors import ChaplineError
 from coordinator.log import LogReader
 from coordinator.model import WorkspaceMeta, from_stored, to_stored
@@ -48,13 +49,31 @@ def snapshot_of(ws: Workspace, log: LogReader) -> dict[str, Any]:
     return assemble_snapshot(msgspec.to_builtins(ws.meta), entries, objects)
 
 
+_TAKES = (
+    "restore() takes a snapshot (the dict coord.snapshot(workspace_id) returns), a list "
+    'of them, or {"workspaces": [...]}'
+)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return 'an object without a string "id" (the workspace it holds)'
+    return "None" if value is None else f"a {type(value).__name__}"
+
+
 def restore_changes(data: Any) -> list[StoreChange]:
     """The replace changes for snapshots (one dict, a list, or
     `{"workspaces": [...]}`), all checked before any is written."""
-    if isinstance(data, dict) and isinstance(data.get("workspaces"), list):
+    if isinstance(data, dict) and "workspaces" in data and "id" not in data:
         data = data["workspaces"]
-    items = data if isinstance(data, list) else [data]
-    return [restore_change(item) for item in items]
+        if not isinstance(data, list):
+            raise RestoreError(f'{_TAKES}; got "workspaces": {_kind(data)}')
+    if isinstance(data, list):
+        for at, item in enumerate(data):
+            if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+                raise RestoreError(f"{_TAKES}; item {at} of the list is {_kind(item)}")
+        return [restore_change(item) for item in data]
+    return [restore_change(data)]
 
 
 class UnknownWorkspaceError(ChaplineError, KeyError):
@@ -86,17 +105,26 @@ def workspace_from_held(held: HeldWorkspace) -> Workspace | None:
     except msgspec.ValidationError as exc:
         log.warning("workspace %s skipped: its stored fields cannot be read (%s)", held.id, exc)
         return None
-    ws = Workspace(meta, held.version)
+    ws = Workspace(meta, held.version, _stamp(held.updated_at))
     for collection, items in held.objects.items():
         if collection in ws.objects:
             ws.objects[collection] = items
     return ws
 
 
+def _stamp(held: str) -> str:
+    """A store's `updated_at` as `iso_ms` writes it, or "" when it is no time
+    (a store written by other software may hold another ISO 8601 form)."""
+    try:
+        return iso_ms(epoch_ms(held))
+    except (ValueError, OverflowError, OSError):
+        return ""
+
+
 def restore_change(item: Any) -> StoreChange:
     """The replace change for one snapshot, checked before anything is written."""
     if not isinstance(item, dict) or not isinstance(item.get("id"), str):
-        raise RestoreError("a snapshot must be an object with a string 'id'")
+        raise RestoreError(f"{_TAKES}; got {_kind(item)}")
     audit = item.get("audit") or []
     if not isinstance(audit, list):
         raise RestoreError(f"workspace {item['id']!r}: 'audit' must be an array of entries")

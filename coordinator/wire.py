@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import msgspec
 
+from coordinator.canonical import inspect
 from coordinator.errors import ChaplineError
 
 __all__ = [
+    "MAX_DEPTH",
     "PARSE_ERROR",
     "INVALID_REQUEST",
     "METHOD_NOT_FOUND",
@@ -65,6 +68,9 @@ __all__ = [
     "invalid_params",
     "missing",
 ]
+
+# CHAP's nesting limit: the envelope is level 1 (dispatch step 4).
+MAX_DEPTH = 64
 
 # JSON-RPC band.
 PARSE_ERROR = -32700
@@ -192,31 +198,82 @@ def _sendable(value: Any) -> Any:
 
 
 def _sendable_id(req_id: Any) -> Any:
-    """The request's id as echoed, or null when it cannot be sent as JSON (a
-    string with a lone surrogate: the error then says why the call failed)."""
-    if isinstance(req_id, str):
-        try:
-            req_id.encode()
-        except UnicodeEncodeError:
-            return None
-    elif isinstance(req_id, (dict, list)):
-        try:
-            msgspec.json.encode(req_id)
-        except (TypeError, ValueError, UnicodeEncodeError):
-            return None
-    return req_id
+    """The request's id as the answer can carry it: the id itself; its JSON
+    text (`msgspec.Raw`) when it holds a lone surrogate, which JSON writes as
+    an escape but no encoder takes from a str, so the client reads back the
+    very id it sent; null when it cannot be sent at all (nested deeper than
+    CHAP reads an envelope, or not a JSON value). Never raises."""
+    if req_id is None or isinstance(req_id, (bool, int, float)):
+        return req_id
+    if isinstance(req_id, (dict, list)) and inspect(req_id).depth > MAX_DEPTH:
+        return None  # the walk is bounded; encoding it might meet the recursion limit
+    try:
+        msgspec.json.encode(req_id)
+        return req_id
+    except UnicodeEncodeError:
+        pass
+    except (TypeError, ValueError, RecursionError):
+        return None
+    try:
+        return msgspec.Raw(json.dumps(req_id, allow_nan=False).encode())
+    except (TypeError, ValueError, RecursionError):
+        return None
 
 
 _decoder = msgspec.json.Decoder()
+_TOO_DEEP = f"Envelope nests too deep to parse (CHAP allows {MAX_DEPTH} levels)"
+_TRUNCATED = "Input data was truncated"  # msgspec's words for JSON that ends early
 
 
 def decode_json(raw: bytes | str) -> Any:
-    """Parse a request body; raises RpcError(-32700) on anything but JSON."""
+    """Parse a request body. Raises RpcError only: -32700 for anything that is
+    not JSON (saying where, and what to send), -32600 when it nests too deep
+    to read."""
     try:
         return _decoder.decode(raw)
-    except (msgspec.DecodeError, UnicodeError) as exc:  # UnicodeError: a str with a lone surrogate
-        raise RpcError(PARSE_ERROR, f"Parse error: {exc}") from None
     except RecursionError:
-        raise RpcError(
-            INVALID_REQUEST, "Envelope nests too deep to parse (CHAP allows 64 levels)"
-        ) from None
+        raise RpcError(INVALID_REQUEST, _TOO_DEEP) from None
+    except (msgspec.DecodeError, UnicodeError) as exc:  # UnicodeError: a str with a lone surrogate
+        fast = exc
+    return _decode_what_msgspec_refused(raw, fast)
+
+
+def _not_a_json_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _decode_what_msgspec_refused(raw: bytes | str, fast: Exception) -> Any:
+    """JSON that msgspec refuses and the standard library reads: lone
+    surrogates (escaped, or raw in the str or the bytes) and numbers beyond a
+    float. Dispatch step 8 then refuses them with -32602, as it does the same
+    envelope given as a dict (they have no canonical form). Anything else is
+    not JSON: -32700, saying where."""
+    if isinstance(raw, str):
+        text, unit = raw, "character"
+    else:
+        try:
+            text, unit = raw.decode("utf-8", "surrogatepass"), "byte"
+        except UnicodeDecodeError as bad:
+            raise RpcError(
+                PARSE_ERROR,
+                f"Parse error: the body is not UTF-8 text: byte {bad.start} (0x{raw[bad.start]:02x}) "
+                "does not belong to a character; send the JSON encoded as UTF-8",
+            ) from None
+    try:
+        return json.loads(text, parse_constant=_not_a_json_constant)
+    except RecursionError:
+        raise RpcError(INVALID_REQUEST, _TOO_DEEP) from None
+    except json.JSONDecodeError as slow:
+        where = f"{slow.msg} at character {slow.pos}"
+    except ValueError:  # NaN or Infinity, or an integer too long to read
+        where = ""
+    if str(fast) == _TRUNCATED:
+        message = (
+            f"the JSON text ends at {unit} {len(raw)} before it is complete (it looks cut "
+            "off); send the whole request"
+        )
+    elif isinstance(fast, UnicodeError) and where:
+        message = where  # a str msgspec could not look at: the standard library's place
+    else:
+        message = str(fast)
+    raise RpcError(PARSE_ERROR, f"Parse error: {message}")

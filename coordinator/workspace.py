@@ -51,12 +51,15 @@ class Workspace:
     objects through their `Call`, which sees its own staged values first.
     """
 
-    __slots__ = ("meta", "objects", "count", "refusal_digests", "indexes")
+    __slots__ = ("meta", "objects", "count", "latest", "refusal_digests", "indexes")
 
-    def __init__(self, meta: WorkspaceMeta, count: int = 0) -> None:
+    def __init__(self, meta: WorkspaceMeta, count: int = 0, latest: str = "") -> None:
         self.meta = meta
         self.objects: dict[str, dict[str, Any]] = {c: {} for c in COLLECTION_NAMES}
         self.count = count
+        # The arrival time of the workspace's last write (`iso_ms` text, "" if
+        # none): no later call is stamped earlier (SPECIFICATION.md, "Dispatch").
+        self.latest = latest
         # digest of a signed call on the log -> (seq, refusal code or None);
         # built on first need (see signed.py).
         self.refusal_digests: dict[str, tuple[int, int | None]] | None = None

@@ -34,6 +34,7 @@ from coordinator import (
     Coordinator,
     CoordinatorOptions,
     CounterIds,
+    RestoreError,
     StepClock,
     UnsupportedOptionError,
     WorkspaceState,
@@ -335,6 +336,29 @@ def test_get_workspace_takes_asdict_and_reads_the_whole_log() -> None:
     assert data == {**coord.snapshot("wsp_a")}
     assert [e["envelope"]["method"] for e in data["audit"]] == ["workspace.create"] + ["participant.join"] * 2
     assert data["members"][AGENT]["type"] == "agent"
+
+
+def test_asdict_of_a_view_points_to_get_workspace() -> None:
+    """0.3.3's `workspaces` holds dataclasses; ours holds views, so code that
+    passes one to `dataclasses.asdict` is told what to call instead. Every
+    other look at a view still sees no dataclass."""
+    coord = _desk()
+    view = coord.workspaces["wsp_a"]
+    for convert in (dataclasses.asdict, dataclasses.astuple):
+        with pytest.raises(TypeError, match=r"coord\.get_workspace\('wsp_a'\)"):
+            convert(view)
+    assert not dataclasses.is_dataclass(view) and not hasattr(view, "__dataclass_fields__")
+    assert dataclasses.asdict(coord.get_workspace("wsp_a"))["id"] == "wsp_a"  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("data", ["nope", 5, None, ["x", {"id": "w"}], {"workspaces": "x"}, {"no": "id"}])
+def test_restore_says_what_shape_it_takes(data: Any) -> None:
+    coord = Coordinator()
+    with pytest.raises(RestoreError) as raised:
+        coord.restore(data)
+    message = str(raised.value)
+    assert "snapshot(" in message and '{"workspaces": [...]}' in message, message
+    assert coord.workspace_ids() == []
 
 
 # -- chap-analytics: from_coordinator equals from_sqlite ----------------------

@@ -14,9 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import chap_coordinator
 import msgspec
 import pytest
 from client import Client
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bench import hostile
 from coordinator import Coordinator, CounterIds, StepClock
@@ -24,7 +27,7 @@ from coordinator.hints import empty_body, invalid_request, unknown_method
 from coordinator.limits import MAX_ID_CHARS
 from coordinator.patch import MAX_CHARS, MAX_DEPTH
 from coordinator.registry import CHAP_0_3
-from storage import SqliteStore
+from storage import SqliteStore, StoreUnavailableError
 
 # Inputs per seed in `./run test`; the long run sends 100,000.
 SLICE = int(os.environ.get("CHAPLINE_HOSTILE_COUNT", "1500"))
@@ -195,11 +198,217 @@ def test_reads_of_a_workspace_with_no_entries(chap: Client) -> None:
 # --- answers are always sendable -----------------------------------------------------
 
 
-def test_ids_and_quoted_values_with_lone_surrogates_are_sent_escaped(chap: Client) -> None:
-    r = chap.send({"jsonrpc": "2.0", "id": "\ud800", "method": "workspace.describe", "params": {"workspace": "w"}})
-    assert r["id"] is None and r["error"]["code"] == -32602
+def test_quoted_values_with_lone_surrogates_are_sent_escaped(chap: Client) -> None:
     r = chap.send({"jsonrpc": "2.0", "id": 3, "method": "x\udfffy"})
     assert r["id"] == 3 and r["error"]["code"] == -32601 and "\\udfff" in r["error"]["message"]
+
+
+DESCRIBE = '"method": "workspace.describe", "params": {"workspace": "w"}'
+
+
+def _forms(text: str) -> dict[str, Any]:
+    """One envelope as every transport may hand it over: its JSON text as
+    str and as UTF-8 bytes, and the dict the standard library reads from it."""
+    return {"dict": json.loads(text), "str": text, "bytes": text.encode("utf-8", "surrogatepass")}
+
+
+def _wire_id(response: dict[str, Any]) -> Any:
+    """The id a client reads from the answer as sent (msgspec, as the transports encode)."""
+    return json.loads(msgspec.json.encode(response))["id"]
+
+
+@pytest.mark.parametrize("form", ["dict", "str", "bytes"])
+@pytest.mark.parametrize("kind", ["array", "object"])
+def test_an_id_nested_1000_deep_is_answered_never_raised(chap: Client, form: str, kind: str) -> None:
+    deep = ('{"a":' * 1000 + "1" + "}" * 1000) if kind == "object" else "[" * 1000 + "1" + "]" * 1000
+    text = '{"jsonrpc": "2.0", "id": ' + deep + ", " + DESCRIBE + "}"
+    value: Any = 1
+    for _ in range(1000):  # built by hand: the standard library cannot read it either
+        value = {"a": value} if kind == "object" else [value]
+    dict_form = {**json.loads("{" + DESCRIBE + "}"), "jsonrpc": "2.0", "id": value}
+    r = chap.send(dict_form if form == "dict" else text if form == "str" else text.encode())
+    # too deep to read back: the id is null, the error says why
+    assert r["id"] is None and r["error"]["code"] == -32600 and "64" in r["error"]["message"]
+
+
+@pytest.mark.parametrize("form", ["dict", "str", "bytes"])
+@pytest.mark.parametrize("spelling", ["escaped", "raw"])
+def test_an_id_with_a_lone_surrogate_is_echoed_as_the_client_sent_it(chap: Client, form: str, spelling: str) -> None:
+    surrogate = "\\ud800" if spelling == "escaped" else "\ud800"
+    r = chap.send(_forms('{"jsonrpc": "2.0", "id": "' + surrogate + '", ' + DESCRIBE + "}")[form])
+    assert r["error"]["code"] == -32602 and "surrogate" in r["error"]["message"]
+    assert _wire_id(r) == "\ud800"  # the very id: JSON escapes the surrogate
+
+
+@pytest.mark.parametrize("form", ["str", "bytes"])
+@pytest.mark.parametrize("spelling", ["escaped", "raw", "high then low escaped apart"])
+def test_a_lone_surrogate_in_a_body_is_invalid_params_not_a_parse_error(
+    chap: Client, form: str, spelling: str
+) -> None:
+    """Dispatch step 8, whatever form the body comes in; 0.3.3, given the same
+    envelope as the dict the standard library reads, gives the same code."""
+    value = {"escaped": "\\ud800", "raw": "\ud800", "high then low escaped apart": "\\udc00x\\ud800"}[spelling]
+    text = '{"jsonrpc": "2.0", "id": 7, "method": "task.create", "params": {"workspace": "w", "kind": "' + value + '"}}'
+    forms = _forms(text)
+    r = chap.send(forms[form])
+    assert r["id"] == 7 and r["error"]["code"] == -32602 and "surrogate" in r["error"]["message"], r
+    assert chap.target.dispatch(forms["dict"])["error"] == r["error"]
+    assert chap_coordinator.Coordinator().dispatch(forms["dict"])["error"]["code"] == -32602
+
+
+def test_bytes_that_are_not_utf8_are_a_parse_error_naming_the_byte(chap: Client) -> None:
+    body = b'{"jsonrpc": "2.0", "id": 7, "method": "task.create", "params": {"kind": "\xff"}}'
+    r = chap.send(body)
+    assert r["id"] is None and r["error"]["code"] == -32700
+    assert "not UTF-8" in r["error"]["message"] and f"byte {body.index(0xff)} (0xff)" in r["error"]["message"]
+
+
+@pytest.mark.parametrize("body", ['{"jsonrpc": "2.0", "id": 7, "method": "workspace.de', '{"jsonrpc": "2.0", "id": [1, 2'])
+@pytest.mark.parametrize("form", ["str", "bytes"])
+def test_truncated_json_is_a_parse_error_that_says_where_it_ends(chap: Client, body: str, form: str) -> None:
+    r = chap.send(body if form == "str" else body.encode())
+    assert r["id"] is None and r["error"]["code"] == -32700
+    message = r["error"]["message"]
+    assert f"{'character' if form == 'str' else 'byte'} {len(body)}" in message and "cut off" in message
+
+
+class _DownStore(SqliteStore):
+    """A real SQLite store whose reads fail, while `down`, as a database
+    server's do when it is unreachable."""
+
+    down = False
+
+    def load_held(self, workspace: str | None = None) -> Any:
+        if self.down:
+            raise StoreUnavailableError(self.path, "server closed the connection unexpectedly")
+        return super().load_held(workspace)
+
+
+@pytest.mark.parametrize("form", ["dict", "str", "bytes"])
+def test_a_store_down_or_a_defect_keeps_the_id_of_a_body_given_as_text(tmp_path: Path, form: str) -> None:
+    store = _DownStore(str(tmp_path / "c.db"))
+    coord = Coordinator(store)
+    store.down = True
+    envelope = _forms('{"jsonrpc": "2.0", "id": "down-1", "method": "workspace.describe", '
+                      '"params": {"workspace": "not-held"}}')[form]
+    r = coord.dispatch(envelope)
+    assert r["id"] == "down-1" and r["error"]["code"] == -32900
+    store.down = False
+
+    def broken() -> int:
+        raise RuntimeError("clock source unreadable")
+
+    coord._clock = broken
+    r = coord.dispatch(envelope)
+    assert r["id"] == "down-1" and r["error"]["code"] == -32603
+    coord.close()
+
+
+@pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
+def test_over_http_a_defect_keeps_the_id_and_a_surrogate_id_comes_back_as_sent(tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from coordinator.transports import create_app
+
+    coord = Coordinator(SqliteStore(str(tmp_path / "c.db")))
+    with TestClient(create_app(coord)) as http:
+        body = '{"jsonrpc": "2.0", "id": "\\ud800", ' + DESCRIBE + "}"
+        answer = http.post("/chap", content=body.encode(), headers={"content-type": "application/json"})
+        assert json.loads(answer.content)["id"] == "\ud800" and b'"id":"\\ud800"' in answer.content
+
+        def broken() -> int:
+            raise RuntimeError("clock source unreadable")
+
+        coord._clock = broken
+        answer = http.post("/chap", content=b'{"jsonrpc": "2.0", "id": "h1", ' + DESCRIBE.encode() + b"}")
+        assert answer.json()["id"] == "h1" and answer.json()["error"]["code"] == -32603
+    coord.close()
+
+
+# --- dispatch never raises, whatever it is given ----------------------------------
+
+# Strings with lone surrogates (Cs) as well as any other character.
+_TEXT = st.text(st.characters(exclude_categories=()), max_size=12)
+_SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.integers(2**53 - 2, 2**80), st.just(10**400),
+    st.floats(), _TEXT,
+)
+_VALUES = st.recursive(
+    _SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(_TEXT, inner, max_size=4)),
+    max_leaves=16,
+)
+
+
+def _nest(value: Any, depth: int, as_object: bool) -> Any:
+    for _ in range(depth):
+        value = {"k": value} if as_object else [value]
+    return value
+
+
+_DEEP = st.builds(_nest, _VALUES, st.integers(60, 3000), st.booleans())
+_IDS = st.one_of(st.integers(), _TEXT, _VALUES, _DEEP)
+_PARAMS = st.one_of(
+    _VALUES, _DEEP,
+    st.fixed_dictionaries(
+        {"workspace": st.one_of(st.just("w"), _VALUES)},
+        optional={"from": st.one_of(st.just("human:a"), _VALUES), "task_id": _VALUES, "kind": _VALUES,
+                  "input": st.one_of(_VALUES, _DEEP), "assignee": _VALUES, "state": _VALUES},
+    ),
+)
+_ENVELOPES = st.one_of(
+    _VALUES,
+    st.fixed_dictionaries(
+        {"jsonrpc": st.one_of(st.just("2.0"), _VALUES), "method": st.one_of(st.sampled_from(sorted(CHAP_0_3)), _VALUES)},
+        optional={"id": _IDS, "params": _PARAMS, "sig": _VALUES},
+    ),
+)
+
+
+def _as_text(envelope: Any, ascii_only: bool) -> str | None:
+    try:
+        return json.dumps(envelope, ensure_ascii=ascii_only)
+    except (RecursionError, ValueError):
+        return None  # too deep for the standard library to write
+
+
+@st.composite
+def _bodies(draw: st.DrawFn) -> Any:
+    """An envelope as a dict, or as JSON text (str or bytes, surrogates
+    escaped or raw), whole or cut off; or any text or bytes at all."""
+    kind = draw(st.sampled_from(["dict", "str", "bytes", "cut", "any text", "any bytes"]))
+    if kind == "any text":
+        return draw(_TEXT)
+    if kind == "any bytes":
+        return draw(st.binary(max_size=64))
+    envelope = draw(_ENVELOPES)
+    text = _as_text(envelope, draw(st.booleans())) if kind != "dict" else None
+    if text is None:
+        return envelope
+    if kind == "cut":
+        text = text[: draw(st.integers(0, len(text)))]
+    return text.encode("utf-8", "surrogatepass") if kind == "bytes" else text
+
+
+def test_dispatch_never_raises_and_always_answers_a_sendable_json_rpc_response(tmp_path: Path) -> None:
+    target = SqliteFile(tmp_path / "any.db")
+    chap = Client(target, workspace="w")
+    chap.ok("workspace.create")
+    chap.ok("participant.join", **{"from": "human:a"}, type="human", role="admin")
+
+    @given(_bodies())
+    def answers(body: Any) -> None:
+        response = target.coord.dispatch(body)
+        assert isinstance(response, dict) and response["jsonrpc"] == "2.0" and "id" in response
+        assert ("result" in response) != ("error" in response), response
+        if "error" in response:
+            error = response["error"]
+            assert isinstance(error["code"], int) and isinstance(error["message"], str) and error["message"]
+        json.loads(msgspec.json.encode(response))  # sendable, and JSON a client reads
+        if isinstance(body, dict) and isinstance(body.get("id"), (int, str)) and "result" in response:
+            assert response["id"] == body["id"]
+
+    answers()
+    target.coord.close()
 
 
 # --- messages that say what to send ------------------------------------------------
@@ -220,6 +429,33 @@ def test_task_messages_name_what_is_missing(chap: Client) -> None:
     message = chap.fail(-32602, "task.update", workspace="w", **{"from": "agent:b"}, task_id=task["task_id"],
                        state="completed")["message"]
     assert message.startswith("Illegal transition created -> completed; from created: send state")
+
+
+# (params or a whole envelope, what must be said): the code must be 0.3.3's
+MESSAGES = [
+    ({"method": "workspace.describe", "params": {"workspace": 5}},
+     "params.workspace must be a workspace id (a string), got 5"),
+    ({"method": "workspace.describe", "params": {"workspace": "nope"}},
+     "no workspace has this id; check it, or create it with workspace.create"),
+    ({"method": "workspace.describe", "params": {"workspace": "w"}, "jsonrpc": "1.0"},
+     '"jsonrpc" must be the string "2.0", got "1.0"'),
+    ({"method": "task.create", "params": {"workspace": "w", "from": "human:x", "kind": "k", "input": {}, "assignee": "human:a"}},
+     "join first with participant.join"),
+    ({"method": "participant.leave", "params": {"workspace": "w", "from": "human:x"}},
+     "join first with participant.join"),
+]
+
+
+@pytest.mark.parametrize("call, words", MESSAGES, ids=["workspace-not-a-string", "workspace-unknown", "jsonrpc-1.0",
+                                                       "non-member", "non-member-floor"])
+def test_refusals_say_what_to_fix_and_keep_0_3_3s_codes(chap: Client, call: dict[str, Any], words: str) -> None:
+    reference = chap_coordinator.Coordinator(deterministic_ids=True, deterministic_clock=True)
+    for target in (chap.target, reference):
+        target.dispatch(_env("workspace.create", workspace="w"))
+        target.dispatch(_env("participant.join", workspace="w", **{"from": "human:a"}, type="human"))
+    envelope = {"jsonrpc": "2.0", "id": 9, **call}
+    ours, theirs = chap.send(envelope)["error"], reference.dispatch(envelope)["error"]
+    assert ours["code"] == theirs["code"] and words in ours["message"], (ours, theirs)
 
 
 @pytest.mark.parametrize(

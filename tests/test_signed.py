@@ -331,3 +331,54 @@ def test_the_readme_example_runs() -> None:
     exec(code.group(1), scope)  # noqa: S102 - the README's own example
     again = scope["coord"].dispatch(sign_envelope(scope["call"], scope["key"], "drafter-2026-01"))
     assert again["result"]["state"] == "created"  # answered as the replay it is
+
+
+def _without_sig(envelope: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in envelope.items() if k != "sig"}
+
+
+def test_a_resend_is_answered_from_the_replay_index_only_when_its_signature_verifies() -> None:
+    """The signed digest leaves `sig` out, so any `sig` on a resend gives the
+    accepted call's digest: the signature is checked before the index may
+    answer, and 0.3.3 (which evaluates every resend again) gives the same
+    codes and records none of them."""
+    a, b = both()
+    answers = []
+    for side in (a, b):
+        create = signed(side, CAROL, "task.create", TASK)
+        first = side.send(create)
+        assert first["result"]["state"] == "created"
+        count = len(side.log())
+        forged = [
+            {**create, "sig": "garbage"},
+            {**create, "sig": sign_envelope(_without_sig(create), MALLORY, KID[CAROL])["sig"]},
+            {**create, "sig": sign_envelope(_without_sig(create), KEYS[BOT], KID[BOT])["sig"]},
+        ]
+        codes = [side.send(envelope)["error"]["code"] for envelope in forged]
+        # a verbatim resend whose key was revoked since is refused too
+        revoke = signed(side, ALICE, "participant.revoke_key", {"target_uri": CAROL, "kid": KID[CAROL], "reason": "lost"})
+        assert side.send(revoke)["result"]["revoked"] is True
+        codes.append(side.send(create)["error"]["code"])
+        answers.append((codes, len(side.log()) - count))
+    assert answers[0] == answers[1] == ([-32070, -32070, -32071, -32072], 1)  # the revocation only
+
+
+def test_without_required_signatures_only_a_verbatim_resend_is_a_replay() -> None:
+    """Nothing verifies signatures then, so a resend with another `sig` is
+    not the accepted call: it is run again, as 0.3.3 runs every resend."""
+    sides = [Client(Coordinator(clock=StepClock(), ids=CounterIds()), W),
+             Client(Reference(deterministic_ids=True, deterministic_clock=True), W)]
+    grown, sent = [], []
+    for side in sides:
+        setup(side)
+        create = signed(side, ALICE, "task.create", TASK)
+        first = side.send(create)
+        count = len(side.log())
+        again = side.send({**create, "sig": "garbage"})["result"]
+        assert again["task_id"] != first["result"]["task_id"]
+        grown.append(len(side.log()) - count)
+        sent.append((create, first))
+    assert grown == [1, 1]
+    create, first = sent[0]  # beyond 0.3.3: the verbatim resend is answered as the replay it is
+    count = len(sides[0].log())
+    assert sides[0].send(create) == first and len(sides[0].log()) == count
