@@ -2,8 +2,10 @@
 
 POST /chap (or /) carries one JSON-RPC envelope; the body of every answer is
 JSON, errors included, because CHAP clients (the conformance harness among
-them) parse the body whatever the status. Status codes follow the Python
-reference server: 200 for a result, 400 for an error. The full contract is in
+them) parse the body whatever the status. A result is 200 and a refusal 400,
+as the Python reference server answers; an error the caller cannot fix is not
+a 400: a defect is 500, a store that did not take the call 503 (`status_of`).
+The full contract is in
 SPECIFICATION.md, "HTTP binding". With a TokenStore, every call must carry
 a bearer token and may act only as its principal (transports/auth.py). GET /
 and the paths under /desk and /chap/events serve the review desk
@@ -36,11 +38,14 @@ from coordinator.wire import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
     PARSE_ERROR,
+    STORE_CONFLICT,
+    STORE_WRITE_FAILED,
+    STORED_OBJECT_UNREADABLE,
     RpcError,
     error_response,
 )
 
-__all__ = ["MAX_BODY_BYTES", "MCP_PATH", "create_app"]
+__all__ = ["MAX_BODY_BYTES", "MCP_PATH", "create_app", "status_of"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +64,24 @@ _CORS = {
 }
 
 _encoder = msgspec.json.Encoder()
+
+# Errors that are not the caller's to fix. A defect, or a stored row the
+# operator must repair: 500. The store down or out-raced twice: nothing was
+# applied and the same call may succeed later, so 503.
+_SERVER_SIDE = {
+    INTERNAL_ERROR: 500,
+    STORED_OBJECT_UNREADABLE: 500,
+    STORE_WRITE_FAILED: 503,
+    STORE_CONFLICT: 503,
+}
+
+
+def status_of(response: dict[str, Any]) -> int:
+    """The HTTP status of a coordinator's JSON-RPC response."""
+    error = response.get("error")
+    if error is None:
+        return 200
+    return _SERVER_SIDE.get(error.get("code"), 400)
 
 
 def create_app(
@@ -126,7 +149,7 @@ def create_app(
             response = await dispatcher.dispatch(body)
         except DispatcherClosed:
             return _rpc_error(503, INTERNAL_ERROR, "The server is shutting down; retry elsewhere")
-        return _json(400 if "error" in response else 200, response)
+        return _json(status_of(response), response)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
