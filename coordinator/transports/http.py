@@ -31,6 +31,7 @@ from coordinator.incidents import internal_error
 from coordinator.profiles import REGISTRY
 from coordinator.transports.a2a import A2A_PATH, a2a_routes
 from coordinator.transports.auth import Authenticator
+from coordinator.transports.body import MAX_BODY_BYTES, read_body
 from coordinator.transports.desk import DeskTarget, EventHub, desk_routes
 from coordinator.transports.mcp import create_mcp_server
 from coordinator.transports.worker import DispatcherClosed, SerialDispatcher, sweep_every
@@ -48,9 +49,6 @@ from coordinator.wire import (
 __all__ = ["MAX_BODY_BYTES", "MCP_PATH", "create_app", "status_of"]
 
 log = logging.getLogger(__name__)
-
-# CHAP requires accepting envelopes of at least 1 MiB; we accept exactly that.
-MAX_BODY_BYTES = 1024 * 1024
 
 PATHS = ("/chap", "/")
 MCP_PATH = "/mcp"
@@ -133,7 +131,7 @@ def create_app(
     async def chap(request: Request) -> Response:
         if request.method == "OPTIONS":
             return Response(status_code=204, headers=_CORS)
-        body = await _read_body(request, max_body_bytes)
+        body = await read_body(request, max_body_bytes)
         if body is None:
             return _rpc_error(
                 400, PARSE_ERROR, f"Request body larger than {max_body_bytes} bytes"
@@ -171,7 +169,7 @@ def create_app(
 
     routes: list[BaseRoute] = [Route(path, chap, methods=["POST", "OPTIONS"]) for path in PATHS]
     routes.append(mcp_route)
-    routes += a2a_routes(dispatcher.dispatch, methods, public_url + A2A_PATH, auth)
+    routes += a2a_routes(dispatcher.dispatch, methods, public_url + A2A_PATH, auth, max_body_bytes)
     hub = EventHub()
     routes += desk_routes(target, dispatcher, auth, hub)
     app = Starlette(
@@ -186,25 +184,6 @@ def create_app(
     # ends them first (`app.state.events.close()`), or the stop waits for them.
     app.state.events = hub
     return app
-
-
-async def _read_body(request: Request, limit: int) -> bytes | None:
-    """The request body, or None when it is larger than `limit` bytes.
-
-    A declared Content-Length over the limit is refused before reading; a
-    chunked body is counted as it arrives and refused once it passes the limit.
-    """
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        return None
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _json(status: int, payload: dict[str, Any]) -> Response:

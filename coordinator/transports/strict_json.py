@@ -23,7 +23,8 @@ __all__ = ["NotJsonError", "loads", "non_finite"]
 _decode = msgspec.json.decode
 _AT_BYTE = re.compile(r"\(byte (\d+)\)")
 # A \u escape of a high surrogate without its low half, or a low one alone:
-# msgspec reports it as truncated input, which would send the caller astray.
+# at the end of the text msgspec reports truncated input, which would send
+# the caller astray.
 _LONE_ESCAPE = re.compile(
     rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
     rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
@@ -64,9 +65,10 @@ def loads(text: str | bytes) -> Any:
 
 def _malformed(text: str | bytes, message: str) -> str:
     data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    lone = "surrogate" in message or (message.startswith("Input data was truncated") and _LONE_ESCAPE.search(data))
+    if lone:
+        return "a \\u escape names a lone UTF-16 surrogate, which is not Unicode text"
     if message.startswith("Input data was truncated"):
-        if _LONE_ESCAPE.search(data):
-            return "a \\u escape names a lone UTF-16 surrogate, which is not Unicode text"
         return "the text ends before its JSON value does"
     found = _AT_BYTE.search(message)
     if found is not None:
