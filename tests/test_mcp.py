@@ -5,6 +5,7 @@ in both protocol eras (the 2025-11-25 handshake and 2026-07-28)."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,8 @@ import anyio
 import chap_coordinator
 import pytest
 from chap_coordinator.transports.mcp_server import make_chap_mcp_server
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from mcp import Client, StdioServerParameters
 from servers import Served, env
 
@@ -413,3 +416,54 @@ def test_over_http_raw_arguments_json_cannot_carry_are_refused(served: Served) -
     for failed, answer in answers:
         assert failed and answer["chap_error"] == -32602 and "input" in answer["message"], answer
     assert [e["envelope"]["method"] for e in log[1]["entries"]] == ["participant.join"]
+
+
+SAFE = 2**53 - 1
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-SAFE, SAFE) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=12,
+)
+NOT_JSON = st.sampled_from([math.nan, math.inf, -math.inf])
+
+
+@st.composite
+def _inputs(draw: st.DrawFn) -> tuple[dict[str, Any], bool]:
+    """An object for `input`, and whether a NaN or infinity was put somewhere in it."""
+    value = draw(st.dictionaries(st.text(max_size=4), JSON_VALUES, max_size=3))
+    if not draw(st.booleans()):
+        return value, False
+    spot: Any = value
+    while True:
+        keys = list(spot) if isinstance(spot, dict) else list(range(len(spot)))
+        inner = [k for k in keys if isinstance(spot[k], (dict, list))]
+        if not inner or draw(st.booleans()):
+            break
+        spot = spot[draw(st.sampled_from(inner))]
+    if isinstance(spot, dict):
+        spot[draw(st.text(max_size=4))] = draw(NOT_JSON)
+    else:
+        spot.append(draw(NOT_JSON))
+    return value, True
+
+
+@settings(max_examples=30, deadline=None)
+@given(case=_inputs())
+def test_json_text_reaches_the_log_as_written_or_is_refused(case: tuple[dict[str, Any], bool]) -> None:
+    """Python's json module is the oracle for what the text says: the logged
+    input equals it, unless it holds NaN or Infinity, which is refused."""
+    value, poisoned = case
+    coord = Coordinator()
+    server, dispatcher = ours_server(coord)
+    try:
+        error, answer = anyio.run(_create_with_input, server, json.dumps(value))
+        log = coord.dispatch({"jsonrpc": "2.0", "id": 1, "method": "audit.read", "params": {"workspace": "w"}})
+    finally:
+        dispatcher.close()
+    entries = log["result"]["entries"]
+    if poisoned:
+        assert error and answer["chap_error"] == -32602 and "NaN and Infinity" in answer["message"]
+        assert len(entries) == 1
+    else:
+        assert not error, answer
+        assert entries[-1]["envelope"]["params"]["input"] == json.loads(json.dumps(value))
