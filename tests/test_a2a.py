@@ -53,7 +53,10 @@ def test_the_card_lists_every_implemented_method(served: Served) -> None:
 
 def test_a_review_story_over_a2a(served: Served) -> None:
     async def run() -> list[tuple[dict[str, Any], bool]]:
-        client = await create_client(served.url)
+        async with await create_client(served.url) as client:
+            return await story(client)
+
+    async def story(client: Any) -> list[tuple[dict[str, Any], bool]]:
         w = {"workspace": "wsp_a2a"}
         out = [await _send(client, "chap.workspace.create", w)]
         out.append(await _send(client, "chap.participant.join", {**w, "from": ALICE, "type": "human", "role": "admin"}))
