@@ -22,6 +22,7 @@ from coordinator.wire import (
 __all__ = ["MAX_DEPTH", "Rejected", "Request", "read_envelope"]
 
 _decode = msgspec.json.decode
+_encode = msgspec.json.encode
 
 
 class Rejected(ChaplineError):
@@ -57,9 +58,22 @@ def _blank(body: bytes | bytearray | memoryview | str) -> bool:
     return not (body.strip() if isinstance(body, str) else bytes(body).strip())
 
 
+def _integral(value: Any) -> Any:
+    """`value` with integral floats as integers, keys in their order."""
+    if type(value) is dict:
+        return {k: _integral(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_integral(v) for v in value]
+    if type(value) is float:
+        return int(value)
+    return value
+
+
 def read_envelope(envelope: Any, registry: Registry, max_bytes: int) -> Request:
     """Steps 1-8, first failure wins; raises Rejected."""
+    parsed = False
     if isinstance(envelope, (bytes, bytearray, memoryview, str)):
+        parsed = True
         if _blank(envelope):
             raise Rejected(None, empty_body())  # 1
         try:
@@ -94,6 +108,13 @@ def read_envelope(envelope: Any, registry: Registry, max_bytes: int) -> Request:
         raise Rejected(req_id, unknown_method(name, [m.name for m in registry.methods()]))
     if shape.error is not None:  # 8
         raise Rejected(req_id, RpcError(INVALID_PARAMS, str(shape.error)))
-    # From here on the pipeline works on its own copy: the JSON of the canonical bytes.
-    own = _decode(raw)
+    # From here on the pipeline works on its own copy, in the caller's key
+    # order (hint names are answered in it, as 0.3.3 answers them): a body
+    # parsed here is one already; a caller's dict is copied.
+    if shape.needs_copy:
+        own = _integral(envelope)
+    elif parsed:
+        own = envelope
+    else:
+        own = _decode(_encode(envelope))
     return Request(own, raw, own.get("params") or {}, method)

@@ -28,6 +28,8 @@ Each carries its facts as attributes, and its message (and the class's
      │                             step, error (also a RuntimeError) (inward.py)
      ├── DispatcherClosed          the serving worker stopped taking calls
      │                             (transports/worker.py)
+     ├── NotJsonError              text a client sent through MCP or A2A is not
+     │                             strict JSON: reason   (transports/strict_json.py)
      ├── SignatureError            a signature cannot be accepted: code (signing.py)
      ├── JwkError                  a key offered for registration is not a public
      │                             Ed25519 JWK: field (signing.py; answered -32602)

@@ -19,6 +19,10 @@ __all__ = ["WS", "Client", "Http", "env", "now"]
 
 WS = "wsp_t"
 
+# Error codes answered with a 5xx status: a defect or a damaged stored row,
+# and the store down or out-raced.
+SERVER_SIDE = {-32603: 500, -32903: 500, -32900: 503, -32901: 503}
+
 
 def env(method: str, params: Any = None, id: Any = "r1") -> dict[str, Any]:
     """A JSON-RPC 2.0 request envelope (no params key when params is None)."""
@@ -45,8 +49,11 @@ class Http:
     def dispatch(self, envelope: Any) -> dict[str, Any]:
         reply = self.http.post(self.path, json=envelope, headers=self.headers)
         body: dict[str, Any] = reply.json()
-        # The status mirrors the body: 400 exactly when it carries an error.
-        assert reply.status_code == (400 if "error" in body else 200), (reply.status_code, body)
+        # The status mirrors the body (SPECIFICATION.md, "HTTP binding"): 200
+        # for a result, 400 for a refusal, 500/503 for what the caller cannot fix.
+        error = body.get("error")
+        expected = 200 if error is None else SERVER_SIDE.get(error["code"], 400)
+        assert reply.status_code == expected, (reply.status_code, body)
         return body
 
 

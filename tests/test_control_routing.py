@@ -411,3 +411,31 @@ def test_two_coordinators_on_one_file_reload_and_rerun_control_calls(tmp_path: P
     methods = [e["envelope"]["method"] for e in fresh.log()[-5:]]
     assert methods == ["control.set_mode_ceiling", "control.rollback", "control.pause",
                        "control.resume", "task.route"]
+
+
+# -- what the README says of 0.3.3's options --------------------------------------
+
+
+def test_the_readme_names_exactly_the_options_that_are_refused() -> None:
+    """README's list of 0.3.3 options chapline refuses is the list that
+    `Coordinator(CoordinatorOptions(...))` refuses: `routing_policy` is taken,
+    as 0.3.3 takes it (test_routing_differential checks it answers alike)."""
+    import dataclasses
+    import re
+
+    from coordinator import CoordinatorOptions, UnsupportedOptionError
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    (bullet,) = [b for b in re.split(r"\n- ", readme) if "UnsupportedOptionError" in b]
+    named = set(re.findall(r"`(\w+)`", bullet.split("UnsupportedOptionError")[0]))
+    refused = set()
+    for field in dataclasses.fields(CoordinatorOptions):
+        if field.name in ("store", "default_profiles", "max_envelope_bytes"):
+            continue  # values, not switches: taken as given
+        value: Any = True if field.type in (bool, "bool") else (lambda *a: None)
+        try:
+            Coordinator(CoordinatorOptions(**{field.name: value})).close()
+        except UnsupportedOptionError:
+            refused.add(field.name)
+    assert refused == {"on_auto_escalate", "on_store_error"}
+    assert named & {f.name for f in dataclasses.fields(CoordinatorOptions)} == refused, bullet

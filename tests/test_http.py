@@ -27,13 +27,14 @@ import httpx
 import pytest
 import rfc8785
 from client import Client, Http, now
+from pgserver import PgServer
 from servers import ROOT, LiveServer, Serve
 
 from coordinator import Coordinator
 from coordinator.cli import ALL_PROFILES, DEFAULT_PROFILES
 from coordinator.profiles import REGISTRY
 from coordinator.transports import MAX_BODY_BYTES, DispatcherClosed, SerialDispatcher, create_app
-from storage import SqliteStore
+from storage import MemoryStore, PostgresStore, SqliteStore
 
 ALICE = "human:alice@example.org"
 BOT = "agent:test-bot"
@@ -531,6 +532,97 @@ def test_a_closed_dispatcher_takes_no_calls(served: tuple[str, Coordinator]) -> 
     dispatcher.close()
     with pytest.raises(DispatcherClosed):
         asyncio.run(dispatcher.dispatch(b'{"jsonrpc": "2.0", "id": 1, "method": "x.y"}'))
+
+
+# -- answers the caller cannot fix: their status ------------------------------
+
+
+def _post(url: str, envelope: dict[str, Any]) -> httpx.Response:
+    with httpx.Client(base_url=url, timeout=60) as http:
+        return http.post("/chap", json=envelope)
+
+
+def _call(method: str, **params: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": f"c-{method}", "method": method, "params": {"workspace": "w", **params}}
+
+
+class _DefectiveLogReads(MemoryStore):
+    """A store whose log reads fail with an exception that is not a store
+    error: a defect in the server, answered -32603."""
+
+    def read_entries(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("read_entries broke on /srv/secret/chap.db")
+
+
+def test_a_defect_is_500_with_a_log_id_and_no_detail(caplog: pytest.LogCaptureFixture) -> None:
+    coord = Coordinator(store=_DefectiveLogReads())
+    server = LiveServer(create_app(coord))
+    try:
+        assert _post(server.url, _call("participant.join", **{"from": ALICE}, type="human")).status_code == 200
+        reply = _post(server.url, _call("audit.read", **{"from": ALICE}))
+    finally:
+        server.stop()
+        coord.close()
+    body = _is_rpc_error(reply, 500, -32603)
+    log_id = body["error"]["data"]["log_id"]
+    assert log_id in body["error"]["message"] and "secret" not in reply.text
+    assert any(log_id in r.getMessage() for r in caplog.records)
+
+
+def test_a_store_that_cannot_be_reached_is_503_and_nothing_is_applied() -> None:
+    """PostgreSQL stopped under a serving coordinator: -32900 with status 503
+    (retry later), and the call is not in the log once the server is back."""
+    pg = PgServer()
+    pg.start()
+    coord = Coordinator(store=PostgresStore(pg.dsn()))
+    server = LiveServer(create_app(coord))
+    try:
+        assert _post(server.url, _call("participant.join", **{"from": ALICE}, type="human")).status_code == 200
+        pg.stop("immediate")
+        down = _post(server.url, _call("participant.join", **{"from": BOT}, type="agent"))
+        pg.start()
+        back = _post(server.url, _call("audit.read", **{"from": ALICE}))
+    finally:
+        server.stop()
+        coord.close()
+        pg.remove()
+    body = _is_rpc_error(down, 503, -32900)
+    assert "retry" in body["error"]["message"] and "log_id" in body["error"]["data"]
+    assert back.status_code == 200
+    assert [e["envelope"]["params"]["from"] for e in back.json()["result"]["entries"]] == [ALICE]
+
+
+def test_a_stored_object_that_cannot_be_read_is_500(tmp_path: Path) -> None:
+    """A damaged row is the operator's to repair (-32903): 500, not a 400
+    telling the caller to change a request that is fine."""
+    db = tmp_path / "chap.db"
+    with Coordinator(store=SqliteStore(db)) as first:
+        c = Client(first, "w")
+        c.ok("participant.join", ALICE, type="human")
+        task_id = c.ok("task.create", ALICE, assignee=ALICE, kind="k", input={})["task_id"]
+    with sqlite3.connect(db) as raw:
+        raw.execute("UPDATE chap_objects SET data = '{\"not\": \"a task\"' WHERE id = ?", (task_id,))
+    coord = Coordinator(store=SqliteStore(db))
+    server = LiveServer(create_app(coord))
+    try:
+        reply = _post(server.url, _call("task.update", **{"from": ALICE}, task_id=task_id, state="in_progress"))
+    finally:
+        server.stop()
+        coord.close()
+    _is_rpc_error(reply, 500, -32903)
+
+
+def test_a_refusal_in_chaplines_own_band_stays_400(http: httpx.Client) -> None:
+    """The work profile's codes (-32960..) are the caller's to fix: 400."""
+    c = harness(http, f"wsp_http_{uuid.uuid4().hex[:12]}")
+    c.ok("workspace.create", profiles=["core/1.0", "review/1.0", "x-chapline-work/1.0"], mode="production")
+    c.ok("participant.join", ALICE, type="human", role="admin")
+    tasks = [{"key": k, "kind": "k", "input": {}, "role": "writer"} for k in "xy"]
+    reply = http.post("/chap", json=c.envelope(
+        "x-chapline.plan.submit", ALICE, plan="p", tasks=tasks,
+        edges=[{"from": "x", "to": "y"}, {"from": "y", "to": "x"}],
+    ))
+    _is_rpc_error(reply, 400, -32962)
 
 
 # -- part three: `chapline serve` as a process ---------------------------------

@@ -5,6 +5,7 @@ in both protocol eras (the 2025-11-25 handshake and 2026-07-28)."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,8 @@ import anyio
 import chap_coordinator
 import pytest
 from chap_coordinator.transports.mcp_server import make_chap_mcp_server
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from mcp import Client, StdioServerParameters
 from servers import Served, env
 
@@ -310,3 +313,157 @@ def test_chaplines_own_methods_are_tools_too(in_process) -> None:
     assert [failed for failed, _ in outcomes] == [False] * 5, outcomes
     assert outcomes[4][1]["outcome"] == "claimed"
     assert outcomes[4][1]["task_id"] == outcomes[3][1]["tasks"]["a"]
+
+
+# -- values JSON cannot carry, and failures inside the transport ------------------------
+
+
+async def _create_with_input(server: Any, given: Any) -> tuple[bool, Any]:
+    async with Client(server, mode="legacy") as client:
+        await client.call_tool("chap.participant.join", {"workspace": "w", "from": ALICE, "type": "human"})
+        return _result(await client.call_tool(
+            "chap.task.create", {"workspace": "w", "from": ALICE, "assignee": ALICE, "kind": "k", "input": given}
+        ))
+
+
+def _audit_count(coord: Coordinator) -> int:
+    described = coord.dispatch({"jsonrpc": "2.0", "id": 1, "method": "workspace.describe", "params": {"workspace": "w"}})
+    count: int = described["result"]["audit_count"]
+    return count
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"a": NaN}', '{"a": Infinity}', '{"a": -Infinity}', '{"a": [1, NaN]}', '{"a": 1e999}'],
+)
+def test_json_text_holding_a_number_json_cannot_carry_is_refused(in_process, text: str) -> None:
+    """NaN and Infinity are not JSON (RFC 8259): recording them as null would
+    change the caller's data without a word."""
+    server, coord = in_process
+    error, answer = anyio.run(_create_with_input, server, text)
+    assert error and answer["chap_error"] == -32602
+    assert answer["message"].startswith("Invalid params: input must be a JSON object")
+    assert _audit_count(coord) == 1  # the join only
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ('{"a": ' + "9" * 5000 + "}", "out of range"),
+        ("[" * 100_000 + "]" * 100_000, "nests too deep"),
+    ],
+    ids=["5000-digit number", "100000 levels"],
+)
+def test_json_text_too_large_to_read_is_refused_in_our_words(in_process, text: str, says: str) -> None:
+    server, coord = in_process
+    error, answer = anyio.run(_create_with_input, server, text)
+    assert error and answer["chap_error"] == -32602 and says in answer["message"]
+    assert "input must be a JSON object" in answer["message"]
+    assert _audit_count(coord) == 1
+
+
+def test_a_failure_inside_the_transport_answers_a_log_id(caplog: pytest.LogCaptureFixture) -> None:
+    """A defect is answered as `/chap` answers one: -32603 with the id the
+    detail was logged under, never the exception's own text."""
+
+    async def broken(body: bytes) -> dict[str, Any]:
+        raise RuntimeError("the secret detail")
+
+    server = create_mcp_server(broken, REGISTRY.methods() + REGISTRY.extension_methods())
+
+    async def run() -> tuple[bool, Any]:
+        async with Client(server, mode="legacy") as client:
+            return _result(await client.call_tool("chap.workspace.describe", {"workspace": "w"}))
+
+    error, answer = anyio.run(run)
+    assert error and answer["chap_error"] == -32603
+    log_id = answer["data"]["log_id"]
+    assert log_id in answer["message"] and "secret" not in json.dumps(answer)
+    assert any(log_id in r.getMessage() and "secret" in str(r.exc_info[1]) for r in caplog.records if r.exc_info)
+
+
+def test_over_http_raw_arguments_json_cannot_carry_are_refused(served: Served) -> None:
+    """A client posting its own JSON text may write NaN or 1e999, which the
+    SDK's parser reads as floats JSON has no form for: refused, not recorded
+    as null."""
+    import httpx
+
+    workspace = "wsp_mcp_nan"
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    with httpx.Client(base_url=served.url, headers=headers, timeout=60) as http:
+        hello = http.post("/mcp", json={
+            "jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+        })
+        assert hello.status_code == 200, hello.text
+        http.headers["mcp-session-id"] = hello.headers["mcp-session-id"]
+        http.headers["mcp-protocol-version"] = "2025-11-25"
+        http.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+        def tool(n: int, name: str, arguments: str) -> Any:
+            body = '{"jsonrpc": "2.0", "id": %d, "method": "tools/call", "params": {"name": "%s", "arguments": %s}}'
+            reply = http.post("/mcp", content=body % (n, name, arguments))
+            (line,) = [x for x in reply.text.splitlines() if x.startswith("data: ")]
+            result = json.loads(line.removeprefix("data: "))["result"]
+            return result["isError"], json.loads(result["content"][0]["text"])
+
+        joined = tool(1, "chap.participant.join", json.dumps({"workspace": workspace, "from": ALICE, "type": "human"}))
+        common = f'"workspace": "{workspace}", "from": "{ALICE}", "assignee": "{ALICE}", "kind": "k"'
+        answers = [tool(2 + i, "chap.task.create", "{" + common + ", " + given + "}")
+                   for i, given in enumerate(['"input": {"a": NaN}', '"input": {"a": [1e999]}', '"input": -Infinity'])]
+        log = tool(9, "chap.audit.read", json.dumps({"workspace": workspace, "from": ALICE}))
+    assert joined[0] is False
+    for failed, answer in answers:
+        assert failed and answer["chap_error"] == -32602 and "input" in answer["message"], answer
+    assert [e["envelope"]["method"] for e in log[1]["entries"]] == ["participant.join"]
+
+
+SAFE = 2**53 - 1
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-SAFE, SAFE) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=12,
+)
+NOT_JSON = st.sampled_from([math.nan, math.inf, -math.inf])
+
+
+@st.composite
+def _inputs(draw: st.DrawFn) -> tuple[dict[str, Any], bool]:
+    """An object for `input`, and whether a NaN or infinity was put somewhere in it."""
+    value = draw(st.dictionaries(st.text(max_size=4), JSON_VALUES, max_size=3))
+    if not draw(st.booleans()):
+        return value, False
+    spot: Any = value
+    while True:
+        keys = list(spot) if isinstance(spot, dict) else list(range(len(spot)))
+        inner = [k for k in keys if isinstance(spot[k], (dict, list))]
+        if not inner or draw(st.booleans()):
+            break
+        spot = spot[draw(st.sampled_from(inner))]
+    if isinstance(spot, dict):
+        spot[draw(st.text(max_size=4))] = draw(NOT_JSON)
+    else:
+        spot.append(draw(NOT_JSON))
+    return value, True
+
+
+@settings(max_examples=30, deadline=None)
+@given(case=_inputs())
+def test_json_text_reaches_the_log_as_written_or_is_refused(case: tuple[dict[str, Any], bool]) -> None:
+    """Python's json module is the oracle for what the text says: the logged
+    input equals it, unless it holds NaN or Infinity, which is refused."""
+    value, poisoned = case
+    coord = Coordinator()
+    server, dispatcher = ours_server(coord)
+    try:
+        error, answer = anyio.run(_create_with_input, server, json.dumps(value))
+        log = coord.dispatch({"jsonrpc": "2.0", "id": 1, "method": "audit.read", "params": {"workspace": "w"}})
+    finally:
+        dispatcher.close()
+    entries = log["result"]["entries"]
+    if poisoned:
+        assert error and answer["chap_error"] == -32602 and "NaN and Infinity" in answer["message"]
+        assert len(entries) == 1
+    else:
+        assert not error, answer
+        assert entries[-1]["envelope"]["params"]["input"] == json.loads(json.dumps(value))

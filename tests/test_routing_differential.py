@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from client import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from profile_diff import Run, ours, reference
+from profile_diff import Run, ours, reference, stored_objects
 
 W = "wsp_d"
 A, BOT, B2, GHOST = "human:alice", "agent:bot", "agent:b2", "human:ghost"
@@ -329,3 +330,101 @@ def test_the_hooks_come_through_coordinator_options_as_in_0_3_3():
         run.check_state()
         assert [r["result"].get("selected", r["result"].get("depth", r["result"].get("to")))
                 for r in run.a.responses[-3:]] == [B2, "skip", "group:ops"]
+
+
+# -- hints_used: the caller's order, as 0.3.3 answers and records it ----------------------
+
+HINT_VALUES = {"criticality": "high", "confidence": "0.5", "model_id": "m", "Zeta": 1, "alpha": [2], "é": {}}
+
+
+def _ordered(names: list[str]) -> dict[str, Any]:
+    return {name: HINT_VALUES[name] for name in names}
+
+
+def _some_in_any_order(draw: Any) -> list[str]:
+    names = draw(st.permutations(sorted(HINT_VALUES)))
+    return names[: draw(st.integers(0, len(names)))]
+
+
+def _decisions(run: Run) -> list[list[str]]:
+    """The hint names each stored route decision observed, in stored order."""
+    mine = [list(d["hints_observed"]) for d in stored_objects(run.a.target, W)["route_decisions"].values()]
+    theirs = [list(d["hints_observed"]) for d in stored_objects(run.b.target, W)["route_decisions"].values()]
+    assert mine == theirs
+    return mine
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_hints_used_lists_the_hints_in_the_callers_order(data: Any) -> None:
+    task_hints = _ordered(data.draw(st.composite(_some_in_any_order)()))
+    more = _ordered(data.draw(st.composite(_some_in_any_order)()))
+    run = Run().steps([
+        *SETUP[:4],
+        ("task.create", f(A, assignee=BOT, kind="k", input={}, routing_hints=task_hints), ("task_id", "$X")),
+        ("task.route", f(A, task_id="$X", candidates=[BOT])),
+        ("review.depth", f(A, task_id="$X", artefact_routing_hints=more)),
+    ])
+    used = [r["result"]["rationale"]["hints_used"] for r in run.b.responses[-2:] if "result" in r]
+    assert [r["result"]["rationale"]["hints_used"] for r in run.a.responses[-2:] if "result" in r] == used
+    assert used[0] == list(task_hints)
+    _decisions(run)
+
+
+def test_hints_used_keeps_the_order_of_a_call_sent_as_json_text() -> None:
+    """Over HTTP the coordinator gets the body's text: the order written there."""
+    import json
+
+    mine, theirs = ours(), reference()
+    for coord in (mine, theirs):
+        for i, (method, params) in enumerate([
+            ("workspace.create", {"workspace": W}),
+            ("participant.join", f(A, type="human", role="admin")),
+            ("participant.join", f(BOT, type="agent")),
+        ]):
+            coord.dispatch({"jsonrpc": "2.0", "id": i, "method": method, "params": params})
+    hints = {"model_id": "m", "criticality": "high", "confidence": "0.5"}
+    create = {"jsonrpc": "2.0", "id": "c", "method": "task.create",
+              "params": f(A, assignee=BOT, kind="k", input={}, routing_hints=hints)}
+    answers = []
+    for coord, send in ((mine, json.dumps), (theirs, lambda e: e)):
+        task_id = coord.dispatch(send(create))["result"]["task_id"]
+        route = {"jsonrpc": "2.0", "id": "r", "method": "task.route",
+                 "params": f(A, task_id=task_id, candidates=[BOT])}
+        answers.append(coord.dispatch(send(route))["result"]["rationale"]["hints_used"])
+    assert answers[0] == answers[1] == ["model_id", "criticality", "confidence"]
+
+
+def test_hints_used_after_a_restart_from_sqlite_is_as_0_3_3_answers(tmp_path: Any) -> None:
+    """A SQL store keeps objects with sorted keys, as 0.3.3's does: a task read
+    back from it lists its hints sorted, on both sides."""
+    import chap_coordinator.storage.sqlite as reference_sqlite
+
+    from storage import SqliteStore
+
+    hints = {"criticality": "high", "confidence": "0.5"}
+    script = [
+        ("workspace.create", {"workspace": W}),
+        ("participant.join", f(A, type="human", role="admin")),
+        ("task.create", f(A, assignee=A, kind="k", input={}, routing_hints=hints), ("task_id", "$X")),
+    ]
+    after = [
+        ("task.route", f(A, task_id="$X", candidates=[A])),
+        ("review.depth", f(A, task_id="$X", artefact_routing_hints={"b": 1, "a": 2})),
+    ]
+    mine, theirs = tmp_path / "ours.db", str(tmp_path / "theirs.db")
+    before = Run(ours(store=SqliteStore(mine)), reference(store=reference_sqlite.SqliteStore(theirs)))
+    before.steps([*script, *after])
+    assert before.b.responses[-2]["result"]["rationale"]["hints_used"] == ["criticality", "confidence"]
+    before.a.target.close()
+    task_ids = (before.a.names["$X"], before.b.names["$X"])
+    used = []
+    for restarted, task_id in zip(
+        (ours(store=SqliteStore(mine)), reference(store=reference_sqlite.SqliteStore(theirs))), task_ids, strict=True
+    ):
+        c = Client(restarted, W)
+        used.append([
+            c.ok("task.route", A, task_id=task_id, candidates=[A])["rationale"]["hints_used"],
+            c.ok("review.depth", A, task_id=task_id, artefact_routing_hints={"b": 1, "a": 2})["rationale"]["hints_used"],
+        ])
+    assert used[0] == used[1] == [["confidence", "criticality"], ["confidence", "criticality", "b", "a"]]

@@ -2,8 +2,10 @@
 
 POST /chap (or /) carries one JSON-RPC envelope; the body of every answer is
 JSON, errors included, because CHAP clients (the conformance harness among
-them) parse the body whatever the status. Status codes follow the Python
-reference server: 200 for a result, 400 for an error. The full contract is in
+them) parse the body whatever the status. A result is 200 and a refusal 400,
+as the Python reference server answers; an error the caller cannot fix is not
+a 400: a defect is 500, a store that did not take the call 503 (`status_of`).
+The full contract is in
 SPECIFICATION.md, "HTTP binding". With a TokenStore, every call must carry
 a bearer token and may act only as its principal (transports/auth.py). GET /
 and the paths under /desk and /chap/events serve the review desk
@@ -29,6 +31,7 @@ from coordinator.incidents import internal_error
 from coordinator.profiles import REGISTRY
 from coordinator.transports.a2a import A2A_PATH, a2a_routes
 from coordinator.transports.auth import Authenticator
+from coordinator.transports.body import MAX_BODY_BYTES, read_body
 from coordinator.transports.desk import DeskTarget, EventHub, desk_routes
 from coordinator.transports.mcp import create_mcp_server
 from coordinator.transports.worker import DispatcherClosed, SerialDispatcher, sweep_every
@@ -36,16 +39,16 @@ from coordinator.wire import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
     PARSE_ERROR,
+    STORE_CONFLICT,
+    STORE_WRITE_FAILED,
+    STORED_OBJECT_UNREADABLE,
     RpcError,
     error_response,
 )
 
-__all__ = ["MAX_BODY_BYTES", "MCP_PATH", "create_app"]
+__all__ = ["MAX_BODY_BYTES", "MCP_PATH", "create_app", "status_of"]
 
 log = logging.getLogger(__name__)
-
-# CHAP requires accepting envelopes of at least 1 MiB; we accept exactly that.
-MAX_BODY_BYTES = 1024 * 1024
 
 PATHS = ("/chap", "/")
 MCP_PATH = "/mcp"
@@ -59,6 +62,24 @@ _CORS = {
 }
 
 _encoder = msgspec.json.Encoder()
+
+# Errors that are not the caller's to fix. A defect, or a stored row the
+# operator must repair: 500. The store down or out-raced twice: nothing was
+# applied and the same call may succeed later, so 503.
+_SERVER_SIDE = {
+    INTERNAL_ERROR: 500,
+    STORED_OBJECT_UNREADABLE: 500,
+    STORE_WRITE_FAILED: 503,
+    STORE_CONFLICT: 503,
+}
+
+
+def status_of(response: dict[str, Any]) -> int:
+    """The HTTP status of a coordinator's JSON-RPC response."""
+    error = response.get("error")
+    if error is None:
+        return 200
+    return _SERVER_SIDE.get(error.get("code"), 400)
 
 
 def create_app(
@@ -110,7 +131,7 @@ def create_app(
     async def chap(request: Request) -> Response:
         if request.method == "OPTIONS":
             return Response(status_code=204, headers=_CORS)
-        body = await _read_body(request, max_body_bytes)
+        body = await read_body(request, max_body_bytes)
         if body is None:
             return _rpc_error(
                 400, PARSE_ERROR, f"Request body larger than {max_body_bytes} bytes"
@@ -126,7 +147,7 @@ def create_app(
             response = await dispatcher.dispatch(body)
         except DispatcherClosed:
             return _rpc_error(503, INTERNAL_ERROR, "The server is shutting down; retry elsewhere")
-        return _json(400 if "error" in response else 200, response)
+        return _json(status_of(response), response)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -148,7 +169,7 @@ def create_app(
 
     routes: list[BaseRoute] = [Route(path, chap, methods=["POST", "OPTIONS"]) for path in PATHS]
     routes.append(mcp_route)
-    routes += a2a_routes(dispatcher.dispatch, methods, public_url + A2A_PATH, auth)
+    routes += a2a_routes(dispatcher.dispatch, methods, public_url + A2A_PATH, auth, max_body_bytes)
     hub = EventHub()
     routes += desk_routes(target, dispatcher, auth, hub)
     app = Starlette(
@@ -163,25 +184,6 @@ def create_app(
     # ends them first (`app.state.events.close()`), or the stop waits for them.
     app.state.events = hub
     return app
-
-
-async def _read_body(request: Request, limit: int) -> bytes | None:
-    """The request body, or None when it is larger than `limit` bytes.
-
-    A declared Content-Length over the limit is refused before reading; a
-    chunked body is counted as it arrives and refused once it passes the limit.
-    """
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        return None
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _json(status: int, payload: dict[str, Any]) -> Response:

@@ -9,6 +9,10 @@ LLM clients often send objects and arrays as JSON text. An argument whose
 schema asks for an object or an array and that arrives as a string is parsed
 before dispatch, so the audit log holds JSON values, never stringified ones;
 a string that does not parse is refused (-32602) and nothing is recorded.
+Parsing is strict (transports/strict_json.py): NaN, Infinity and numbers out
+of range are refused in text and in the arguments the SDK parsed alike, since
+the envelope would carry them as null. A failure inside the transport is
+answered -32603 with a log id, as POST /chap answers a defect.
 
 Results come back as `isError: false` with the JSON result as text; a CHAP
 error as `isError: true` with the text `{"chap_error": code, "message": ...}`
@@ -23,6 +27,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -31,8 +36,10 @@ import mcp_types as types
 import msgspec
 from mcp.server import Server, ServerRequestContext
 
+from coordinator.incidents import internal_error
 from coordinator.registry import Method
 from coordinator.transports.auth import Authenticator
+from coordinator.transports.strict_json import NotJsonError, loads, non_finite
 from coordinator.transports.worker import Dispatcher, SerialDispatcher, sweep_every
 from coordinator.wire import INVALID_PARAMS, METHOD_NOT_FOUND
 
@@ -46,6 +53,8 @@ __all__ = [
     "tool_name",
     "tools",
 ]
+
+log = logging.getLogger(__name__)
 
 TOOL_PREFIX = "chap."
 
@@ -120,6 +129,12 @@ def coerce_arguments(method: Method, arguments: Mapping[str, Any]) -> dict[str, 
     properties = method.params.get("properties") or {}
     out = dict(arguments)
     for name, value in arguments.items():
+        place = non_finite(value, name)
+        if place is not None:
+            raise _BadArgument(
+                f"{name} holds NaN or Infinity at {place}, for which JSON has no form; "
+                "send a finite number, null, or the value as a string"
+            )
         schema = properties.get(name)
         if not isinstance(value, str) or not isinstance(schema, Mapping):
             continue
@@ -128,13 +143,13 @@ def coerce_arguments(method: Method, arguments: Mapping[str, Any]) -> dict[str, 
         if not containers:
             continue
         try:
-            parsed = json.loads(value)
-        except json.JSONDecodeError as exc:
+            parsed = loads(value)
+        except NotJsonError as exc:
             if "string" in wanted:
                 continue
             raise _BadArgument(
                 f"{name} must be a JSON {' or '.join(sorted(containers))}; the string given "
-                f"does not parse as JSON ({exc.msg} at character {exc.pos})"
+                f"does not parse as JSON: {exc.reason}"
             ) from None
         if _is(parsed, containers):
             out[name] = parsed
@@ -194,6 +209,15 @@ def create_mcp_server(
         return types.ListToolsResult(tools=listed)
 
     async def call_tool(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        try:
+            return await answer(ctx, params)
+        except Exception as exc:
+            error = internal_error(log, f"MCP tool call {params.name!r} failed", exc)
+            return _chap_error(error.code, error.message, error.data)
+
+    async def answer(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         method = by_tool.get(params.name)
