@@ -330,9 +330,9 @@ class Coordinator:
             raise UnknownWorkspaceError(workspace_id, self.workspace_ids())
         return snapshot_of(ws, self._log_reader(ws))
 
-    def restore(
-        self, data: dict[str, Any] | list[dict[str, Any]], *, overwrite: bool = False
-    ) -> list[str]:
+    def restore(self, data: Any, *, overwrite: bool = False) -> list[str]:
+        # `Any`: a compiled method would refuse another shape with a bare TypeError
+        # before restore_changes could say which shapes it takes.
         """Write snapshots (one dict, a list, or `{"workspaces": [...]}`) to the
         store, replacing what it held for them, and load them. Returns the ids.
 
