@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from client import Client
 from support import BOB, BOT, make, s0
+from test_logcli import WS, chapline, signed_workload
 
 from coordinator.cli import main
 from storage import PostgresStore, SqliteStore
@@ -81,6 +82,26 @@ def test_a_workspace_that_does_not_verify_is_reported(tmp_path: Path, pg_server,
     assert main(["copy", source, uri]) == 1
     err = capsys.readouterr().err
     assert "wsp_b" in err and "does not verify in SOURCE either" in err and "wsp_a" not in err
+
+
+def test_a_database_kept_with_required_signatures_copies(tmp_path: Path, pg_server) -> None:
+    source = tmp_path / "signed.db"
+    snapshot = signed_workload(source)
+    uri = pg_server.uri(pg_server.new_database())
+    done = chapline("copy", str(source), uri)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("copied 1 of 1 workspaces") and "Traceback" not in done.stderr
+    back = tmp_path / "back.db"
+    assert chapline("copy", uri, str(back)).returncode == 0
+    store = SqliteStore(back)
+    try:
+        (held,) = store.load_held()
+        assert held.meta["chain_head"] == snapshot["chain_head"]
+        assert store.read_entries(WS) == snapshot["audit"]
+    finally:
+        store.close()
+    verified = chapline("verify", str(back), "--json")
+    assert verified.returncode == 0 and json.loads(verified.stdout)["ok"] is True
 
 
 @pytest.mark.parametrize("args", [["copy", "x.db"], ["copy", "a.db", "b.db", "--bogus"]])

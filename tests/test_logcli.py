@@ -4,6 +4,7 @@ upgrades an old-layout file with a backup."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 import subprocess
@@ -12,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import rfc8785
 from client import Client
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from support import ALICE, BOB, BOT
 
-from coordinator import Coordinator, CounterIds, StepClock
+from coordinator import Coordinator, CounterIds, StepClock, public_jwk, sign_envelope
 from coordinator.cli import main
 from storage import SqliteStore
 
@@ -391,3 +394,121 @@ def test_verify_passes_a_file_the_reference_wrote(tmp_path, capsys) -> None:
     code, report, err = verify_json(capsys, path)
     assert code == 0, (err, report)
     assert report["workspaces"][0]["entries"] == c.count()
+
+
+# -- issue 25: fail closed -----------------------------------------------------
+
+
+def chapline(*argv: str) -> subprocess.CompletedProcess[str]:
+    """The command as users run it: a process of its own."""
+    return subprocess.run(
+        [sys.executable, "-m", "coordinator", *argv], capture_output=True, text=True, timeout=300
+    )
+
+
+def link(entry: dict[str, Any]) -> str:
+    """An entry's chain link from first principles (SPECIFICATION.md, "Audit
+    entries and the chain"): SHA-256 over the RFC 8785 bytes of its record,
+    then its prev_hash as UTF-8."""
+    if "envelope" in entry:
+        record = entry["envelope"]
+    else:
+        record = {"outcome": entry["outcome"], "request": entry["request"]}
+    digest = hashlib.sha256(rfc8785.dumps(record) + entry["prev_hash"].encode())
+    return "sha256:" + digest.hexdigest()
+
+
+# -- databases kept with required signatures -----------------------------------
+
+
+# A workspace kept by `serve --require-signatures`: every call but create and
+# join signed by its sender's registered Ed25519 key.
+SIGNERS = {uri: Ed25519PrivateKey.from_private_bytes(bytes([n + 1]) * 32)
+           for n, uri in enumerate((ALICE, BOT, BOB))}
+
+
+def sign_as_sender(envelope: dict[str, Any]) -> dict[str, Any]:
+    if envelope["method"] in ("workspace.create", "participant.join"):
+        return envelope
+    sender = envelope["params"]["from"]
+    return sign_envelope(envelope, SIGNERS[sender], sender.split(":")[1])
+
+
+def signed_workload(path: Path, *, chained: bool = True) -> dict[str, Any]:
+    coord = Coordinator(SqliteStore(path), clock=StepClock(), ids=CounterIds(),
+                        require_signatures=True, enable_chain=chained)
+    c = Client(coord, sign=sign_as_sender)
+    c.ok("workspace.create")
+    for uri, role in ((ALICE, "admin"), (BOT, "drafter"), (BOB, "reviewer")):
+        jwks = {"keys": [public_jwk(SIGNERS[uri], uri.split(":")[1])]}
+        c.ok("participant.join", uri, type=uri.split(":")[0], role=role, jwks=jwks)
+    task = c.new_task()
+    c.ok("task.update", frm=BOT, task_id=task, state="in_progress")
+    c.ok("review.request", frm=BOT, task_id=task, artefact={"text": "draft"}, to=[ALICE])
+    c.ok("decide.approve", frm=ALICE, task_id=task)
+    c.fail(-32010, "decide.approve", frm=ALICE, task_id=task)  # a recorded refusal
+    unsigned = c.envelope("task.create", ALICE, kind="k", assignee=BOT, input={})
+    assert c.send(unsigned)["error"]["code"] == -32070  # signatures were enforced
+    assert "security-signed/1.0" in c.ok("workspace.describe", frm=ALICE)["profiles"]
+    snapshot = coord.snapshot(WS)
+    coord.close()
+    return snapshot
+
+
+def test_verify_passes_a_database_kept_with_required_signatures(tmp_path) -> None:
+    path = tmp_path / "signed.db"
+    snapshot = signed_workload(path)
+    done = chapline("verify", str(path), "--json")
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    (report,) = json.loads(done.stdout)["workspaces"]
+    assert report["ok"] and report["entries"] == len(snapshot["audit"])
+    assert report["head"] == snapshot["chain_head"] == link(snapshot["audit"][-1])
+
+
+def test_verify_checks_each_signature_again_on_replay(tmp_path) -> None:
+    """Without a chain, only the signatures can show that a signed call was
+    edited: replay checks them as the coordinator did when the call arrived."""
+    path = tmp_path / "unchained.db"
+    snapshot = signed_workload(path, chained=False)
+    assert chapline("verify", str(path)).returncode == 0
+    seq = next(e["seq"] for e in snapshot["audit"] if e.get("envelope", {}).get("method") == "task.update")
+    forged = entry(path, seq)
+    forged["envelope"]["params"]["state"] = "completed"
+    sql(path, "UPDATE chap_entries SET data = ? WHERE workspace = ? AND seq = ?", json.dumps(forged), WS, seq)
+    done = chapline("verify", str(path))
+    assert done.returncode == 1
+    assert f"workspace '{WS}', seq {seq}: replaying it records nothing" in done.stderr
+    assert "-32070" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "profiles",
+    [["core/1.0", "review/1.0", "bogus/1.0"], ["core/1.0", 7], "core/1.0"],
+)
+def test_verify_reports_profiles_it_cannot_replay_without_a_traceback(db, profiles) -> None:
+    path, _ = db
+    with sqlite3.connect(path) as con:
+        (text,) = con.execute("SELECT data FROM chap_meta WHERE workspace = ?", (WS,)).fetchone()
+        meta = json.loads(text)
+        meta["profiles"] = profiles
+        con.execute("UPDATE chap_meta SET data = ? WHERE workspace = ?", (json.dumps(meta), WS))
+    done = chapline("verify", str(path))
+    assert done.returncode == 1
+    assert f"workspace '{WS}'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_verify_says_why_it_cannot_replay_an_identity_oidc_workspace(tmp_path) -> None:
+    """Its joins' tokens can be checked again only by the deployment's own
+    verifier: verify does not vouch for what it could not replay."""
+    path = tmp_path / "oidc.db"
+    coord = Coordinator(SqliteStore(path), clock=StepClock(), ids=CounterIds(),
+                        verify_oidc_token=lambda token: {"sub": token, "chap_participant_uri": ALICE},
+                        default_profiles=("core/1.0", "review/1.0", "identity-oidc/1.0"))
+    c = Client(coord)
+    c.ok("workspace.create")
+    c.ok("participant.join", ALICE, type="human", role="admin", oidc_token="alice-sub")
+    coord.close()
+    done = chapline("verify", str(path))
+    assert done.returncode == 1
+    assert "identity-oidc/1.0" in done.stderr and "Traceback" not in done.stderr
