@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import sqlite3
 import subprocess
 import sys
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,8 @@ import pytest
 import rfc8785
 from client import Client
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 from support import ALICE, BOB, BOT
 
 from coordinator import Coordinator, CounterIds, StepClock, public_jwk, sign_envelope
@@ -111,9 +116,9 @@ def test_verify_names_a_tampered_entry(db, capsys) -> None:
     assert code == 1
     broken = {w["workspace"]: w for w in report["workspaces"]}[WS]
     assert broken["ok"] is False
-    # The entry after the forged one no longer links to it.
-    assert {"seq": 7, "where": "chain", "detail": "prev_hash mismatch"} in broken["findings"]
-    assert f"workspace '{WS}', seq 7: prev_hash mismatch" in err
+    # Named at the forged entry, whose link the next one no longer records.
+    assert [f["seq"] for f in broken["findings"]] == [6]
+    assert f"workspace '{WS}', seq 6: changed after it was chained" in err
     assert {w["workspace"]: w for w in report["workspaces"]}[facts["other"]]["ok"] is True
 
 
@@ -139,6 +144,8 @@ def test_verify_names_a_tampered_object(db, capsys) -> None:
             "seq": None,
             "where": f"tasks/{facts['approved']}",
             "detail": "field 'state' is \"rejected\" in the store but \"completed\" by the log",
+            "expected": None,
+            "actual": None,
         }
     ]
     assert f"tasks/{facts['approved']}" in err
@@ -158,8 +165,8 @@ def test_verify_names_an_object_the_log_never_made(db, capsys) -> None:
     code, report, _ = verify_json(capsys, path)
     assert code == 1
     findings = {w["workspace"]: w for w in report["workspaces"]}[WS]["findings"]
-    assert {"seq": None, "where": "tasks/tsk_planted",
-            "detail": "stored, but no entry of the log creates it"} in findings
+    assert {"seq": None, "where": "tasks/tsk_planted", "detail": "stored, but no entry of the log creates it",
+            "expected": None, "actual": None} in findings
 
 
 def test_verify_names_a_truncated_log(db, capsys) -> None:
@@ -512,3 +519,106 @@ def test_verify_says_why_it_cannot_replay_an_identity_oidc_workspace(tmp_path) -
     done = chapline("verify", str(path))
     assert done.returncode == 1
     assert "identity-oidc/1.0" in done.stderr and "Traceback" not in done.stderr
+
+
+# -- which entry was edited ----------------------------------------------------
+
+
+def stored_head(path: Path, workspace: str = WS) -> str:
+    with sqlite3.connect(path) as con:
+        (text,) = con.execute("SELECT data FROM chap_meta WHERE workspace = ?", (workspace,)).fetchone()
+    head: str = json.loads(text)["chain_head"]
+    return head
+
+
+def forge(path: Path, seq: int, change: Callable[[dict[str, Any]], None]) -> tuple[str, str]:
+    """Edit entry `seq`'s data in place; (its link before, its link after)."""
+    original = entry(path, seq)
+    forged = json.loads(json.dumps(original))
+    change(forged)
+    assert forged != original
+    sql(path, "UPDATE chap_entries SET data = ? WHERE workspace = ? AND seq = ?",
+        json.dumps(forged), WS, seq)
+    return link(original), link(forged)
+
+
+def test_verify_names_an_edited_middle_entry_with_both_hashes(db) -> None:
+    path, _ = db
+    expected, actual = forge(path, 6, lambda e: e["envelope"]["params"].update(artefact={"text": "forged"}))
+    assert entry(path, 7)["prev_hash"] == expected  # what the chain recorded for seq 6
+    done = chapline("verify", str(path), "--json")
+    assert done.returncode == 1, done.stderr
+    broken = {w["workspace"]: w for w in json.loads(done.stdout)["workspaces"]}[WS]
+    first = min((f for f in broken["findings"] if f["seq"] is not None), key=lambda f: f["seq"])
+    assert first["seq"] == 6 and first["where"] == "chain"
+    assert first["expected"] == expected and first["actual"] == actual
+    assert "seq 7" in first["detail"] and "truncated" not in first["detail"]
+    assert f"workspace '{WS}', seq 6: " in done.stderr and "Traceback" not in done.stderr
+    table = chapline("verify", str(path))
+    assert table.returncode == 1 and f"workspace '{WS}', seq 6: " in table.stderr
+
+
+def test_verify_names_an_edited_last_entry_not_a_truncation(db) -> None:
+    path, facts = db
+    last = facts["count"] - 1
+    expected, actual = forge(path, last, lambda e: e["request"]["params"].update(task_id="tsk_forged"))
+    assert stored_head(path) == expected
+    done = chapline("verify", str(path), "--json")
+    assert done.returncode == 1, done.stderr
+    findings = {w["workspace"]: w for w in json.loads(done.stdout)["workspaces"]}[WS]["findings"]
+    (at_last,) = [f for f in findings if f["seq"] == last]
+    assert at_last["where"] == "chain"
+    assert at_last["expected"] == expected and at_last["actual"] == actual
+    assert "changed" in at_last["detail"] and "truncated" not in at_last["detail"]
+    assert f"workspace '{WS}', seq {last}: " in done.stderr
+
+
+def test_verify_still_names_a_truncated_log_with_both_hashes(db) -> None:
+    path, facts = db
+    last = facts["count"] - 1
+    head = stored_head(path)
+    sql(path, "DELETE FROM chap_entries WHERE workspace = ? AND seq >= ?", WS, last - 1)
+    done = chapline("verify", str(path), "--json")
+    assert done.returncode == 1
+    findings = {w["workspace"]: w for w in json.loads(done.stdout)["workspaces"]}[WS]["findings"]
+    (at_end,) = [f for f in findings if f["where"] == "head"]
+    assert at_end["seq"] == last - 2 and "truncated" in at_end["detail"]
+    assert at_end["expected"] == head and at_end["actual"] == link(entry(path, last - 2))
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_verify_names_whichever_entry_was_edited(pristine, tmp_path, data) -> None:
+    """Any one entry, any one field of its record changed: verify names that
+    seq, with the link the chain recorded for it and the link it has now."""
+    source, facts = pristine
+    path = tmp_path / f"edited-{uuid.uuid4().hex}.db"
+    shutil.copy(source, path)
+    seq = data.draw(st.integers(0, facts["count"] - 1), label="seq")
+    key = "envelope" if "envelope" in entry(path, seq) else "request"
+    field = data.draw(st.sampled_from(["id", "method", "params"]), label="field")
+    # Still a well-formed entry (a string method), and within JCS's integers.
+    text = st.text(max_size=8)
+    value = data.draw(text if field == "method" else st.one_of(st.integers(-(2**53) + 1, 2**53 - 1), text), label="value")
+    expected, actual = forge(path, seq, lambda e: e[key].__setitem__(field, value))
+    assume(expected != actual)
+    report = verify_store_of(path)
+    first = report.first()
+    assert first is not None and first.seq == seq, report.findings
+    assert (first.expected, first.actual) == (expected, actual)
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    path = tmp_path_factory.mktemp("pristine") / "chap.db"
+    return path, workload(path)
+
+
+def verify_store_of(path: Path) -> Any:
+    from coordinator.verification import verify_workspace
+
+    store = SqliteStore(path)
+    try:
+        return verify_workspace(store, WS)
+    finally:
+        store.close()
