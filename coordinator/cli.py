@@ -14,6 +14,7 @@ import argparse
 import ipaddress
 import json
 import math
+import os
 import re
 import signal
 import socket
@@ -229,6 +230,11 @@ def _parser() -> argparse.ArgumentParser:
 def _token(args: argparse.Namespace) -> int:
     from coordinator.transports.auth import TokenStore
 
+    if args.action != "create" and not os.path.exists(args.db):
+        # Opening would create an empty file at a mistyped path.
+        print(f"chapline: no such database file: {args.db} (give the --db that "
+              "`chapline token create` and `serve --auth` use)", file=sys.stderr)
+        return 1
     try:
         tokens = TokenStore(args.db)
     except (sqlite3.Error, ValueError) as exc:

@@ -622,3 +622,50 @@ def verify_store_of(path: Path) -> Any:
         return verify_workspace(store, WS)
     finally:
         store.close()
+
+
+# -- no file made by mistake ---------------------------------------------------
+
+
+def test_commands_given_a_missing_database_create_no_file(tmp_path) -> None:
+    typo = tmp_path / "typo.db"
+    for argv in (
+        ["verify", str(typo)],
+        ["inspect", str(typo)],
+        ["export", str(typo)],
+        ["migrate", str(typo)],
+        ["copy", str(typo), str(tmp_path / "target.db")],
+        ["token", "list", "--db", str(typo)],
+        ["token", "revoke", "--db", str(typo), "tok_nope"],
+    ):
+        done = chapline(*argv)
+        assert done.returncode == 1, (argv, done.stdout, done.stderr)
+        assert str(typo) in done.stderr and "Traceback" not in done.stderr, argv
+        assert sorted(p.name for p in tmp_path.iterdir()) == [], argv
+
+
+def test_a_failed_import_creates_no_file(db, tmp_path) -> None:
+    path, facts = db
+    snapshot = json.loads(chapline("export", str(path), "--workspace", WS).stdout)
+    snapshot["audit"][3]["envelope"]["params"]["type"] = "agent"
+    bad_snapshot = tmp_path / "bad.json"
+    bad_snapshot.write_text(json.dumps(snapshot))
+    # A jsonl log of two workspaces whose second cannot be rebuilt: the first
+    # is not written either.
+    log = chapline("export", str(path), "--format", "jsonl").stdout.splitlines()
+    rebuildable = [line for line in log if json.loads(line)["workspace"] == WS]
+    unrebuildable = [line for line in log if json.loads(line)["workspace"] == facts["other"]]
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("\n".join(rebuildable + unrebuildable) + "\n")
+    for dump in (bad_snapshot, mixed):
+        target = tmp_path / "target.db"
+        done = chapline("import", str(dump), str(target))
+        assert done.returncode == 1, done.stdout
+        assert "nothing written" in done.stderr and "Traceback" not in done.stderr
+        assert not target.exists(), dump
+        # Into an existing database: nothing of it is written either.
+        existing = tmp_path / "existing.db"
+        SqliteStore(existing).close()
+        assert chapline("import", str(dump), str(existing)).returncode == 1
+        assert _heads(existing) == {}
+        existing.unlink()
