@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
-from coordinator import copycli, logcli
+from coordinator import __version__, copycli, logcli
 from coordinator.options import ENFORCED_BY, Options, unenforced
 from coordinator.profiles import REGISTRY
 from coordinator.registry import profile_name, profile_names
@@ -124,6 +124,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="chapline", description="A write-ahead coordinator for CHAP."
     )
+    parser.add_argument("--version", action="version", version=f"chapline {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve = commands.add_parser(
         "serve",

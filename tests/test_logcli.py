@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -669,3 +670,31 @@ def test_a_failed_import_creates_no_file(db, tmp_path) -> None:
         assert chapline("import", str(dump), str(existing)).returncode == 1
         assert _heads(existing) == {}
         existing.unlink()
+
+
+# -- the version ---------------------------------------------------------------
+
+
+# setuptools < 69 calls its [tool.setuptools] table beta, whatever it holds.
+@pytest.mark.filterwarnings("ignore:Support for `\\[tool.setuptools\\]`")
+def test_version_comes_from_one_place() -> None:
+    """`coordinator.__version__`, `chapline --version`, the installed
+    metadata, what setuptools reads from pyproject.toml, and what the MCP
+    server and the A2A card tell their clients all agree."""
+    import importlib.metadata
+
+    from setuptools.config.pyprojecttoml import read_configuration
+
+    import coordinator
+    from coordinator.transports.a2a import agent_card
+    from coordinator.transports.mcp import create_mcp_server
+
+    version = coordinator.__version__
+    assert re.fullmatch(r"\d+\.\d+\.\d+\S*", version)
+    done = chapline("--version")
+    assert done.returncode == 0 and done.stdout == f"chapline {version}\n"
+    built = read_configuration(Path(__file__).resolve().parent.parent / "pyproject.toml")
+    assert built["project"]["version"] == version
+    assert importlib.metadata.version("chapline") == version
+    assert agent_card("http://127.0.0.1/a2a", []).version == version
+    assert create_mcp_server(lambda envelope: {}, []).version == version

@@ -29,6 +29,7 @@ from a2a.utils.constants import TransportProtocol
 from google.protobuf.json_format import MessageToDict
 from starlette.routing import Route
 
+from coordinator import __version__
 from coordinator.registry import Method
 from coordinator.transports.auth import Authenticator
 from coordinator.transports.mcp import Call, tool_name
@@ -39,7 +40,7 @@ __all__ = ["A2A_PATH", "ChaplineAgentExecutor", "a2a_routes", "agent_card"]
 A2A_PATH = "/a2a"
 
 
-def agent_card(url: str, methods: list[Method], *, version: str = "0.1.0") -> AgentCard:
+def agent_card(url: str, methods: list[Method], *, version: str = __version__) -> AgentCard:
     """The card served at /.well-known/agent-card.json; `url` is where
     `message/send` is posted (this server's /a2a)."""
     return AgentCard(
