@@ -1,5 +1,9 @@
 """chapline: a write-ahead CHAP coordinator."""
 
+# The one place the version is written: pyproject.toml reads it from here
+# (setuptools, `version = {attr = ...}`) and `chapline --version` prints it.
+__version__ = "0.1.0"
+
 from coordinator.audit import AuditEntry
 from coordinator.canonical import CanonicalError, canonical_bytes, digest
 from coordinator.clock import StepClock
@@ -31,6 +35,7 @@ __all__ = [
     "UnknownWorkspaceError",
     "UnsupportedOptionError",
     "WorkspaceState",
+    "__version__",
     "canonical_bytes",
     "digest",
     "public_jwk",

@@ -14,6 +14,7 @@ import argparse
 import ipaddress
 import json
 import math
+import os
 import re
 import signal
 import socket
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
-from coordinator import copycli, logcli
+from coordinator import __version__, copycli, logcli
 from coordinator.options import ENFORCED_BY, Options, unenforced
 from coordinator.profiles import REGISTRY
 from coordinator.registry import profile_name, profile_names
@@ -123,6 +124,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="chapline", description="A write-ahead coordinator for CHAP."
     )
+    parser.add_argument("--version", action="version", version=f"chapline {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve = commands.add_parser(
         "serve",
@@ -231,6 +233,11 @@ def _token(args: argparse.Namespace) -> int:
     from coordinator.transports.auth import TokenStore
     from storage import StoreError
 
+    if args.action != "create" and not os.path.exists(args.db):
+        # Opening would create an empty file at a mistyped path.
+        print(f"chapline: no such database file: {args.db} (give the --db that "
+              "`chapline token create` and `serve --auth` use)", file=sys.stderr)
+        return 1
     try:
         tokens = TokenStore(args.db)
     except (sqlite3.Error, StoreError, ValueError) as exc:

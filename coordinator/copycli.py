@@ -1,15 +1,15 @@
 """`chapline copy SOURCE TARGET`: every workspace from one database to another.
 
 SOURCE and TARGET are each a SQLite file or a `postgresql://` URI, so this
-moves a deployment from SQLite to PostgreSQL and back. Each workspace is
-written to the target whole (one replace, one transaction) and then verified
-there as `chapline verify` would: its rows, its chain, its head and count,
-and a replay of its log against its objects. A target that already holds
-workspaces is refused unless `--replace` is given (then the workspaces being
-copied replace those with the same id; others are kept). Exit status: 0 when
-every workspace arrived and verifies, 1 otherwise (one line on stderr per
-problem), 2 for bad arguments.
-"""
+moves a deployment from SQLite to PostgreSQL and back. Every workspace of
+SOURCE is verified first, as `chapline verify` would (rows, chain, head and
+count, a replay of its log against its objects): if any does not verify,
+nothing is copied (and a missing TARGET is not created). Then each workspace
+is written to the target whole (one replace, one transaction) and verified
+again there. A target that already holds workspaces is refused unless
+`--replace` is given (then the workspaces being copied replace those with the
+same id; others are kept). Exit status: 0 when every workspace arrived and
+verifies, 1 otherwise (one line on stderr per problem), 2 for bad arguments."""
 
 from __future__ import annotations
 
@@ -31,8 +31,9 @@ def add_command(commands: Any) -> None:
         help="copy every workspace from one database to another (SQLite <-> PostgreSQL)",
         description=(
             "Copy every workspace from SOURCE to TARGET (each a SQLite file or a "
-            "postgresql:// URI) and verify each on arrival. A TARGET that holds "
-            "workspaces is refused unless --replace is given."
+            "postgresql:// URI): every workspace of SOURCE is verified first, and "
+            "nothing is copied if any does not verify; each is verified again on "
+            "arrival. A TARGET that holds workspaces is refused unless --replace is given."
         ),
     )
     copy.add_argument("source", metavar="SOURCE", help="a SQLite file or a postgresql:// URI")
@@ -56,25 +57,21 @@ def run(args: argparse.Namespace) -> int:
 def _copy(source_name: str, target_name: str, replace: bool) -> int:
     if _same(source_name, target_name):
         raise CommandError("SOURCE and TARGET are the same database; nothing was copied")
-    with opened_store(source_name) as source, opened_store(target_name, create=True) as target:
-        held = target.workspace_ids()
-        if held and not replace:
-            raise CommandError(
-                f"TARGET already holds {len(held)} workspace(s); nothing was copied. "
-                "Pass --replace to write into it (workspaces with a copied id are "
-                "replaced, the others kept), or give an empty TARGET."
-            )
+    with opened_store(source_name) as source:
+        _refuse_a_held_target(target_name, replace)
         ids = source.workspace_ids()
-        failed = 0
-        entries = 0
-        with progress_bar("copying") as progress:
-            for done, wid in enumerate(ids, 1):
-                problem, count = _copy_one(source, target, wid)
-                if problem is not None:
-                    failed += 1
-                    print(f"chapline copy: workspace {wid}: {problem}", file=sys.stderr)
-                entries += count
-                progress(wid, done, len(ids))
+        _refuse_a_broken_source(source, ids)
+        with opened_store(target_name, create=True) as target:
+            failed = 0
+            entries = 0
+            with progress_bar("copying") as progress:
+                for done, wid in enumerate(ids, 1):
+                    problem, count = _copy_one(source, target, wid)
+                    if problem is not None:
+                        failed += 1
+                        print(f"chapline copy: workspace {wid}: {problem}", file=sys.stderr)
+                    entries += count
+                    progress(wid, done, len(ids))
     print(
         f"copied {len(ids) - failed} of {len(ids)} workspaces ({entries} audit entries), "
         "each verified in TARGET"
@@ -82,27 +79,55 @@ def _copy(source_name: str, target_name: str, replace: bool) -> int:
     return 1 if failed else 0
 
 
+def _refuse_a_held_target(target_name: str, replace: bool) -> None:
+    """Refuse a TARGET that holds workspaces, unless `replace`; a file that
+    does not exist holds none (and is not created here)."""
+    if replace or ("://" not in target_name and not os.path.exists(target_name)):
+        return
+    with opened_store(target_name) as target:
+        held = target.workspace_ids()
+    if held:
+        raise CommandError(
+            f"TARGET already holds {len(held)} workspace(s); nothing was copied. "
+            "Pass --replace to write into it (workspaces with a copied id are "
+            "replaced, the others kept), or give an empty TARGET."
+        )
+
+
+def _refuse_a_broken_source(source: Store, ids: list[str]) -> None:
+    """Verify every workspace of SOURCE before anything is written: a copy
+    carries only what verifies, and all of it or nothing."""
+    broken = []
+    with progress_bar("verifying SOURCE") as progress:
+        for done, wid in enumerate(ids, 1):
+            report = verify_workspace(source, wid)
+            if not report.ok:
+                first = report.first()
+                broken.append(wid)
+                print(
+                    f"chapline copy: workspace {wid} does not verify in SOURCE: "
+                    f"{first.describe() if first else 'see chapline verify'}",
+                    file=sys.stderr,
+                )
+            progress(wid, done, len(ids))
+    if broken:
+        raise CommandError(
+            f"nothing was copied: {len(broken)} of {len(ids)} workspace(s) do not verify in "
+            "SOURCE (above). Run `chapline verify` on SOURCE, repair or delete them, then copy again."
+        )
+
+
 def _copy_one(source: Store, target: Store, wid: str) -> tuple[str | None, int]:
     """Copy one workspace and verify it on arrival; (problem or None, entries)."""
     records = source.load(workspace=wid)
     if not records:
-        return "cannot be read in SOURCE (see the warning above); not copied", 0
+        return "cannot be read in SOURCE any more; not copied", 0
     (record,) = records
     target.save(record)
     arrived = verify_workspace(target, wid)
     if arrived.ok:
         return None, record.version
     first = arrived.first()
-    at_source = verify_workspace(source, wid)
-    if not at_source.ok and [f.describe() for f in at_source.findings] == [
-        f.describe() for f in arrived.findings
-    ]:
-        # Copied faithfully: it did not verify in SOURCE either.
-        return (
-            f"copied as it is, but it does not verify in SOURCE either "
-            f"({first.describe() if first else 'see chapline verify'})",
-            record.version,
-        )
     return (
         f"does not verify in TARGET after the copy "
         f"({first.describe() if first else 'see chapline verify'}); check TARGET",

@@ -408,28 +408,33 @@ def _parse_import(text: str, path: str) -> tuple[str, Any]:
 
 def _import(args: argparse.Namespace) -> int:
     from coordinator.coordinator import Coordinator
-    from coordinator.snapshot import RestoreError
+    from coordinator.snapshot import RestoreError, restore_changes
 
     kind, items = _parse_import(_read_input(args.file), args.file)
+    # Everything that can refuse the file runs before the database is opened,
+    # so a refused import leaves no new file behind and writes nothing.
+    if kind == "snapshot":
+        snapshots = items
+        ids = [i.get("id") if isinstance(i, dict) else None for i in items]
+    else:
+        snapshots = [_rebuilt(wid, entries) for wid, entries in items.items()]
+        ids = list(items)
+    try:
+        restore_changes(snapshots)
+    except RestoreError as exc:
+        raise CommandError(f"nothing written: {exc}") from None
     with opened_store(args.db, create=True) as store:
         held = set(store.workspace_ids())
-        ids = [i.get("id") if isinstance(i, dict) else None for i in items] if kind == "snapshot" else list(items)
         clash = [wid for wid in ids if wid in held]
         if clash and not args.overwrite:
             raise CommandError(
                 f"{args.db} already holds {', '.join(map(repr, clash))}; "
                 "pass --overwrite to replace them"
             )
-        if kind == "snapshot":
-            coord = Coordinator(store)
-            try:
-                written = coord.restore(items, overwrite=args.overwrite)
-            except RestoreError as exc:
-                raise CommandError(f"nothing written: {exc}") from None
-        else:
-            written = [
-                _replay_into(store, wid, entries, args.overwrite) for wid, entries in items.items()
-            ]
+        try:
+            written = Coordinator(store).restore(snapshots, overwrite=args.overwrite)
+        except RestoreError as exc:
+            raise CommandError(f"nothing written: {exc}") from None
     if args.json:
         _print_json({"imported": written, "format": kind})
     else:
@@ -437,19 +442,15 @@ def _import(args: argparse.Namespace) -> int:
     return 0
 
 
-def _replay_into(store: Store, wid: str, entries: list[dict[str, Any]], overwrite: bool) -> str:
-    """Rebuild a workspace from its log alone and write it, if the replay
-    reproduces every entry (so the chain is the one exported)."""
+def _rebuilt(wid: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """A workspace rebuilt from its log alone, when the replay reproduces
+    every entry (so the chain is the one exported)."""
     from coordinator.replay import rebuild_workspace
 
     try:
-        snapshot = rebuild_workspace(wid, entries)
+        return rebuild_workspace(wid, entries)
     except ValueError as exc:
         raise CommandError(f"nothing written: workspace {wid!r}: {exc}") from None
-    from coordinator.coordinator import Coordinator
-
-    Coordinator(store).restore(snapshot, overwrite=overwrite)
-    return wid
 
 
 # -- migrate ------------------------------------------------------------------

@@ -18,8 +18,9 @@ from typing import Any
 
 from coordinator.canonical import ZERO_HASH, CanonicalError, canonical_bytes
 from coordinator.clock import iso_ms
+from coordinator.registry import profile_names
 
-__all__ = ["Divergence", "rebuild_workspace", "replay_workspace"]
+__all__ = ["Divergence", "Unreplayable", "rebuild_workspace", "replay_workspace"]
 
 # The fields that date an object's creation, by which a generated id is
 # matched back to the stored object it named.
@@ -186,12 +187,16 @@ def _replay(
         clock.now_ms = ms
         if on_entry is not None:
             on_entry(index)
-        coord.dispatch(entry["envelope"] if "envelope" in entry else entry.get("request"))
+        answer = coord.dispatch(entry["envelope"] if "envelope" in entry else entry.get("request"))
         produced = coord.store.read_entries(wid, index, index + 1)
         if not produced:
-            return Divergence(
-                seq, "entry", "replaying it records nothing (it is refused unrecorded, or is a read)"
+            error = answer.get("error")
+            why = (
+                f"it is refused unrecorded, {error.get('code')}: {error.get('message')}"
+                if isinstance(error, dict)
+                else "it is a read"
             )
+            return Divergence(seq, "entry", f"replaying it records nothing ({why})")
         if _canonical(produced[0]) != _canonical(entry):
             return Divergence(
                 seq, "entry", f"replaying it differs: {_first_difference(entry, produced[0])}"
@@ -199,16 +204,40 @@ def _replay(
     return None
 
 
+class Unreplayable(ValueError):
+    """A workspace whose log this replay cannot run: its profiles are not
+    ones chapline implements, or one only the deployment's own verifier
+    enforces (identity-oidc/1.0). The message says which."""
+
+
 def _coordinator(clock: _Clock, ids: Any, chained: bool, profiles: Any) -> Any:
     from coordinator.coordinator import Coordinator  # the pipeline itself replays
 
-    return Coordinator(
-        clock=clock,
-        ids=ids,
-        enable_chain=chained,
-        default_profiles=tuple(profiles or ("core/1.0", "review/1.0")),
-        max_envelope_bytes=2**62,
-    )
+    if profiles is not None and not (
+        isinstance(profiles, list) and all(isinstance(p, str) for p in profiles)
+    ):
+        raise Unreplayable(f"its profiles {profiles!r} are not a list of profile strings")
+    advertised = tuple(profiles or ("core/1.0", "review/1.0"))
+    names = profile_names(list(advertised))
+    if "identity-oidc" in names:
+        raise Unreplayable(
+            "it advertises identity-oidc/1.0, and only the deployment's OIDC verifier "
+            "can check its joins' tokens again, so its log cannot be replayed here"
+        )
+    try:
+        return Coordinator(
+            clock=clock,
+            ids=ids,
+            enable_chain=chained,
+            default_profiles=advertised,
+            max_envelope_bytes=2**62,
+            # A workspace kept by `serve --require-signatures` advertises
+            # security-signed; its calls are checked again as they were then
+            # (keys judged at each call's arrival).
+            require_signatures="security-signed" in names,
+        )
+    except ValueError as exc:  # profiles chapline does not implement
+        raise Unreplayable(f"its profiles cannot be replayed: {exc}") from None
 
 
 def replay_workspace(
@@ -225,7 +254,10 @@ def replay_workspace(
     wid = meta["id"]
     clock = _Clock()
     chained = bool(meta.get("chain_enabled"))
-    coord = _coordinator(clock, _StoredIds(clock, objects), chained, meta.get("profiles"))
+    try:
+        coord = _coordinator(clock, _StoredIds(clock, objects), chained, meta.get("profiles"))
+    except Unreplayable as exc:
+        return [Divergence(None, "meta", str(exc))]
     if not _creates(entries, wid):
         # Created with a generated id, which 0.3.3 and chapline leave out of
         # the log: start from the workspace's own fields.

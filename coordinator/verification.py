@@ -15,8 +15,8 @@ from typing import Any
 
 import msgspec
 
-from coordinator.audit import ChainVerifier, entry_is_well_formed
-from coordinator.canonical import ZERO_HASH
+from coordinator.audit import entry_is_well_formed, record_of
+from coordinator.canonical import ZERO_HASH, CanonicalError, canonical_bytes, link_hash
 from coordinator.model import from_text
 from coordinator.replay import replay_workspace
 from storage import IDEMPOTENCY_KEYS, Store
@@ -30,11 +30,16 @@ _decode = msgspec.json.Decoder().decode
 class Finding:
     """One thing that does not hold. `seq` is the entry it is at, if any;
     `where` names the part: "meta", "entry", "chain", "head" or
-    "collection/key" for an object."""
+    "collection/key" for an object. A link that does not match carries the
+    hash the chain records for the entry (`expected`: the next entry's
+    prev_hash, or the stored chain_head) and the one recomputed from the
+    entry as stored (`actual`)."""
 
     seq: int | None
     where: str
     detail: str
+    expected: str | None = None
+    actual: str | None = None
 
     def describe(self) -> str:
         at = f"seq {self.seq}" if self.seq is not None else self.where
@@ -68,7 +73,14 @@ class WorkspaceReport:
             "entries": self.entries,
             "head": self.head,
             "findings": [
-                {"seq": f.seq, "where": f.where, "detail": f.detail} for f in self.findings
+                {
+                    "seq": f.seq,
+                    "where": f.where,
+                    "detail": f.detail,
+                    "expected": f.expected,
+                    "actual": f.actual,
+                }
+                for f in self.findings
             ],
         }
 
@@ -99,7 +111,10 @@ def _load_meta(store: Store, workspace: str, report: WorkspaceReport) -> dict[st
             report.findings.append(Finding(None, "meta", "the store cannot load this workspace"))
         return None
     report.entries = held[0].version
-    return {"id": workspace, **held[0].meta, "_objects": held[0].objects}
+    # A store warns about a workspace it still loads only when its stored
+    # entry count disagrees with the log it holds.
+    recount = bool(captured.messages)
+    return {"id": workspace, **held[0].meta, "_objects": held[0].objects, "_recount": recount}
 
 
 def _entries(store: Store, workspace: str, report: WorkspaceReport) -> list[dict[str, Any]] | None:
@@ -135,29 +150,113 @@ def _entries(store: Store, workspace: str, report: WorkspaceReport) -> list[dict
     return None if broken else entries
 
 
-def _chain(meta: dict[str, Any], entries: list[dict[str, Any]], report: WorkspaceReport) -> None:
-    verifier = ChainVerifier()
-    for entry in entries:
-        verifier.add_entry(entry)
-    for problem in verifier.breaks:
-        seq_text, _, detail = problem.partition(": ")
-        seq = int(seq_text.split()[-1]) if seq_text.split()[-1].isdigit() else None
-        report.findings.append(Finding(seq, "chain", detail or problem))
-    if not meta.get("chain_enabled"):
-        return
-    head = verifier.head() or ZERO_HASH
-    report.head = head
-    stored = meta.get("chain_head")
-    if head != stored and not verifier.breaks:
-        last = len(entries) - 1
+def _links(entries: list[dict[str, Any]], report: WorkspaceReport) -> list[tuple[int, str | None]]:
+    """(seq, link) of each entry from the first chained one on, each link
+    recomputed from the entry as stored (None: it has none)."""
+    start = next((i for i, e in enumerate(entries) if "prev_hash" in e), None)
+    if start is None:
+        return []
+    first = entries[start]["prev_hash"]
+    if first != ZERO_HASH:
         report.findings.append(
             Finding(
-                last if last >= 0 else None,
-                "head",
-                f"the stored chain_head {stored} is not the link of the last entry "
-                f"(seq {last}: {head}); the log was truncated or the head rewritten",
+                start,
+                "chain",
+                "the first chained entry does not start from the zero hash: entries before "
+                "it were removed, or its prev_hash was changed",
+                ZERO_HASH,
+                first if isinstance(first, str) else None,
             )
         )
+    links: list[tuple[int, str | None]] = []
+    before: str | None = ZERO_HASH
+    for seq, entry in enumerate(entries[start:], start):
+        prev = entry.get("prev_hash")
+        if not isinstance(prev, str):
+            report.findings.append(
+                Finding(
+                    seq,
+                    "chain",
+                    f"it carries no prev_hash, though the chain begins at seq {start}",
+                    before,
+                    None,
+                )
+            )
+            prev = before or ""
+        try:
+            before = link_hash(canonical_bytes(record_of(entry)), prev)
+        except CanonicalError as exc:
+            report.findings.append(
+                Finding(seq, "chain", f"its record has no RFC 8785 form ({exc}), so no link")
+            )
+            before = None
+        links.append((seq, before))
+    return links
+
+
+def _brief(digest: Any) -> str:
+    """A hash as people compare it (the finding carries it whole)."""
+    return f"{digest[:19]}…" if isinstance(digest, str) and len(digest) > 19 else repr(digest)
+
+
+def _chain(
+    meta: dict[str, Any], entries: list[dict[str, Any]], report: WorkspaceReport, recount: bool
+) -> None:
+    """Each entry's link against what the chain records for it: the next
+    entry's prev_hash, and for the last one the stored chain_head. A mismatch
+    is reported at the entry whose link it is: the entry whose stored bytes no
+    longer hash to what was recorded when the next one was written.
+    `recount`: the store holds another number of entries than it counted."""
+    links = _links(entries, report)
+    for seq, link in links[:-1]:
+        recorded = entries[seq + 1].get("prev_hash")  # a seq is its position (checked before)
+        if link is not None and isinstance(recorded, str) and link != recorded:
+            report.findings.append(
+                Finding(
+                    seq,
+                    "chain",
+                    f"changed after it was chained: its link is {_brief(link)}, but seq {seq + 1} "
+                    f"records {_brief(recorded)} (or seq {seq + 1}'s prev_hash was changed)",
+                    recorded,
+                    link,
+                )
+            )
+    if not meta.get("chain_enabled"):
+        return
+    head = links[-1][1] if links else ZERO_HASH
+    report.head = head
+    stored = meta.get("chain_head")
+    if head is None or head == stored:
+        return
+    expected = stored if isinstance(stored, str) else None
+    if not links:
+        finding = Finding(
+            None,
+            "head",
+            f"no entry is chained, but the stored chain_head is {_brief(stored)}, not the zero hash: "
+            "the chained entries were removed, or the head rewritten",
+            expected,
+            head,
+        )
+    elif recount:
+        finding = Finding(
+            links[-1][0],
+            "head",
+            f"the log was truncated after this entry: the store counts other entries than it "
+            f"holds, and the stored chain_head {_brief(stored)} is not this last entry's link {_brief(head)}",
+            expected,
+            head,
+        )
+    else:
+        finding = Finding(
+            links[-1][0],
+            "chain",
+            f"changed after it was chained: its link is {_brief(head)}, but the stored chain_head "
+            f"records {_brief(stored)} (or the head was rewritten)",
+            expected,
+            head,
+        )
+    report.findings.append(finding)
 
 
 def _objects(
@@ -190,9 +289,10 @@ def verify_workspace(store: Store, workspace: str) -> WorkspaceReport:
     if meta is None:
         return report
     stored_objects = meta.pop("_objects")
+    recount = meta.pop("_recount")
     if entries is None:
         return report
-    _chain(meta, entries, report)
+    _chain(meta, entries, report, recount)
     objects = _objects(stored_objects, report)
     if objects is None or not report.ok:
         return report

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from client import Client
 from support import BOB, BOT, make, s0
+from test_logcli import WS, chapline, signed_workload
 
 from coordinator.cli import main
 from storage import PostgresStore, SqliteStore
@@ -68,19 +69,64 @@ def test_a_non_empty_target_is_refused_unless_asked(tmp_path: Path, pg_server, c
     assert PostgresStore(uri).workspace_ids() == ["wsp_a", "wsp_b", "wsp_other"]
 
 
-def test_a_workspace_that_does_not_verify_is_reported(tmp_path: Path, pg_server, capsys) -> None:
-    source = str(tmp_path / "source.db")
-    _workload(source)
-    with sqlite3.connect(source) as db:  # tamper with one recorded call
-        (text,) = db.execute("SELECT data FROM chap_entries WHERE workspace = 'wsp_b' AND seq = 3").fetchone()
+def _tamper(path: str, workspace: str, seq: int) -> None:
+    """Edit one recorded call's data in place, as someone with the file could."""
+    with sqlite3.connect(path) as db:
+        (text,) = db.execute(
+            "SELECT data FROM chap_entries WHERE workspace = ? AND seq = ?", (workspace, seq)
+        ).fetchone()
         entry = json.loads(text)
         entry["envelope"]["params"]["state"] = "completed"
-        db.execute("UPDATE chap_entries SET data = ? WHERE workspace = 'wsp_b' AND seq = 3",
-                   (json.dumps(entry),))
+        db.execute("UPDATE chap_entries SET data = ? WHERE workspace = ? AND seq = ?",
+                   (json.dumps(entry), workspace, seq))
+
+
+def test_a_tampered_source_is_refused_and_nothing_is_written(tmp_path: Path, pg_server, capsys) -> None:
+    source = str(tmp_path / "source.db")
+    _workload(source)
+    _tamper(source, "wsp_b", 3)
     uri = pg_server.uri(pg_server.new_database())
     assert main(["copy", source, uri]) == 1
-    err = capsys.readouterr().err
-    assert "wsp_b" in err and "does not verify in SOURCE either" in err and "wsp_a" not in err
+    out, err = capsys.readouterr()
+    assert "copied" not in out
+    assert "wsp_b does not verify in SOURCE: seq 3: changed after it was chained" in err
+    assert "nothing was copied" in err and "wsp_a" not in err and "Traceback" not in err
+    target = PostgresStore(uri)
+    try:
+        assert target.workspace_ids() == []
+    finally:
+        target.close()
+
+
+def test_a_tampered_source_creates_no_target_file(tmp_path: Path) -> None:
+    source = str(tmp_path / "source.db")
+    _workload(source)
+    _tamper(source, "wsp_a", 3)
+    target = tmp_path / "target.db"
+    done = chapline("copy", source, str(target))
+    assert done.returncode == 1 and done.stdout == ""
+    assert "wsp_a does not verify in SOURCE: seq 3" in done.stderr and "Traceback" not in done.stderr
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("target")]
+
+
+def test_a_database_kept_with_required_signatures_copies(tmp_path: Path, pg_server) -> None:
+    source = tmp_path / "signed.db"
+    snapshot = signed_workload(source)
+    uri = pg_server.uri(pg_server.new_database())
+    done = chapline("copy", str(source), uri)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("copied 1 of 1 workspaces") and "Traceback" not in done.stderr
+    back = tmp_path / "back.db"
+    assert chapline("copy", uri, str(back)).returncode == 0
+    store = SqliteStore(back)
+    try:
+        (held,) = store.load_held()
+        assert held.meta["chain_head"] == snapshot["chain_head"]
+        assert store.read_entries(WS) == snapshot["audit"]
+    finally:
+        store.close()
+    verified = chapline("verify", str(back), "--json")
+    assert verified.returncode == 0 and json.loads(verified.stdout)["ok"] is True
 
 
 @pytest.mark.parametrize("args", [["copy", "x.db"], ["copy", "a.db", "b.db", "--bogus"]])

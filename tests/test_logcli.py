@@ -4,18 +4,27 @@ upgrades an old-layout file with a backup."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
+import shutil
 import sqlite3
 import subprocess
 import sys
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import rfc8785
 from client import Client
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 from support import ALICE, BOB, BOT
 
-from coordinator import Coordinator, CounterIds, StepClock
+from coordinator import Coordinator, CounterIds, StepClock, public_jwk, sign_envelope
 from coordinator.cli import main
 from storage import SqliteStore
 
@@ -108,9 +117,9 @@ def test_verify_names_a_tampered_entry(db, capsys) -> None:
     assert code == 1
     broken = {w["workspace"]: w for w in report["workspaces"]}[WS]
     assert broken["ok"] is False
-    # The entry after the forged one no longer links to it.
-    assert {"seq": 7, "where": "chain", "detail": "prev_hash mismatch"} in broken["findings"]
-    assert f"workspace '{WS}', seq 7: prev_hash mismatch" in err
+    # Named at the forged entry, whose link the next one no longer records.
+    assert [f["seq"] for f in broken["findings"]] == [6]
+    assert f"workspace '{WS}', seq 6: changed after it was chained" in err
     assert {w["workspace"]: w for w in report["workspaces"]}[facts["other"]]["ok"] is True
 
 
@@ -136,6 +145,8 @@ def test_verify_names_a_tampered_object(db, capsys) -> None:
             "seq": None,
             "where": f"tasks/{facts['approved']}",
             "detail": "field 'state' is \"rejected\" in the store but \"completed\" by the log",
+            "expected": None,
+            "actual": None,
         }
     ]
     assert f"tasks/{facts['approved']}" in err
@@ -155,8 +166,8 @@ def test_verify_names_an_object_the_log_never_made(db, capsys) -> None:
     code, report, _ = verify_json(capsys, path)
     assert code == 1
     findings = {w["workspace"]: w for w in report["workspaces"]}[WS]["findings"]
-    assert {"seq": None, "where": "tasks/tsk_planted",
-            "detail": "stored, but no entry of the log creates it"} in findings
+    assert {"seq": None, "where": "tasks/tsk_planted", "detail": "stored, but no entry of the log creates it",
+            "expected": None, "actual": None} in findings
 
 
 def test_verify_names_a_truncated_log(db, capsys) -> None:
@@ -391,3 +402,299 @@ def test_verify_passes_a_file_the_reference_wrote(tmp_path, capsys) -> None:
     code, report, err = verify_json(capsys, path)
     assert code == 0, (err, report)
     assert report["workspaces"][0]["entries"] == c.count()
+
+
+# -- issue 25: fail closed -----------------------------------------------------
+
+
+def chapline(*argv: str) -> subprocess.CompletedProcess[str]:
+    """The command as users run it: a process of its own."""
+    return subprocess.run(
+        [sys.executable, "-m", "coordinator", *argv], capture_output=True, text=True, timeout=300
+    )
+
+
+def link(entry: dict[str, Any]) -> str:
+    """An entry's chain link from first principles (SPECIFICATION.md, "Audit
+    entries and the chain"): SHA-256 over the RFC 8785 bytes of its record,
+    then its prev_hash as UTF-8."""
+    if "envelope" in entry:
+        record = entry["envelope"]
+    else:
+        record = {"outcome": entry["outcome"], "request": entry["request"]}
+    digest = hashlib.sha256(rfc8785.dumps(record) + entry["prev_hash"].encode())
+    return "sha256:" + digest.hexdigest()
+
+
+# -- databases kept with required signatures -----------------------------------
+
+
+# A workspace kept by `serve --require-signatures`: every call but create and
+# join signed by its sender's registered Ed25519 key.
+SIGNERS = {uri: Ed25519PrivateKey.from_private_bytes(bytes([n + 1]) * 32)
+           for n, uri in enumerate((ALICE, BOT, BOB))}
+
+
+def sign_as_sender(envelope: dict[str, Any]) -> dict[str, Any]:
+    if envelope["method"] in ("workspace.create", "participant.join"):
+        return envelope
+    sender = envelope["params"]["from"]
+    return sign_envelope(envelope, SIGNERS[sender], sender.split(":")[1])
+
+
+def signed_workload(path: Path, *, chained: bool = True) -> dict[str, Any]:
+    coord = Coordinator(SqliteStore(path), clock=StepClock(), ids=CounterIds(),
+                        require_signatures=True, enable_chain=chained)
+    c = Client(coord, sign=sign_as_sender)
+    c.ok("workspace.create")
+    for uri, role in ((ALICE, "admin"), (BOT, "drafter"), (BOB, "reviewer")):
+        jwks = {"keys": [public_jwk(SIGNERS[uri], uri.split(":")[1])]}
+        c.ok("participant.join", uri, type=uri.split(":")[0], role=role, jwks=jwks)
+    task = c.new_task()
+    c.ok("task.update", frm=BOT, task_id=task, state="in_progress")
+    c.ok("review.request", frm=BOT, task_id=task, artefact={"text": "draft"}, to=[ALICE])
+    c.ok("decide.approve", frm=ALICE, task_id=task)
+    c.fail(-32010, "decide.approve", frm=ALICE, task_id=task)  # a recorded refusal
+    unsigned = c.envelope("task.create", ALICE, kind="k", assignee=BOT, input={})
+    assert c.send(unsigned)["error"]["code"] == -32070  # signatures were enforced
+    assert "security-signed/1.0" in c.ok("workspace.describe", frm=ALICE)["profiles"]
+    snapshot = coord.snapshot(WS)
+    coord.close()
+    return snapshot
+
+
+def test_verify_passes_a_database_kept_with_required_signatures(tmp_path) -> None:
+    path = tmp_path / "signed.db"
+    snapshot = signed_workload(path)
+    done = chapline("verify", str(path), "--json")
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    (report,) = json.loads(done.stdout)["workspaces"]
+    assert report["ok"] and report["entries"] == len(snapshot["audit"])
+    assert report["head"] == snapshot["chain_head"] == link(snapshot["audit"][-1])
+
+
+def test_verify_checks_each_signature_again_on_replay(tmp_path) -> None:
+    """Without a chain, only the signatures can show that a signed call was
+    edited: replay checks them as the coordinator did when the call arrived."""
+    path = tmp_path / "unchained.db"
+    snapshot = signed_workload(path, chained=False)
+    assert chapline("verify", str(path)).returncode == 0
+    seq = next(e["seq"] for e in snapshot["audit"] if e.get("envelope", {}).get("method") == "task.update")
+    forged = entry(path, seq)
+    forged["envelope"]["params"]["state"] = "completed"
+    sql(path, "UPDATE chap_entries SET data = ? WHERE workspace = ? AND seq = ?", json.dumps(forged), WS, seq)
+    done = chapline("verify", str(path))
+    assert done.returncode == 1
+    assert f"workspace '{WS}', seq {seq}: replaying it records nothing" in done.stderr
+    assert "-32070" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "profiles",
+    [["core/1.0", "review/1.0", "bogus/1.0"], ["core/1.0", 7], "core/1.0"],
+)
+def test_verify_reports_profiles_it_cannot_replay_without_a_traceback(db, profiles) -> None:
+    path, _ = db
+    with sqlite3.connect(path) as con:
+        (text,) = con.execute("SELECT data FROM chap_meta WHERE workspace = ?", (WS,)).fetchone()
+        meta = json.loads(text)
+        meta["profiles"] = profiles
+        con.execute("UPDATE chap_meta SET data = ? WHERE workspace = ?", (json.dumps(meta), WS))
+    done = chapline("verify", str(path))
+    assert done.returncode == 1
+    assert f"workspace '{WS}'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_verify_says_why_it_cannot_replay_an_identity_oidc_workspace(tmp_path) -> None:
+    """Its joins' tokens can be checked again only by the deployment's own
+    verifier: verify does not vouch for what it could not replay."""
+    path = tmp_path / "oidc.db"
+    coord = Coordinator(SqliteStore(path), clock=StepClock(), ids=CounterIds(),
+                        verify_oidc_token=lambda token: {"sub": token, "chap_participant_uri": ALICE},
+                        default_profiles=("core/1.0", "review/1.0", "identity-oidc/1.0"))
+    c = Client(coord)
+    c.ok("workspace.create")
+    c.ok("participant.join", ALICE, type="human", role="admin", oidc_token="alice-sub")
+    coord.close()
+    done = chapline("verify", str(path))
+    assert done.returncode == 1
+    assert "identity-oidc/1.0" in done.stderr and "Traceback" not in done.stderr
+
+
+# -- which entry was edited ----------------------------------------------------
+
+
+def stored_head(path: Path, workspace: str = WS) -> str:
+    with sqlite3.connect(path) as con:
+        (text,) = con.execute("SELECT data FROM chap_meta WHERE workspace = ?", (workspace,)).fetchone()
+    head: str = json.loads(text)["chain_head"]
+    return head
+
+
+def forge(path: Path, seq: int, change: Callable[[dict[str, Any]], None]) -> tuple[str, str]:
+    """Edit entry `seq`'s data in place; (its link before, its link after)."""
+    original = entry(path, seq)
+    forged = json.loads(json.dumps(original))
+    change(forged)
+    assert forged != original
+    sql(path, "UPDATE chap_entries SET data = ? WHERE workspace = ? AND seq = ?",
+        json.dumps(forged), WS, seq)
+    return link(original), link(forged)
+
+
+def test_verify_names_an_edited_middle_entry_with_both_hashes(db) -> None:
+    path, _ = db
+    expected, actual = forge(path, 6, lambda e: e["envelope"]["params"].update(artefact={"text": "forged"}))
+    assert entry(path, 7)["prev_hash"] == expected  # what the chain recorded for seq 6
+    done = chapline("verify", str(path), "--json")
+    assert done.returncode == 1, done.stderr
+    broken = {w["workspace"]: w for w in json.loads(done.stdout)["workspaces"]}[WS]
+    first = min((f for f in broken["findings"] if f["seq"] is not None), key=lambda f: f["seq"])
+    assert first["seq"] == 6 and first["where"] == "chain"
+    assert first["expected"] == expected and first["actual"] == actual
+    assert "seq 7" in first["detail"] and "truncated" not in first["detail"]
+    assert f"workspace '{WS}', seq 6: " in done.stderr and "Traceback" not in done.stderr
+    table = chapline("verify", str(path))
+    assert table.returncode == 1 and f"workspace '{WS}', seq 6: " in table.stderr
+
+
+def test_verify_names_an_edited_last_entry_not_a_truncation(db) -> None:
+    path, facts = db
+    last = facts["count"] - 1
+    expected, actual = forge(path, last, lambda e: e["request"]["params"].update(task_id="tsk_forged"))
+    assert stored_head(path) == expected
+    done = chapline("verify", str(path), "--json")
+    assert done.returncode == 1, done.stderr
+    findings = {w["workspace"]: w for w in json.loads(done.stdout)["workspaces"]}[WS]["findings"]
+    (at_last,) = [f for f in findings if f["seq"] == last]
+    assert at_last["where"] == "chain"
+    assert at_last["expected"] == expected and at_last["actual"] == actual
+    assert "changed" in at_last["detail"] and "truncated" not in at_last["detail"]
+    assert f"workspace '{WS}', seq {last}: " in done.stderr
+
+
+def test_verify_still_names_a_truncated_log_with_both_hashes(db) -> None:
+    path, facts = db
+    last = facts["count"] - 1
+    head = stored_head(path)
+    sql(path, "DELETE FROM chap_entries WHERE workspace = ? AND seq >= ?", WS, last - 1)
+    done = chapline("verify", str(path), "--json")
+    assert done.returncode == 1
+    findings = {w["workspace"]: w for w in json.loads(done.stdout)["workspaces"]}[WS]["findings"]
+    (at_end,) = [f for f in findings if f["where"] == "head"]
+    assert at_end["seq"] == last - 2 and "truncated" in at_end["detail"]
+    assert at_end["expected"] == head and at_end["actual"] == link(entry(path, last - 2))
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_verify_names_whichever_entry_was_edited(pristine, tmp_path, data) -> None:
+    """Any one entry, any one field of its record changed: verify names that
+    seq, with the link the chain recorded for it and the link it has now."""
+    source, facts = pristine
+    path = tmp_path / f"edited-{uuid.uuid4().hex}.db"
+    shutil.copy(source, path)
+    seq = data.draw(st.integers(0, facts["count"] - 1), label="seq")
+    key = "envelope" if "envelope" in entry(path, seq) else "request"
+    field = data.draw(st.sampled_from(["id", "method", "params"]), label="field")
+    # Still a well-formed entry (a string method), and within JCS's integers.
+    text = st.text(max_size=8)
+    value = data.draw(text if field == "method" else st.one_of(st.integers(-(2**53) + 1, 2**53 - 1), text), label="value")
+    expected, actual = forge(path, seq, lambda e: e[key].__setitem__(field, value))
+    assume(expected != actual)
+    report = verify_store_of(path)
+    first = report.first()
+    assert first is not None and first.seq == seq, report.findings
+    assert (first.expected, first.actual) == (expected, actual)
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    path = tmp_path_factory.mktemp("pristine") / "chap.db"
+    return path, workload(path)
+
+
+def verify_store_of(path: Path) -> Any:
+    from coordinator.verification import verify_workspace
+
+    store = SqliteStore(path)
+    try:
+        return verify_workspace(store, WS)
+    finally:
+        store.close()
+
+
+# -- no file made by mistake ---------------------------------------------------
+
+
+def test_commands_given_a_missing_database_create_no_file(tmp_path) -> None:
+    typo = tmp_path / "typo.db"
+    for argv in (
+        ["verify", str(typo)],
+        ["inspect", str(typo)],
+        ["export", str(typo)],
+        ["migrate", str(typo)],
+        ["copy", str(typo), str(tmp_path / "target.db")],
+        ["token", "list", "--db", str(typo)],
+        ["token", "revoke", "--db", str(typo), "tok_nope"],
+    ):
+        done = chapline(*argv)
+        assert done.returncode == 1, (argv, done.stdout, done.stderr)
+        assert str(typo) in done.stderr and "Traceback" not in done.stderr, argv
+        assert sorted(p.name for p in tmp_path.iterdir()) == [], argv
+
+
+def test_a_failed_import_creates_no_file(db, tmp_path) -> None:
+    path, facts = db
+    snapshot = json.loads(chapline("export", str(path), "--workspace", WS).stdout)
+    snapshot["audit"][3]["envelope"]["params"]["type"] = "agent"
+    bad_snapshot = tmp_path / "bad.json"
+    bad_snapshot.write_text(json.dumps(snapshot))
+    # A jsonl log of two workspaces whose second cannot be rebuilt: the first
+    # is not written either.
+    log = chapline("export", str(path), "--format", "jsonl").stdout.splitlines()
+    rebuildable = [line for line in log if json.loads(line)["workspace"] == WS]
+    unrebuildable = [line for line in log if json.loads(line)["workspace"] == facts["other"]]
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("\n".join(rebuildable + unrebuildable) + "\n")
+    for dump in (bad_snapshot, mixed):
+        target = tmp_path / "target.db"
+        done = chapline("import", str(dump), str(target))
+        assert done.returncode == 1, done.stdout
+        assert "nothing written" in done.stderr and "Traceback" not in done.stderr
+        assert not target.exists(), dump
+        # Into an existing database: nothing of it is written either.
+        existing = tmp_path / "existing.db"
+        SqliteStore(existing).close()
+        assert chapline("import", str(dump), str(existing)).returncode == 1
+        assert _heads(existing) == {}
+        existing.unlink()
+
+
+# -- the version ---------------------------------------------------------------
+
+
+# setuptools < 69 calls its [tool.setuptools] table beta, whatever it holds.
+@pytest.mark.filterwarnings("ignore:Support for `\\[tool.setuptools\\]`")
+def test_version_comes_from_one_place() -> None:
+    """`coordinator.__version__`, `chapline --version`, the installed
+    metadata, what setuptools reads from pyproject.toml, and what the MCP
+    server and the A2A card tell their clients all agree."""
+    import importlib.metadata
+
+    from setuptools.config.pyprojecttoml import read_configuration
+
+    import coordinator
+    from coordinator.transports.a2a import agent_card
+    from coordinator.transports.mcp import create_mcp_server
+
+    version = coordinator.__version__
+    assert re.fullmatch(r"\d+\.\d+\.\d+\S*", version)
+    done = chapline("--version")
+    assert done.returncode == 0 and done.stdout == f"chapline {version}\n"
+    built = read_configuration(Path(__file__).resolve().parent.parent / "pyproject.toml")
+    assert built["project"]["version"] == version
+    assert importlib.metadata.version("chapline") == version
+    assert agent_card("http://127.0.0.1/a2a", []).version == version
+    assert create_mcp_server(lambda envelope: {}, []).version == version

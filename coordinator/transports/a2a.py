@@ -43,6 +43,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Message, Receive
 
+from coordinator import __version__
 from coordinator.incidents import internal_error
 from coordinator.registry import Method
 from coordinator.transports.auth import Authenticator
@@ -65,7 +66,7 @@ log = logging.getLogger(__name__)
 A2A_PATH = "/a2a"
 
 
-def agent_card(url: str, methods: list[Method], *, version: str = "0.1.0") -> AgentCard:
+def agent_card(url: str, methods: list[Method], *, version: str = __version__) -> AgentCard:
     """The card served at /.well-known/agent-card.json; `url` is where
     `message/send` is posted (this server's /a2a)."""
     return AgentCard(

@@ -36,6 +36,7 @@ import mcp_types as types
 import msgspec
 from mcp.server import Server, ServerRequestContext
 
+from coordinator import __version__
 from coordinator.incidents import internal_error
 from coordinator.registry import Method
 from coordinator.transports.auth import Authenticator
@@ -189,7 +190,7 @@ def create_mcp_server(
     *,
     auth: Authenticator | None = None,
     name: str = "chapline",
-    version: str = "0.1.0",
+    version: str = __version__,
 ) -> Server[Any]:
     """An MCP server whose tools dispatch through `call`.
 
