@@ -7,9 +7,9 @@ from typing import Any, Literal
 
 import msgspec
 
-from coordinator.canonical import ZERO_HASH, CanonicalError, canonical_bytes, link_hash
-from coordinator.registry import Method
-from coordinator.wire import (
+from coordinator.engine.canonical import ZERO_HASH, CanonicalError, canonical_bytes, link_hash
+from coordinator.engine.registry import Method
+from coordinator.engine.wire import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,

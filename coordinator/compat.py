@@ -20,15 +20,15 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from coordinator.audit import AuditEntry
-from coordinator.clock import StepClock
+from coordinator.engine.clock import StepClock
 from coordinator.errors import ChaplineError
-from coordinator.ids import CounterIds
+from coordinator.engine.ids import CounterIds
 from coordinator.model import Member, Override, Task
 from storage import COLLECTIONS, IDEMPOTENCY_KEYS
 
 if TYPE_CHECKING:
-    from coordinator.coordinator import Coordinator
-    from coordinator.workspace import Workspace
+    from coordinator.engine.pipeline import Coordinator
+    from coordinator.engine.workspace import Workspace
 
 __all__ = [
     "CoordinatorOptions",

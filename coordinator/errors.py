@@ -49,7 +49,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from coordinator.wire import RpcError
+    from coordinator.engine.wire import RpcError
 
 __all__ = ["BatchWriteError", "ChaplineError"]
 

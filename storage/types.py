@@ -57,7 +57,7 @@ IDEMPOTENCY_KEYS = "idempotency_keys"
 # so that a verbatim resend is answered, not run again. 0.3.3 keeps rows of
 # collections it does not know and ignores them.
 SIGNED_CALLS = "signed_calls"
-# The x-chapline-work/1.0 scheduler's state (coordinator/profiles/work.py):
+# The x-chapline-work/1.0 scheduler's state (coordinator/profiles/work/__init__.py):
 # per task and per plan, the frontier of tasks whose dependencies are met, and
 # the live claims.
 # Namespaced so that no CHAP collection can ever share the name; 0.3.3 keeps

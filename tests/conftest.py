@@ -28,9 +28,9 @@ _ROOT = Path(__file__).resolve().parent.parent
 
 def _stale_build() -> str | None:
     """What to do when the built extensions are not those of the sources."""
-    import coordinator.canonical
+    import coordinator.engine.canonical
 
-    module = Path(coordinator.canonical.__file__).resolve()
+    module = Path(coordinator.engine.canonical.__file__).resolve()
     if module.suffix == ".py" or not module.is_relative_to(_ROOT):
         return None  # the sources run as they are, or an installed copy runs
     with open(_ROOT / "pyproject.toml", "rb") as f:

@@ -28,7 +28,7 @@ from support import make
 
 from coordinator import Coordinator
 from coordinator.audit import record_of
-from coordinator.canonical import ZERO_HASH, canonical_bytes, digest, link_hash
+from coordinator.engine.canonical import ZERO_HASH, canonical_bytes, digest, link_hash
 
 GENERATED = re.compile(r"^(?:tsk|art|wsp)_[0-9A-HJKMNP-TV-Z]{26}$")
 INSIDE = re.compile(r"\b(?:tsk|art|wsp)_[0-9A-HJKMNP-TV-Z]{26}\b")

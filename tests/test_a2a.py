@@ -18,8 +18,8 @@ from servers import Served
 from starlette.applications import Starlette
 
 from coordinator.profiles import REGISTRY
-from coordinator.transports import MAX_BODY_BYTES
-from coordinator.transports.a2a import a2a_routes
+from coordinator.server import MAX_BODY_BYTES
+from coordinator.server.a2a import a2a_routes
 
 ALICE, BOT = "human:alice", "agent:bot"
 

@@ -30,15 +30,15 @@ from servers import LiveServer, Serve
 
 from coordinator import Coordinator, public_jwk, sign_envelope
 from coordinator.cli import DEFAULT_PROFILES, _loopback_address
-from coordinator.transports import create_app
-from coordinator.transports.auth import (
+from coordinator.server import create_app
+from coordinator.server.auth import (
     AUTHENTICATION_REQUIRED,
     TABLE,
     Authenticator,
     TokenStore,
     bearer,
 )
-from coordinator.verifiers import OidcVerifier
+from coordinator.security.identity_verifiers import OidcVerifier
 from storage import SqliteStore
 
 ROOT = Path(__file__).resolve().parents[1]

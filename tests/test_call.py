@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
-from coordinator.call import Call
-from coordinator.log import LogReader
+from coordinator.engine.call import Call
+from coordinator.engine.log import LogReader
 from coordinator.model import WorkspaceMeta
 from coordinator.options import Options
 from coordinator.profiles import REGISTRY
-from coordinator.workspace import Workspace
+from coordinator.engine.workspace import Workspace
 from storage import MemoryStore
 
 

@@ -12,7 +12,7 @@ import rfc8785
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.canonical import (
+from coordinator.engine.canonical import (
     MAX_SAFE_INTEGER,
     ZERO_HASH,
     CanonicalError,

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.clock import StepClock, iso_ms
-from coordinator.ids import CounterIds, random_ids, ulid
+from coordinator.engine.clock import StepClock, iso_ms
+from coordinator.engine.ids import CounterIds, random_ids, ulid
 
 CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 MS = st.integers(min_value=0, max_value=253_402_300_799_998)  # to 9999-12-31 (ms + 1 too)

@@ -21,7 +21,7 @@ from profile_diff import ALL_PROFILES
 from support import FailingStore, make
 
 from coordinator import BatchWriteError, Coordinator
-from coordinator.verification import verify_workspace
+from coordinator.tools.verification import verify_workspace
 from storage import SqliteStore
 
 W = "wsp_t"

@@ -17,9 +17,9 @@ from pycose.keys.okp import OKPKey
 from pycose.messages import Sign1Message
 from transparency import TransparencyService
 
-from coordinator.canonical import canonical_bytes
-from coordinator.cose import CHAP_CONTENT_TYPE, CoseError, decode_sign1, sign1, verify_sign1
-from coordinator.scitt import ReceiptVerifier, ScittSubmitter, ScittUnreachable, build_statement
+from coordinator.engine.canonical import canonical_bytes
+from coordinator.security.cose import CHAP_CONTENT_TYPE, CoseError, decode_sign1, sign1, verify_sign1
+from coordinator.security.transparency import ReceiptVerifier, ScittSubmitter, ScittUnreachable, build_statement
 
 RECORD = {"jsonrpc": "2.0", "id": "r1", "method": "task.create",
           "params": {"workspace": "wsp_t", "from": "human:alice", "kind": "k", "input": {"é": 1}}}

@@ -18,8 +18,8 @@ from servers import LiveServer
 
 from coordinator import Coordinator
 from coordinator.cli import DEFAULT_PROFILES
-from coordinator.transports import create_app
-from coordinator.transports.desk.routes import STATIC
+from coordinator.server import create_app
+from coordinator.server.desk.routes import STATIC
 from storage import SqliteStore
 
 WS = "wsp_desk"

@@ -34,8 +34,8 @@ from servers import LiveServer
 
 from coordinator import Coordinator
 from coordinator.cli import DEFAULT_PROFILES
-from coordinator.transports import create_app
-from coordinator.transports.auth import Authenticator, TokenStore
+from coordinator.server import create_app
+from coordinator.server.auth import Authenticator, TokenStore
 from storage import SqliteStore
 
 WS = "wsp_desk"

@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 
 from bench import hostile
 from coordinator import Coordinator, CounterIds, StepClock
-from coordinator.hints import empty_body, invalid_request, unknown_method
-from coordinator.limits import MAX_ID_CHARS
-from coordinator.patch import MAX_CHARS, MAX_DEPTH
-from coordinator.registry import CHAP_0_3
+from coordinator.engine.hints import empty_body, invalid_request, unknown_method
+from coordinator.engine.limits import MAX_ID_CHARS
+from coordinator.engine.patch import MAX_CHARS, MAX_DEPTH
+from coordinator.engine.registry import CHAP_0_3
 from storage import SqliteStore, StoreUnavailableError
 
 # Inputs per seed in `./run test`; the long run sends 100,000.
@@ -308,7 +308,7 @@ def test_a_store_down_or_a_defect_keeps_the_id_of_a_body_given_as_text(tmp_path:
 def test_over_http_a_defect_keeps_the_id_and_a_surrogate_id_comes_back_as_sent(tmp_path: Path) -> None:
     from starlette.testclient import TestClient
 
-    from coordinator.transports import create_app
+    from coordinator.server import create_app
 
     coord = Coordinator(SqliteStore(str(tmp_path / "c.db")))
     with TestClient(create_app(coord)) as http:
@@ -535,7 +535,7 @@ class _BrokenDiskStore(SqliteStore):
 def test_a_store_failure_over_http_names_no_path_only_a_log_id(tmp_path: Path, caplog: Any) -> None:
     from starlette.testclient import TestClient
 
-    from coordinator.transports import create_app
+    from coordinator.server import create_app
 
     path = str(tmp_path / "secret-dir" / "chap.db")
     os.makedirs(os.path.dirname(path))
@@ -616,11 +616,11 @@ def _imports(module: str) -> set[str]:
 def test_what_a_handler_imports_never_reaches_back_into_the_dispatcher() -> None:
     """No import cycle between call.py and coordinator.py: nothing `Call` needs
     (transitively) imports the dispatcher."""
-    seen, todo = set(), ["coordinator.call"]
+    seen, todo = set(), ["coordinator.engine.call"]
     while todo:
         module = todo.pop()
         if module not in seen:
             seen.add(module)
             todo.extend(_imports(module))
-    assert "coordinator.coordinator" not in seen, sorted(seen)
-    assert "coordinator.workspace" in seen  # the walk follows imports
+    assert "coordinator.engine.pipeline" not in seen, sorted(seen)
+    assert "coordinator.engine.workspace" in seen  # the walk follows imports

@@ -33,7 +33,7 @@ from servers import ROOT, LiveServer, Serve
 from coordinator import Coordinator
 from coordinator.cli import ALL_PROFILES, DEFAULT_PROFILES
 from coordinator.profiles import REGISTRY
-from coordinator.transports import MAX_BODY_BYTES, DispatcherClosed, SerialDispatcher, create_app
+from coordinator.server import MAX_BODY_BYTES, DispatcherClosed, SerialDispatcher, create_app
 from storage import MemoryStore, PostgresStore, SqliteStore
 
 ALICE = "human:alice@example.org"

@@ -15,7 +15,7 @@ from joserfc import jwt
 from joserfc.jwk import OKPKey, RSAKey
 
 from coordinator import Coordinator, CounterIds, StepClock, public_jwk, sign_envelope
-from coordinator.verifiers import OidcVerifier, VcVerifier
+from coordinator.security.identity_verifiers import OidcVerifier, VcVerifier
 
 W = "wsp_id"
 JWK = {"kty": "OKP", "crv": "Ed25519", "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}

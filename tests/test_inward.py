@@ -11,7 +11,7 @@ import rfc8785
 from chap_coordinator.transports import wrap as reference_wrap
 
 from coordinator import Coordinator, CounterIds, StepClock
-from coordinator.inward import (
+from coordinator.server.inward import (
     InwardCallError,
     content_hash,
     wrap_a2a_message_exchange,

@@ -616,7 +616,7 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
 
 
 def verify_store_of(path: Path) -> Any:
-    from coordinator.verification import verify_workspace
+    from coordinator.tools.verification import verify_workspace
 
     store = SqliteStore(path)
     try:
@@ -686,8 +686,8 @@ def test_version_comes_from_one_place() -> None:
     from setuptools.config.pyprojecttoml import read_configuration
 
     import coordinator
-    from coordinator.transports.a2a import agent_card
-    from coordinator.transports.mcp import create_mcp_server
+    from coordinator.server.a2a import agent_card
+    from coordinator.server.mcp import create_mcp_server
 
     version = coordinator.__version__
     assert re.fullmatch(r"\d+\.\d+\.\d+\S*", version)

@@ -1,4 +1,4 @@
-"""coordinator.patch: the CHAP JSON Patch vectors, the guards, and properties.
+"""coordinator.engine.patch: the CHAP JSON Patch vectors, the guards, and properties.
 
 The reference's own ``apply_json_patch`` (chap-coordinator 0.3.3) is used as a
 black-box oracle: for patches both implementations are meant to treat alike,
@@ -18,7 +18,7 @@ from chap_coordinator import apply_json_patch as ref_apply
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.patch import MAX_NODES, MAX_OPS, PatchError, apply_patch
+from coordinator.engine.patch import MAX_NODES, MAX_OPS, PatchError, apply_patch
 
 # The CHAP JSON Patch vectors, kept in tests/vectors so a fresh clone runs them.
 VECTORS = json.loads((Path(__file__).parent / "vectors" / "json-patch-vectors.json").read_text())

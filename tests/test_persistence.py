@@ -714,7 +714,7 @@ def test_a_replay_in_a_conflicting_batch_is_run_again(database):
 
 
 def test_a_join_in_a_batch_finds_a_workspace_another_writer_created(database):
-    from coordinator.ids import random_ids
+    from coordinator.engine.ids import random_ids
 
     a = make(database())
     # a generated id: the workspace is stored with no entries, so only a

@@ -185,7 +185,7 @@ def test_a_token_check_the_database_cannot_answer_is_refused_as_retryable(
     """Fail closed: when the token table cannot be read the call is refused
     (503, -32900, retry), not admitted and not called unauthenticated; a
     connection the server broke is replaced on the next check."""
-    from coordinator.transports.auth import Authenticator, TokenStore
+    from coordinator.server.auth import Authenticator, TokenStore
 
     dbname = pg_server.new_database()
     tokens = TokenStore(pg_server.uri(dbname))

@@ -10,7 +10,7 @@ from client import Client, env
 from support import ALICE, WS, make, s0
 
 from coordinator.profiles import REGISTRY
-from coordinator.registry import CHAP_0_3, Profile, Registry, RegistryError, schema
+from coordinator.engine.registry import CHAP_0_3, Profile, Registry, RegistryError, schema
 
 # The method catalogue of CHAP 0.3 (schemas/profiles/chap-methods.schema.json),
 # by owning profile.

@@ -1,4 +1,4 @@
-"""Replay names each generated id as the stored objects do (coordinator/replay.py):
+"""Replay names each generated id as the stored objects do (coordinator/tools/replay.py):
 the matching rule against its plain definition, and whole workspaces whose
 objects share a millisecond or come back from the store in another order."""
 
@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from support import ALICE, BOT
 
 from coordinator import Coordinator
-from coordinator.clock import iso_ms
-from coordinator.replay import _Clock, _StoredIds, replay_workspace
-from coordinator.verification import verify_store
+from coordinator.engine.clock import iso_ms
+from coordinator.tools.replay import _Clock, _StoredIds, replay_workspace
+from coordinator.tools.verification import verify_store
 from storage import SqliteStore
 
 START_MS = 1_700_000_000_000

@@ -18,8 +18,8 @@ from transparency import TransparencyService
 
 from coordinator import Coordinator, CounterIds, StepClock
 from coordinator.audit import record_of
-from coordinator.canonical import canonical_bytes
-from coordinator.scitt import ReceiptVerifier, ScittSubmitter
+from coordinator.engine.canonical import canonical_bytes
+from coordinator.security.transparency import ReceiptVerifier, ScittSubmitter
 
 W = "wsp_scitt"
 PROFILES = ["core/1.0", "review/1.0", "audit-scitt/1.0"]

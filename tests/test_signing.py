@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coordinator import public_jwk, sign_envelope
-from coordinator.signing import (
+from coordinator.security.signing import (
     SIG_KEY_NOT_FOUND,
     SIG_KEY_REVOKED,
     SIG_VERIFY_FAILED,

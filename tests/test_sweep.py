@@ -20,8 +20,8 @@ from test_work import BOT2, WORK, ManualClock, claim, setup, submit, task
 
 from coordinator import Coordinator, CounterIds, Swept, public_jwk, sign_envelope
 from coordinator.cli import main
-from coordinator.clock import iso_ms
-from coordinator.replay import replay_workspace
+from coordinator.engine.clock import iso_ms
+from coordinator.tools.replay import replay_workspace
 from storage import SqliteStore
 
 WHISPERING = [*WORK, "whisper/1.0"]

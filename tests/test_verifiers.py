@@ -10,7 +10,7 @@ import pytest
 from joserfc import jwt
 from joserfc.jwk import ECKey, OctKey, OKPKey, RSAKey
 
-from coordinator.verifiers import (
+from coordinator.security.identity_verifiers import (
     OIDC_CNF_MISMATCH,
     OIDC_TOKEN_INVALID,
     VC_HOLDER_BINDING_INVALID,

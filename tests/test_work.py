@@ -16,7 +16,7 @@ from support import ALICE, BOT, make
 
 from coordinator import Coordinator, CounterIds
 from coordinator.profiles import REGISTRY
-from coordinator.registry import CHAP_0_3, Profile, Registry, RegistryError
+from coordinator.engine.registry import CHAP_0_3, Profile, Registry, RegistryError
 from storage import SqliteStore
 
 WORK = ["core/1.0", "review/1.0", "control/1.0", "x-chapline-work/1.0"]

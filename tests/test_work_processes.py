@@ -21,7 +21,7 @@ from client import Client
 from support import ALICE, make
 
 from coordinator import Coordinator
-from coordinator.clock import epoch_ms
+from coordinator.engine.clock import epoch_ms
 from storage.target import open_store
 
 WORKER = str(Path(__file__).parent / "work_worker.py")

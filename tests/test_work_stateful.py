@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from coordinator import Coordinator, CounterIds
-from coordinator.profiles._work_index import CLAIMS, ClaimIndex
+from coordinator.profiles.work._index import CLAIMS, ClaimIndex
 from storage import SqliteStore
 
 WS = "wsw"

@@ -16,7 +16,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from coordinator.cose import (
+from coordinator.security.cose import (
     CWT_CLAIMS,
     CWT_IAT,
     CWT_ISS,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from coordinator.registry import Profile, Registry, RegistryError
+from coordinator.engine.registry import Profile, Registry, RegistryError
 
 __all__ = ["REGISTRY"]
 

@@ -6,16 +6,16 @@ from __future__ import annotations
 from typing import Any
 
 from coordinator.audit import ChainVerifier
-from coordinator.call import Call
-from coordinator.canonical import ZERO_HASH
-from coordinator.registry import (
+from coordinator.engine.call import Call
+from coordinator.engine.canonical import ZERO_HASH
+from coordinator.engine.registry import (
     FROM,
     INTEGER,
     STRING,
     Profile,
     schema,
 )
-from coordinator.wire import (
+from coordinator.engine.wire import (
     invalid_params,
 )
 from storage import EntryFilter

@@ -13,8 +13,8 @@ from typing import Any
 
 from msgspec.structs import replace
 
-from coordinator.call import Call
-from coordinator.canonical import digest
+from coordinator.engine.call import Call
+from coordinator.engine.canonical import digest
 from coordinator.model import (
     MODES,
     HistoryEntry,
@@ -24,8 +24,8 @@ from coordinator.model import (
     mode_le,
     trial_forces_review,
 )
-from coordinator.registry import STRING, Profile, schema
-from coordinator.wire import (
+from coordinator.engine.registry import STRING, Profile, schema
+from coordinator.engine.wire import (
     CONTROL_NOT_AUTHORISED,
     MODE_CEILING_EXCEEDED,
     SNAPSHOT_NOT_FOUND,

@@ -6,16 +6,16 @@ from typing import Any
 
 from msgspec.structs import replace
 
-from coordinator.attest import attest_join, key_record
-from coordinator.call import Call
-from coordinator.canonical import ZERO_HASH
-from coordinator.limits import check_new_id
+from coordinator.security.attest import attest_join, key_record
+from coordinator.engine.call import Call
+from coordinator.engine.canonical import ZERO_HASH
+from coordinator.engine.limits import check_new_id
 from coordinator.model import (
     Member,
     WorkspaceMeta,
 )
 from coordinator.options import ENFORCED_BY, unenforced
-from coordinator.registry import (
+from coordinator.engine.registry import (
     ANY,
     FROM,
     INTEGER,
@@ -27,8 +27,8 @@ from coordinator.registry import (
     profile_names,
     schema,
 )
-from coordinator.signing import JwkError, check_jwk
-from coordinator.wire import (
+from coordinator.security.signing import JwkError, check_jwk
+from coordinator.engine.wire import (
     INVALID_PARAMS,
     NOT_AUTHORISED,
     SIG_KEY_NOT_FOUND,
@@ -291,7 +291,7 @@ def participant_join(call: Call) -> dict[str, Any]:
 
 
 # A join registers a handful of keys at most; each costs about a millisecond
-# to check (coordinator/ed25519.py), so the count is bounded ("Bounds").
+# to check (coordinator/security/ed25519.py), so the count is bounded ("Bounds").
 MAX_JOIN_KEYS = 16
 
 
@@ -386,7 +386,7 @@ def participant_rotate_key(call: Call) -> dict[str, Any]:
         kid = check_jwk(new_jwk, "new_jwk")["kid"]
         if _key_index(member, kid) is not None:
             # Two records under one kid: the rotated-out one would refuse
-            # every call signed with it (coordinator.signing.key_for_call).
+            # every call signed with it (coordinator.security.signing.key_for_call).
             raise JwkError(
                 "new_jwk.kid",
                 f"{kid!r} already names a key of {member.uri}; a kid is never reused: choose a new one",

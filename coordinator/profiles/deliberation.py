@@ -16,10 +16,10 @@ from typing import Any
 
 from msgspec.structs import replace
 
-from coordinator.call import Call
+from coordinator.engine.call import Call
 from coordinator.model import Deliberation
-from coordinator.registry import ANY, OBJECT, STRING, Profile, schema
-from coordinator.wire import (
+from coordinator.engine.registry import ANY, OBJECT, STRING, Profile, schema
+from coordinator.engine.wire import (
     ALREADY_VOTED,
     BAD_RULE,
     DELIBERATION_NOT_OPEN,

@@ -15,10 +15,10 @@ from typing import Any
 
 from msgspec.structs import replace
 
-from coordinator.call import Call
+from coordinator.engine.call import Call
 from coordinator.model import Handoff, HandoffTask
-from coordinator.registry import ANY, ARRAY, OBJECT, STRING, Profile, schema
-from coordinator.wire import (
+from coordinator.engine.registry import ANY, ARRAY, OBJECT, STRING, Profile, schema
+from coordinator.engine.wire import (
     HANDOFF_NOT_PROPOSED,
     NOT_RECIPIENT,
     NOT_TASK_OWNER,

@@ -3,7 +3,7 @@ step-up authentication for privileged calls.
 
 The profile owns no method. `participant.join` takes an `oidc_token`, checked
 by the coordinator's `verify_oidc_token` hook and bound to the member
-(coordinator/attest.py; a ready verifier is `coordinator.verifiers.OidcVerifier`).
+(coordinator/security/attest.py; a ready verifier is `coordinator.security.identity_verifiers.OidcVerifier`).
 A token that does not verify, or that no hook can check, refuses the join
 (-32403): it is never taken as no token.
 
@@ -18,10 +18,10 @@ which is recorded like any member's refusal.
 
 from __future__ import annotations
 
-from coordinator.call import Call
-from coordinator.clock import epoch_seconds
-from coordinator.registry import Method, Profile
-from coordinator.wire import OIDC_STEP_UP_REQUIRED, RpcError
+from coordinator.engine.call import Call
+from coordinator.engine.clock import epoch_seconds
+from coordinator.engine.registry import Method, Profile
+from coordinator.engine.wire import OIDC_STEP_UP_REQUIRED, RpcError
 
 __all__ = ["PROFILE", "check_step_up"]
 

@@ -2,7 +2,7 @@
 
 The profile owns no method. `participant.join` takes a `vc_presentation`,
 checked by the coordinator's `verify_vc` hook and bound to the member
-(coordinator/attest.py; a ready verifier is `coordinator.verifiers.VcVerifier`).
+(coordinator/security/attest.py; a ready verifier is `coordinator.security.identity_verifiers.VcVerifier`).
 A presentation that does not verify refuses the join (-32410). As in 0.3.3 the
 profile may be advertised with or without the hook; without it, a join's
 presentation is refused too (nothing can check it).
@@ -10,7 +10,7 @@ presentation is refused too (nothing can check it).
 
 from __future__ import annotations
 
-from coordinator.registry import Profile
+from coordinator.engine.registry import Profile
 
 __all__ = ["PROFILE"]
 

@@ -7,7 +7,7 @@ mode ceiling checks of task.create and escalate.raise.
 
 from __future__ import annotations
 
-from coordinator.registry import Profile
+from coordinator.engine.registry import Profile
 
 __all__ = ["PROFILE"]
 

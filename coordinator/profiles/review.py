@@ -14,12 +14,12 @@ from typing import Any
 
 from msgspec.structs import replace
 
-from coordinator.call import Call
-from coordinator.canonical import CanonicalError, canonical_bytes, digest
+from coordinator.engine.call import Call
+from coordinator.engine.canonical import CanonicalError, canonical_bytes, digest
 from coordinator.model import Override, Review, Task, mode_le, trial_forces_review
-from coordinator.patch import PatchError, PatchLimitError, apply_patch
-from coordinator.registry import ANY, BOOLEAN, STRING, Profile, schema
-from coordinator.wire import (
+from coordinator.engine.patch import PatchError, PatchLimitError, apply_patch
+from coordinator.engine.registry import ANY, BOOLEAN, STRING, Profile, schema
+from coordinator.engine.wire import (
     DIGEST_MISMATCH,
     INVALID_PARAMS,
     MODE_CEILING_EXCEEDED,

@@ -17,10 +17,10 @@ from typing import Any
 import msgspec
 from msgspec.structs import replace
 
-from coordinator.call import Call
+from coordinator.engine.call import Call
 from coordinator.model import HistoryEntry, RouteDecision, Task
-from coordinator.registry import ANY, STRING, Profile, schema
-from coordinator.wire import (
+from coordinator.engine.registry import ANY, STRING, Profile, schema
+from coordinator.engine.wire import (
     CANDIDATES_EMPTY,
     DEPTH_NOT_APPLICABLE,
     ESCALATION_TARGET_UNAVAILABLE,

@@ -14,7 +14,7 @@ whatever a workspace advertises.
   refuses, raises, or no hook is configured (fails closed).
 
 Statements are real COSE_Sign1 when the coordinator has a `scitt_issuer_key`
-(coordinator.scitt.build_statement), else 0.3.3's JSON model.
+(coordinator.security.transparency.build_statement), else 0.3.3's JSON model.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from __future__ import annotations
 from typing import Any
 
 from coordinator.audit import record_of
-from coordinator.call import Call
-from coordinator.canonical import canonical_bytes
-from coordinator.registry import FROM, INTEGER, STRING, Profile, schema
-from coordinator.scitt import build_statement
-from coordinator.wire import (
+from coordinator.engine.call import Call
+from coordinator.engine.canonical import canonical_bytes
+from coordinator.engine.registry import FROM, INTEGER, STRING, Profile, schema
+from coordinator.security.transparency import build_statement
+from coordinator.engine.wire import (
     SCITT_RECEIPT_INVALID,
     SCITT_STATEMENT_REJECTED,
     SCITT_UNREACHABLE,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from coordinator.call import Call
+from coordinator.engine.call import Call
 from coordinator.model import (
     HistoryEntry,
     Review,
@@ -12,7 +12,7 @@ from coordinator.model import (
     mode_le,
     trial_forces_review,
 )
-from coordinator.registry import (
+from coordinator.engine.registry import (
     ANY,
     BOOLEAN,
     OPEN_OBJECT,
@@ -20,7 +20,7 @@ from coordinator.registry import (
     Profile,
     schema,
 )
-from coordinator.wire import (
+from coordinator.engine.wire import (
     INVALID_PARAMS,
     MODE_CEILING_EXCEEDED,
     NOT_AUTHORISED,

@@ -18,11 +18,11 @@ from typing import Any
 
 from msgspec.structs import replace
 
-from coordinator.call import Call
-from coordinator.canonical import CanonicalError, canonical_bytes
+from coordinator.engine.call import Call
+from coordinator.engine.canonical import CanonicalError, canonical_bytes
 from coordinator.model import WhisperPrompt
-from coordinator.registry import ANY, ARRAY, INTEGER, STRING, Profile, schema
-from coordinator.wire import (
+from coordinator.engine.registry import ANY, ARRAY, INTEGER, STRING, Profile, schema
+from coordinator.engine.wire import (
     NOT_AN_OPTION,
     NOT_AUTHORISED,
     WHISPER_ANSWERED,

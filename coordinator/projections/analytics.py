@@ -41,7 +41,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.canonical import CanonicalError, canonical_bytes
+from coordinator.engine.canonical import CanonicalError, canonical_bytes
 from coordinator.listeners import Change
 from coordinator.model import Task
 from coordinator.projections.sql import ProjectionError, SqlTarget, open_target

@@ -33,7 +33,7 @@ from coordinator.listeners import Change
 from coordinator.projections.sql import SqliteTarget
 
 if TYPE_CHECKING:
-    from coordinator.coordinator import Coordinator
+    from coordinator.engine.pipeline import Coordinator
 
 __all__ = ["Attachment", "CallbackProjection", "Projection"]
 

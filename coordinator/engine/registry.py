@@ -1,0 +1,395 @@
+"""The one method registry: every CHAP 0.3 method, its handler, and the facts
+the gates, the audit log, the catalogue, MCP and the CLI read.
+
+Protocol facts (the same for every coordinator) are stated once, in
+`CHAP_0_3` below: each method's owning profile, whether it is privileged
+(a gated refusal of it is still recorded), and whether it answers whatever
+the workspace advertises.
+
+Implementation facts are declared by the profile module that implements the
+method, right beside its handler::
+
+    PROFILE = Profile("whisper/1.0")
+
+    @PROFILE.method(
+        "whisper.ask",
+        floor=True,                      # the caller must be a member first
+        params=schema(["workspace", "from", "to"], to=STRING, question=ANY),
+        title="Ask a member privately",
+        description="...",
+    )
+    def whisper_ask(call: Call) -> dict[str, Any]:
+        ...
+
+`Registry(profiles)` joins the declarations with the protocol facts. It
+raises RegistryError when a name is declared twice (a profile may span
+several modules, as core/1.0 does), when a name is not a
+CHAP 0.3 method, or when a module declares another profile's method (only a
+method that answers whatever is advertised may be implemented outside its
+profile, as `audit.verify_chain` is by core). A method no module declares is
+unimplemented: it answers -32601. A profile is advertisable once a module
+declares it and every method it owns has a handler.
+
+Extension profiles are chapline's own, outside CHAP: a profile named
+`x-chapline-<name>/<version>` owns the methods it declares, each named
+`x-chapline.<...>`. The prefixes keep them from ever clashing with an official
+CHAP name (CHAP names never start with `x-`); they are not CHAP 0.3 methods,
+so `CHAP_0_3` and the "every CHAP method" checks never see them
+(`Method.extension` marks them).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from coordinator.errors import ChaplineError
+
+if TYPE_CHECKING:
+    from coordinator.engine.call import Call
+
+__all__ = [
+    "ANY",
+    "ARRAY",
+    "BOOLEAN",
+    "CHAP_0_3",
+    "EXTENSION_METHOD_PREFIX",
+    "EXTENSION_PROFILE_PREFIX",
+    "FROM",
+    "INTEGER",
+    "OBJECT",
+    "OPEN_OBJECT",
+    "PROFILES_0_3",
+    "STRING",
+    "WORKSPACE",
+    "Handler",
+    "Method",
+    "Profile",
+    "Registry",
+    "RegistryError",
+    "profile_name",
+    "profile_names",
+    "schema",
+]
+
+Handler = Callable[["Call"], Any]
+_H = TypeVar("_H", bound=Handler)
+
+
+@dataclass(frozen=True)
+class _Spec:
+    profile: str
+    privileged: bool = False
+    always_available: bool = False
+
+
+def _methods(profile: str, names: str, **facts: bool) -> dict[str, _Spec]:
+    return {name: _Spec(profile, **facts) for name in names.split()}
+
+
+# Every method of CHAP 0.3, its owning profile, and the protocol's facts about it.
+CHAP_0_3: Mapping[str, _Spec] = {
+    **_methods(
+        "core/1.0",
+        "workspace.create participant.join participant.leave task.create task.update "
+        "task.complete",
+    ),
+    **_methods("core/1.0", "workspace.describe audit.read", always_available=True),
+    **_methods(
+        "core/1.0",
+        "workspace.set_profiles participant.rotate_key participant.revoke_key",
+        privileged=True,
+    ),
+    **_methods(
+        "review/1.0",
+        "review.request decide.approve decide.reject decide.override abstain.declare "
+        "escalate.raise",
+    ),
+    **_methods("routing/1.0", "task.route review.depth escalate.auto"),
+    **_methods("whisper/1.0", "whisper.ask whisper.answer"),
+    **_methods(
+        "deliberation/1.0", "deliberate.open deliberate.comment deliberate.vote deliberate.close"
+    ),
+    **_methods("handoff/1.0", "handoff.propose handoff.accept handoff.decline"),
+    **_methods(
+        "control/1.0",
+        "control.pause control.resume control.cancel control.snapshot control.rollback "
+        "control.supersede control.set_mode_ceiling",
+        privileged=True,
+    ),
+    **_methods(
+        "audit-scitt/1.0", "audit.verify_chain audit.verify_receipt", always_available=True
+    ),
+    **_methods("audit-scitt/1.0", "audit.submit_to_scitt"),
+}
+
+# The profiles of CHAP 0.3, those that own no method included.
+PROFILES_0_3 = frozenset(
+    {spec.profile for spec in CHAP_0_3.values()}
+    | {"modes/1.0", "security-signed/1.0", "identity-oidc/1.0", "identity-vc/1.0"}
+)
+
+
+# chapline's own profiles and methods: names CHAP never uses.
+EXTENSION_PROFILE_PREFIX = "x-chapline-"
+EXTENSION_METHOD_PREFIX = "x-chapline."
+_EXTENSION_PROFILE = re.compile(r"x-chapline-[a-z][a-z0-9-]*/[0-9]+\.[0-9]+")
+_EXTENSION_METHOD = re.compile(r"x-chapline\.[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
+
+
+class RegistryError(ChaplineError):
+    """The method declarations disagree with CHAP 0.3 or with each other.
+
+    Raised when the registry is built (at import), never during a call;
+    `method` names the declaration at fault.
+    """
+
+    def __init__(self, method: str, problem: str) -> None:
+        self.method = method
+        super().__init__(f"{method}: {problem}")
+
+
+@dataclass(frozen=True)
+class Method:
+    """Everything chapline knows about one method.
+
+    `profile` owns the method; `implemented_by` is the profile module whose
+    handler runs it (None when unimplemented). `read`: never recorded,
+    accepted or refused. `floor`: the caller must be a member before anything
+    else is checked (-32011). `pause_exempt`: answers in a paused workspace.
+    `records_refusals`: a member's refusal is appended to the log (subject to
+    the codes audit.py never records). `params` is the JSON schema of the
+    params object (MCP tool input); `title`, `description` and `annotations`
+    are MCP tool hints. `extension`: a chapline extension method, not CHAP's.
+    """
+
+    name: str
+    profile: str
+    privileged: bool = False
+    always_available: bool = False
+    handler: Handler | None = None
+    implemented_by: str | None = None
+    read: bool = False
+    floor: bool = False
+    pause_exempt: bool = False
+    records_refusals: bool = False
+    params: Mapping[str, Any] = field(default_factory=dict)
+    title: str = ""
+    description: str = ""
+    annotations: Mapping[str, Any] = field(default_factory=dict)
+    extension: bool = False
+
+
+class Profile:
+    """The methods one profile module implements, declared beside their handlers."""
+
+    def __init__(self, name: str) -> None:
+        self.extension = name.startswith(EXTENSION_PROFILE_PREFIX)
+        if self.extension and not _EXTENSION_PROFILE.fullmatch(name):
+            raise RegistryError(
+                name, f"an extension profile is named {EXTENSION_PROFILE_PREFIX}<name>/<major>.<minor>"
+            )
+        if not self.extension and name not in PROFILES_0_3:
+            raise RegistryError(
+                name,
+                f"not a CHAP 0.3 profile (chapline's own profiles are named "
+                f"{EXTENSION_PROFILE_PREFIX}<name>/<version>)",
+            )
+        self.name = name
+        self.methods: list[Method] = []
+        self.write_hooks: list[Handler] = []
+
+    def method(
+        self,
+        name: str,
+        *,
+        read: bool = False,
+        floor: bool = False,
+        pause_exempt: bool = False,
+        records_refusals: bool | None = None,
+        params: Mapping[str, Any] | None = None,
+        title: str,
+        description: str,
+        annotations: Mapping[str, Any] | None = None,
+    ) -> Callable[[_H], _H]:
+        """Declare the decorated function as the handler of `name`.
+
+        `records_refusals` defaults to "not a read". MCP `annotations`
+        default to readOnlyHint = idempotentHint = `read`.
+        """
+        spec = self._extension_spec(name) if self.extension else CHAP_0_3.get(name)
+        if spec is None:
+            raise RegistryError(
+                name,
+                f"not a CHAP 0.3 method (an extension profile's methods are named "
+                f"{EXTENSION_METHOD_PREFIX}<...>)",
+            )
+        if spec.profile != self.name and not spec.always_available:
+            raise RegistryError(
+                name, f"owned by {spec.profile}; declare it in that profile's module"
+            )
+
+        def declare(handler: _H) -> _H:
+            self.methods.append(
+                Method(
+                    name=name,
+                    profile=spec.profile,
+                    privileged=spec.privileged,
+                    always_available=spec.always_available,
+                    handler=handler,
+                    implemented_by=self.name,
+                    read=read,
+                    floor=floor,
+                    pause_exempt=pause_exempt,
+                    records_refusals=(not read) if records_refusals is None else records_refusals,
+                    params=params if params is not None else schema(),
+                    title=title,
+                    description=description,
+                    annotations={"readOnlyHint": read, "idempotentHint": read, **(annotations or {})},
+                    extension=self.extension,
+                )
+            )
+            return handler
+
+        return declare
+
+    def after_write(self, hook: _H) -> _H:
+        """Declare `hook(call)` to run after the handler of every write (of any
+        profile) in a workspace advertising this profile, before the write is
+        recorded: what it stages lands in the same entry, what it raises
+        refuses the call."""
+        self.write_hooks.append(hook)
+        return hook
+
+    def _extension_spec(self, name: str) -> _Spec:
+        """An extension profile owns the methods it declares, all namespaced."""
+        if not _EXTENSION_METHOD.fullmatch(name):
+            raise RegistryError(
+                name,
+                f"an extension method is named {EXTENSION_METHOD_PREFIX}<group>.<verb> "
+                "(lower case)",
+            )
+        return _Spec(self.name)
+
+
+class Registry:
+    """Every CHAP 0.3 method: declared ones with their handlers, the rest
+    unimplemented. Built once from the profile modules."""
+
+    def __init__(self, profiles: Iterable[Profile]) -> None:
+        profiles = list(profiles)
+        declared: dict[str, Method] = {}
+        modules: dict[str, Profile] = {}
+        for profile in profiles:
+            # A profile may be implemented across several modules (core is).
+            modules.setdefault(profile.name, profile)
+            for method in profile.methods:
+                if method.name in declared:
+                    raise RegistryError(
+                        method.name,
+                        f"declared twice (by {declared[method.name].implemented_by} "
+                        f"and {method.implemented_by})",
+                    )
+                declared[method.name] = method
+        self._methods: dict[str, Method] = {
+            name: declared.get(name)
+            or Method(name, spec.profile, spec.privileged, spec.always_available)
+            for name, spec in CHAP_0_3.items()
+        }
+        self._extensions = {n: m for n, m in declared.items() if m.extension}
+        owned: dict[str, list[Method]] = {}
+        for method in [*self._methods.values(), *self._extensions.values()]:
+            owned.setdefault(method.profile, []).append(method)
+        self.advertisable: tuple[str, ...] = tuple(
+            sorted(
+                (name for name in modules if all(m.handler for m in owned.get(name, []))),
+                key=lambda p: (p != "core/1.0", p),
+            )
+        )
+        self._advertisable_names = frozenset(profile_name(p) for p in self.advertisable)
+        # (profile name, hook): run after writes where that profile is advertised.
+        self.write_hooks: tuple[tuple[str, Handler], ...] = tuple(
+            (profile_name(p.name), hook) for p in profiles for hook in p.write_hooks
+        )
+
+    def get(self, name: str) -> Method | None:
+        """The method named `name`, or None if neither CHAP 0.3 nor a declared
+        extension profile has one."""
+        return self._methods.get(name) or self._extensions.get(name)
+
+    def methods(self) -> list[Method]:
+        """Every CHAP 0.3 method, implemented or not (no extension method)."""
+        return list(self._methods.values())
+
+    def extension_methods(self) -> list[Method]:
+        """chapline's own methods, from its extension profiles."""
+        return list(self._extensions.values())
+
+    def implemented(self) -> list[Method]:
+        """The CHAP methods that have a handler (the MCP tool list; the
+        extension methods are `extension_methods()`)."""
+        return [m for m in self._methods.values() if m.handler is not None]
+
+    def unadvertisable(self, profiles: Iterable[str]) -> str | None:
+        """What is wrong with advertising `profiles` here, or None when every
+        one is advertisable (names match in any version)."""
+        missing = [p for p in profiles if profile_name(p) not in self._advertisable_names]
+        if not missing:
+            return None
+        return (
+            f"{', '.join(missing)} not implemented by chapline; it implements "
+            f"{', '.join(self.advertisable)}"
+        )
+
+
+def profile_name(profile: str) -> str:
+    """`review/1.0` -> `review`: gating matches names, any version."""
+    return profile.split("/", 1)[0]
+
+
+@functools.lru_cache(maxsize=256)
+def _names(profiles: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(profile_name(p) for p in profiles)
+
+
+def profile_names(profiles: list[str]) -> frozenset[str]:
+    """The profile names a workspace advertises (cached: every gated call asks)."""
+    return _names(tuple(profiles))
+
+
+# Parameter schemas (JSON Schema) for declarations.
+STRING: Mapping[str, Any] = {"type": "string"}
+INTEGER: Mapping[str, Any] = {"type": "integer"}
+BOOLEAN: Mapping[str, Any] = {"type": "boolean"}
+OBJECT: Mapping[str, Any] = {"type": "object"}
+# An object with any members (a task's input, a key), as 0.3.3's schemas say it.
+OPEN_OBJECT: Mapping[str, Any] = {"type": "object", "additionalProperties": True}
+ARRAY: Mapping[str, Any] = {"type": "array"}
+ANY: Mapping[str, Any] = {}
+WORKSPACE: Mapping[str, Any] = {"type": "string", "description": "The workspace id."}
+FROM: Mapping[str, Any] = {"type": "string", "description": "The caller's participant URI."}
+
+
+def schema(required: Iterable[str] = (), /, **properties: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON schema of a params object. `workspace` and `from` get their
+    usual schemas when named in `required` without one; a property spelled
+    with a trailing underscore (`from_`) is the name without it."""
+    props: dict[str, Any] = {}
+    for name in required:
+        if name == "workspace":
+            props[name] = dict(WORKSPACE)
+        elif name == "from":
+            props[name] = dict(FROM)
+    for name, prop in properties.items():
+        props[name.rstrip("_")] = dict(prop)
+    required = list(required)
+    unknown = [name for name in required if name not in props]
+    if unknown:
+        raise RegistryError(", ".join(unknown), "required but given no schema")
+    out: dict[str, Any] = {"type": "object", "properties": props}
+    if required:
+        out["required"] = required
+    return out

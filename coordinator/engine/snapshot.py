@@ -1,0 +1,163 @@
+"""Between a workspace in memory and its stored or snapshot forms."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import msgspec
+
+from coordinator.audit import ChainVerifier, entry_is_well_formed
+from coordinator.engine.canonical import ZERO_HASH
+from coordinator.engine.clock import epoch_ms, iso_ms
+from coordinator.errors import ChaplineError
+from coordinator.engine.log import LogReader
+from coordinator.model import WorkspaceMeta, from_stored, to_stored
+from coordinator.engine.workspace import Workspace
+from storage import (
+    IDEMPOTENCY_KEYS,
+    HeldWorkspace,
+    MalformedChangeError,
+    StoreChange,
+    WorkspaceRecord,
+    assemble_snapshot,
+    change_from_record,
+)
+
+__all__ = [
+    "RestoreError",
+    "UnknownWorkspaceError",
+    "restore_change",
+    "restore_changes",
+    "snapshot_of",
+    "workspace_from_held",
+]
+
+log = logging.getLogger("chapline")
+
+
+class RestoreError(ChaplineError, ValueError):
+    """`restore()` was given data it cannot take; nothing was written."""
+
+    remedy = "Fix the snapshot the message names and restore again."
+
+
+def snapshot_of(ws: Workspace, log: LogReader) -> dict[str, Any]:
+    """The workspace as a JSON-safe dict: meta, collections keyed by id, audit."""
+    objects = [(c, k, to_stored(v)) for c, items in ws.objects.items() for k, v in items.items()]
+    entries = log.entries(0, ws.count)
+    return assemble_snapshot(msgspec.to_builtins(ws.meta), entries, objects)
+
+
+_TAKES = (
+    "restore() takes a snapshot (the dict coord.snapshot(workspace_id) returns), a list "
+    'of them, or {"workspaces": [...]}'
+)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return 'an object without a string "id" (the workspace it holds)'
+    return "None" if value is None else f"a {type(value).__name__}"
+
+
+def restore_changes(data: Any) -> list[StoreChange]:
+    """The replace changes for snapshots (one dict, a list, or
+    `{"workspaces": [...]}`), all checked before any is written."""
+    if isinstance(data, dict) and "workspaces" in data and "id" not in data:
+        data = data["workspaces"]
+        if not isinstance(data, list):
+            raise RestoreError(f'{_TAKES}; got "workspaces": {_kind(data)}')
+    if isinstance(data, list):
+        for at, item in enumerate(data):
+            if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+                raise RestoreError(f"{_TAKES}; item {at} of the list is {_kind(item)}")
+        return [restore_change(item) for item in data]
+    return [restore_change(data)]
+
+
+class UnknownWorkspaceError(ChaplineError, KeyError):
+    """A workspace this coordinator does not hold was asked for by id.
+
+    `workspace` is the id asked for; the message names the ones held. A
+    KeyError, so code that caught the bare one keeps working."""
+
+    remedy = "Ask for one of the workspaces held (coord.workspace_ids()), or restore() it first."
+
+    def __init__(self, workspace: Any, held: list[str]) -> None:
+        shown = ", ".join(map(repr, held[:10])) + (", ..." if len(held) > 10 else "")
+        self.message = (
+            f"no workspace {workspace!r} is held by this coordinator "
+            f"(held: {shown or 'none'}); check the id, or restore() it first"
+        )
+        super().__init__(self.message)
+        self.workspace = workspace
+
+    def __str__(self) -> str:  # KeyError would show the message quoted
+        return self.message
+
+
+def workspace_from_held(held: HeldWorkspace) -> Workspace | None:
+    """Memory's form of a stored workspace; None (with a warning) if its own
+    fields cannot be read. Objects are checked when first used."""
+    try:
+        meta = msgspec.convert({"id": held.id, **held.meta}, WorkspaceMeta)
+    except msgspec.ValidationError as exc:
+        log.warning("workspace %s skipped: its stored fields cannot be read (%s)", held.id, exc)
+        return None
+    ws = Workspace(meta, held.version, _stamp(held.updated_at))
+    for collection, items in held.objects.items():
+        if collection in ws.objects:
+            ws.objects[collection] = items
+    return ws
+
+
+def _stamp(held: str) -> str:
+    """A store's `updated_at` as `iso_ms` writes it, or "" when it is no time
+    (a store written by other software may hold another ISO 8601 form)."""
+    try:
+        return iso_ms(epoch_ms(held))
+    except (ValueError, OverflowError, OSError):
+        return ""
+
+
+def restore_change(item: Any) -> StoreChange:
+    """The replace change for one snapshot, checked before anything is written."""
+    if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+        raise RestoreError(f"{_TAKES}; got {_kind(item)}")
+    audit = item.get("audit") or []
+    if not isinstance(audit, list):
+        raise RestoreError(f"workspace {item['id']!r}: 'audit' must be an array of entries")
+    for seq, entry in enumerate(audit):
+        if not isinstance(entry, dict) or entry.get("seq") != seq:
+            raise RestoreError(
+                f"workspace {item['id']!r}: audit entry {seq} is missing or out of order"
+            )
+        if not entry_is_well_formed(entry):
+            raise RestoreError(
+                f"workspace {item['id']!r}: audit entry {seq} is neither an accepted call "
+                "{seq, arrived, envelope} nor a refusal {seq, arrived, request, outcome}"
+            )
+    if item.get("chain_enabled"):
+        verifier = ChainVerifier()
+        for entry in audit:
+            verifier.add_entry(entry)
+        # A chained workspace with no chained entry yet has the zero head.
+        head = verifier.head() or ZERO_HASH
+        if verifier.breaks or head != item.get("chain_head"):
+            problems = "; ".join(verifier.breaks) or "chain_head does not match the log"
+            raise RestoreError(f"workspace {item['id']!r}: the hash chain does not verify: {problems}")
+    updated = audit[-1].get("arrived") if audit else item.get("created", "")
+    try:
+        change = change_from_record(
+            WorkspaceRecord(item["id"], item, len(audit), updated if isinstance(updated, str) else "")
+        )
+        # Every object must be one this coordinator can hold.
+        for collection, items in change.objects.items():
+            for value in items.values():
+                if collection != IDEMPOTENCY_KEYS:
+                    from_stored(collection, value)
+        msgspec.convert(change.meta, WorkspaceMeta)
+    except (MalformedChangeError, msgspec.ValidationError) as exc:
+        raise RestoreError(f"workspace {item['id']!r}: {exc}") from None
+    return change

@@ -1,0 +1,113 @@
+"""One workspace as memory holds it between calls."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol, TypeVar, cast
+
+import msgspec
+
+from coordinator.model import WorkspaceMeta, from_text
+from coordinator.engine.wire import STORED_OBJECT_UNREADABLE, RpcError
+from storage import COLLECTIONS, EXTENSION_COLLECTIONS, IDEMPOTENCY_KEYS, SIGNED_CALLS
+
+__all__ = ["COLLECTION_NAMES", "CollectionIndex", "StoredObjectError", "Workspace"]
+
+COLLECTION_NAMES = (*COLLECTIONS, IDEMPOTENCY_KEYS, SIGNED_CALLS, *EXTENSION_COLLECTIONS)
+
+
+class CollectionIndex(Protocol):
+    """Something derived from one collection's objects and kept beside them."""
+
+    def update(self, key: str, value: Any) -> None:
+        """The collection's `key` now holds `value` (None: nothing)."""
+
+
+_I = TypeVar("_I", bound=CollectionIndex)
+
+
+class StoredObjectError(RpcError):
+    """An object the store holds cannot be read as the coordinator's type.
+
+    Answered -32903 with `{workspace, collection, key}`; the call changes
+    nothing and is not recorded (the fault is the store's, not the caller's).
+    """
+
+    def __init__(self, workspace: str, collection: str, key: str, detail: str) -> None:
+        super().__init__(
+            STORED_OBJECT_UNREADABLE,
+            f"workspace {workspace!r}: the stored {collection} object {key!r} cannot be "
+            f"read ({detail}); repair or delete its row in the store",
+            {"workspace": workspace, "collection": collection, "key": key},
+        )
+
+
+class Workspace:
+    """One workspace as memory holds it: meta, objects, chain head and count.
+
+    The log itself lives in the store. Objects loaded from the store stay as
+    their stored JSON text until a call first uses them, so a workspace with
+    many finished tasks costs little memory and starts fast. Handlers read
+    objects through their `Call`, which sees its own staged values first.
+    """
+
+    __slots__ = ("meta", "objects", "count", "latest", "refusal_digests", "indexes")
+
+    def __init__(self, meta: WorkspaceMeta, count: int = 0, latest: str = "") -> None:
+        self.meta = meta
+        self.objects: dict[str, dict[str, Any]] = {c: {} for c in COLLECTION_NAMES}
+        self.count = count
+        # The arrival time of the workspace's last write (`iso_ms` text, "" if
+        # none): no later call is stamped earlier (SPECIFICATION.md, "Dispatch").
+        self.latest = latest
+        # digest of a signed call on the log -> (seq, refusal code or None);
+        # built on first need (see signed.py).
+        self.refusal_digests: dict[str, tuple[int, int | None]] | None = None
+        # collection -> an index of its objects, built on first need (`index`)
+        # and told every value the collection takes (`put`).
+        self.indexes: dict[str, CollectionIndex] = {}
+
+    @property
+    def id(self) -> str:
+        return self.meta.id
+
+    def get(self, collection: str, key: Any) -> Any:
+        """A held object, decoded from its stored text on first use."""
+        held = self.objects[collection]
+        try:
+            value = held.get(key)
+        except TypeError:  # an unhashable key names nothing
+            return None
+        if type(value) is bytes:
+            try:
+                value = held[key] = from_text(collection, value)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                raise StoredObjectError(self.id, collection, key, str(exc)) from None
+        return value
+
+    def values(self, collection: str) -> list[Any]:
+        """Every object of a collection, in held order."""
+        return [self.get(collection, key) for key in list(self.objects[collection])]
+
+    def put(self, collection: str, key: str, value: Any) -> None:
+        """Hold `value` as the collection's `key` (None: remove it); only once
+        the store has it (write-ahead), or as a batch's provisional value."""
+        held = self.objects[collection]
+        if value is None:
+            held.pop(key, None)
+        else:
+            held[key] = value
+        index = self.indexes.get(collection)
+        if index is not None:
+            index.update(key, None if value is None else self.get(collection, key))
+
+    def index(self, collection: str, build: Callable[[Iterable[tuple[str, Any]]], _I]) -> _I:
+        """The collection's index, built by `build((key, object), ...)` from the
+        held objects on first need, then kept up to date by `put`. It never
+        sees what a call has staged: the caller lays that over it."""
+        index = self.indexes.get(collection)
+        if index is None:
+            index = self.indexes[collection] = build(
+                (key, self.get(collection, key)) for key in list(self.objects[collection])
+            )
+        return cast(_I, index)  # one collection, one kind of index: the one `build` makes

@@ -1,0 +1,1 @@
+"""Security profiles' machinery: signatures, identity verifiers, transparency (the [crypto] extra)."""

@@ -1,0 +1,312 @@
+"""CHAP over MCP: every implemented CHAP method as a tool `chap.<method>`.
+
+The tool list (names, input schemas, titles, descriptions, annotations) is
+derived from the method registry, so a method and its tool are declared in
+one place. A tool call becomes one JSON-RPC envelope dispatched through the
+coordinator's pipeline like any other call: gated, recorded and chained.
+
+LLM clients often send objects and arrays as JSON text. An argument whose
+schema asks for an object or an array and that arrives as a string is parsed
+before dispatch, so the audit log holds JSON values, never stringified ones;
+a string that does not parse is refused (-32602) and nothing is recorded.
+Parsing is strict (transports/strict_json.py): NaN, Infinity and numbers out
+of range are refused in text and in the arguments the SDK parsed alike, since
+the envelope would carry them as null. A failure inside the transport is
+answered -32603 with a log id, as POST /chap answers a defect.
+
+Results come back as `isError: false` with the JSON result as text; a CHAP
+error as `isError: true` with the text `{"chap_error": code, "message": ...}`
+(plus `data` when the error has some). Both MCP eras the SDK speaks are
+served: the 2025-11-25 `initialize` handshake and the stateless 2026-07-28
+revision with `server/discover`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import anyio
+import mcp_types as types
+import msgspec
+from mcp.server import Server, ServerRequestContext
+
+from coordinator import __version__
+from coordinator.engine.incidents import internal_error
+from coordinator.engine.registry import Method
+from coordinator.server.auth import Authenticator
+from coordinator.server.strict_json import NotJsonError, loads, non_finite
+from coordinator.server.dispatcher import Dispatcher, SerialDispatcher, sweep_every
+from coordinator.engine.wire import INVALID_PARAMS, METHOD_NOT_FOUND
+
+__all__ = [
+    "DISCOVER_VERSIONS",
+    "TOOL_PREFIX",
+    "Call",
+    "create_mcp_server",
+    "run_stdio",
+    "tool_for",
+    "tool_name",
+    "tools",
+]
+
+log = logging.getLogger(__name__)
+
+TOOL_PREFIX = "chap."
+
+# What `server/discover` advertises, newest first: CHAP serves clients of
+# both eras, while the SDK's own discover lists only the stateless one.
+DISCOVER_VERSIONS = ("2026-07-28", "2025-11-25")
+
+Call = Callable[[bytes], Awaitable[dict[str, Any]]]
+"""Dispatches one JSON-RPC request body, answering with the response."""
+
+
+def tool_name(method: Method) -> str:
+    """`chap.<method>` for a CHAP method; an extension method's own name,
+    already namespaced (`x-chapline.plan.submit`)."""
+    return method.name if method.extension else TOOL_PREFIX + method.name
+
+
+def tool_for(method: Method) -> types.Tool:
+    """The MCP tool of one implemented method; each hint stated, False unless declared."""
+
+    def hint(name: str) -> bool:
+        return bool(method.annotations.get(name, False))
+
+    return types.Tool(
+        name=tool_name(method),
+        title=method.title,
+        description=method.description,
+        input_schema=dict(method.params),
+        annotations=types.ToolAnnotations(
+            title=method.title,
+            read_only_hint=hint("readOnlyHint"),
+            destructive_hint=hint("destructiveHint"),
+            idempotent_hint=hint("idempotentHint"),
+            open_world_hint=hint("openWorldHint"),
+        ),
+    )
+
+
+def tools(methods: list[Method]) -> list[types.Tool]:
+    """One tool per method that has a handler, in the registry's order."""
+    return [tool_for(m) for m in methods if m.handler is not None]
+
+
+class _BadArgument(ValueError):
+    pass
+
+
+def _wants(schema: Mapping[str, Any]) -> set[str]:
+    """The JSON types a property schema admits (empty: anything)."""
+    kind = schema.get("type")
+    if isinstance(kind, str):
+        return {kind}
+    if isinstance(kind, list):
+        return {k for k in kind if isinstance(k, str)}
+    out: set[str] = set()
+    for key in ("oneOf", "anyOf"):
+        for option in schema.get(key) or ():
+            if isinstance(option, Mapping):
+                wanted = _wants(option)
+                if not wanted:
+                    return set()
+                out |= wanted
+    return out
+
+
+def coerce_arguments(method: Method, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments with JSON text parsed where the schema wants an object
+    or an array. Where the schema admits a string too (`to`: one URI or a
+    list; an artefact, which may be anything), text is parsed only when it is
+    JSON of an admitted container type: '["human:a"]' is a list, "human:a"
+    stays a string."""
+    properties = method.params.get("properties") or {}
+    out = dict(arguments)
+    for name, value in arguments.items():
+        place = non_finite(value, name)
+        if place is not None:
+            raise _BadArgument(
+                f"{name} holds NaN or Infinity at {place}, for which JSON has no form; "
+                "send a finite number, null, or the value as a string"
+            )
+        schema = properties.get(name)
+        if not isinstance(value, str) or not isinstance(schema, Mapping):
+            continue
+        wanted = _wants(schema) or {"object", "array", "string"}
+        containers = wanted & {"object", "array"}
+        if not containers:
+            continue
+        try:
+            parsed = loads(value)
+        except NotJsonError as exc:
+            if "string" in wanted:
+                continue
+            raise _BadArgument(
+                f"{name} must be a JSON {' or '.join(sorted(containers))}; the string given "
+                f"does not parse as JSON: {exc.reason}"
+            ) from None
+        if _is(parsed, containers):
+            out[name] = parsed
+        elif "string" not in wanted:
+            raise _BadArgument(
+                f"{name} must be a JSON {' or '.join(sorted(containers))}; the string given "
+                f"parses as {type(parsed).__name__}"
+            )
+    return out
+
+
+def _is(value: Any, wanted: set[str]) -> bool:
+    kinds = {dict: "object", list: "array", str: "string", bool: "boolean"}
+    kind = kinds.get(type(value))
+    if kind is None and isinstance(value, int):
+        kind = "integer"
+    return kind in wanted or (kind == "integer" and "number" in wanted)
+
+
+def _text(payload: Any, error: bool) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=json.dumps(payload, indent=2, ensure_ascii=False))],
+        is_error=error,
+    )
+
+
+def _chap_error(code: int, message: str, data: Any = None) -> types.CallToolResult:
+    payload: dict[str, Any] = {"chap_error": code, "message": message}
+    if data is not None:
+        payload["data"] = data
+    return _text(payload, True)
+
+
+def create_mcp_server(
+    call: Call,
+    methods: list[Method],
+    *,
+    auth: Authenticator | None = None,
+    name: str = "chapline",
+    version: str = __version__,
+) -> Server[Any]:
+    """An MCP server whose tools dispatch through `call`.
+
+    `methods` is the registry's lists (`REGISTRY.methods()` and
+    `REGISTRY.extension_methods()`); those with a handler become tools. Envelope ids are `mcp-1`, `mcp-2`, ... in the
+    order calls arrive, as the reference's adapter numbers them. With `auth`
+    (an HTTP server that requires authentication), each call is held to the
+    rules of POST /chap, against the HTTP request that carried it.
+    """
+    by_tool = {tool_name(m): m for m in methods if m.handler is not None}
+    listed = tools(methods)
+    numbers = itertools.count(1)
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=listed)
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        try:
+            return await answer(ctx, params)
+        except Exception as exc:
+            error = internal_error(log, f"MCP tool call {params.name!r} failed", exc)
+            return _chap_error(error.code, error.message, error.data)
+
+    async def answer(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        method = by_tool.get(params.name)
+        if method is None:
+            return _chap_error(
+                METHOD_NOT_FOUND,
+                f"Unknown tool: {params.name}; the tools are chap.<method> for each CHAP "
+                "method chapline implements, and chapline's own x-chapline.* methods "
+                "(see tools/list)",
+            )
+        try:
+            arguments = coerce_arguments(method, params.arguments or {})
+        except _BadArgument as exc:
+            return _chap_error(INVALID_PARAMS, f"Invalid params: {exc}")
+        envelope = {
+            "jsonrpc": "2.0",
+            "id": f"mcp-{next(numbers)}",
+            "method": method.name,
+            "params": arguments,
+        }
+        body = msgspec.json.encode(envelope)
+        if auth is not None:
+            refusal = auth.refusal(_authorization(getattr(ctx.request, "headers", None)), body)
+            if refusal is not None:
+                error = refusal[2]
+                return _chap_error(error.code, error.message, error.data)
+        response = await call(body)
+        if "error" in response:
+            error = response["error"]
+            return _chap_error(error.get("code"), error.get("message"), error.get("data"))
+        return _text(response.get("result"), False)
+
+    async def discover(
+        ctx: ServerRequestContext[Any], params: types.RequestParams | None
+    ) -> types.DiscoverResult:
+        return types.DiscoverResult(
+            supported_versions=list(DISCOVER_VERSIONS),
+            capabilities=server.get_capabilities(protocol_version=ctx.protocol_version),
+            instructions=server.instructions,
+        )
+
+    server: Server[Any] = Server(
+        name,
+        version=version,
+        instructions=(
+            "CHAP, the Collaborative Human-Agent Protocol: each tool chap.<method> is one "
+            "CHAP call. Join a workspace with chap.participant.join, then create, complete "
+            "and review tasks; every accepted call is kept in a hash-linked audit log."
+        ),
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+    server.add_request_handler("server/discover", types.RequestParams, discover)
+    return server
+
+
+def _authorization(headers: Mapping[str, str] | None) -> str | None:
+    return None if headers is None else headers.get("authorization")
+
+
+def run_stdio(target: Dispatcher, sweep: Callable[[], object] | None = None, sweep_interval: float = 0) -> None:
+    """Serve `target` (a Coordinator) as MCP on stdin/stdout until the client
+    closes the stream. Calls run one at a time on one worker thread, as in
+    `chapline serve`; every call answered has been written when this returns.
+    With `sweep` and `sweep_interval` > 0, `sweep()` (`Coordinator.sweep`)
+    runs that often on the same thread."""
+    from mcp.server.stdio import stdio_server
+
+    from coordinator.profiles import REGISTRY
+
+    dispatcher = SerialDispatcher(target)
+    server = create_mcp_server(dispatcher.dispatch, REGISTRY.methods() + REGISTRY.extension_methods())
+
+    async def serve() -> None:
+        timer = None
+        if sweep is not None and sweep_interval > 0:
+            timer = asyncio.create_task(sweep_every(dispatcher, sweep, sweep_interval))
+        try:
+            async with stdio_server() as (read, write):
+                await server.run(read, write, server.create_initialization_options())
+        finally:
+            if timer is not None:
+                timer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await timer
+
+    dispatcher.start()
+    try:
+        anyio.run(serve)
+    finally:
+        dispatcher.close()

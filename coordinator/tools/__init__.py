@@ -1,0 +1,1 @@
+"""Working with stores and logs outside a call: replay and verification."""

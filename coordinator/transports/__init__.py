@@ -1,6 +1,0 @@
-"""Transports: ways to reach a Coordinator from outside the process."""
-
-from coordinator.transports.http import MAX_BODY_BYTES, create_app
-from coordinator.transports.worker import Dispatcher, DispatcherClosed, SerialDispatcher
-
-__all__ = ["MAX_BODY_BYTES", "Dispatcher", "DispatcherClosed", "SerialDispatcher", "create_app"]
