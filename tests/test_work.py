@@ -422,3 +422,53 @@ def test_chapline_inspect_and_verify_show_work_workspaces(tmp_path: Path, capsys
     assert main(["inspect", str(path)]) == 0
     assert "1 plans, 1 claims, 1 on the frontier" in capsys.readouterr().out
     assert main(["verify", str(path)]) == 0  # replaying the log gives the stored objects
+
+
+# -- issue 25: fail closed ------------------------------------------------------
+
+
+def statuses(c: Client, plan: str = "p") -> dict[str, str]:
+    return {t["key"]: t["status"] for t in c.ok("x-chapline.plan.describe", plan=plan)["tasks"]}
+
+
+def ready_keys(c: Client) -> list[str]:
+    return [r["key"] for r in c.ok("x-chapline.work.ready")["ready"]]
+
+
+def fail_for_good(c: Client, tid: str) -> None:
+    got = claim(c, BOT, tid)
+    assert got["outcome"] == "claimed", got
+    result = c.ok("x-chapline.work.report", **{"from": BOT}, task_id=tid, token=got["token"],
+                  outcome="failed", error="boom")
+    assert result["status"] == "failed"
+
+
+def test_a_task_reached_twice_from_a_failure_ends_once() -> None:
+    """J is reached from the failed F directly and through M: it is blocked
+    once, so W (weakly after J, strongly after G) still waits for G."""
+    c, _ = setup()
+    ids = submit(c, [task("F", retry={"max_attempts": 1}), task("J"), task("M"), task("G"), task("W")],
+                 [{"from": "F", "to": "J"}, {"from": "F", "to": "M"}, {"from": "M", "to": "J"},
+                  {"from": "J", "to": "W", "type": "weak"}, {"from": "G", "to": "W"}])
+    fail_for_good(c, ids["F"])
+    assert statuses(c) == {"F": "failed", "J": "blocked", "M": "blocked", "G": "ready", "W": "waiting"}
+    assert ready_keys(c) == ["G"]
+    assert claim(c, BOT2, ids["W"])["outcome"] == "blocked"
+    blocked_notes = [h for h in c.task(ids["J"])["history"] if str(h["note"]).startswith("blocked")]
+    assert len(blocked_notes) == 1
+    got = claim(c, BOT, ids["G"])
+    c.ok("x-chapline.work.report", **{"from": BOT}, task_id=ids["G"], token=got["token"], outcome="completed")
+    assert ready_keys(c) == ["W"]
+
+
+def test_keys_added_below_a_failed_task_end_once() -> None:
+    c, _ = setup()
+    f = task("F", retry={"max_attempts": 1})
+    ids = submit(c, [f])
+    fail_for_good(c, ids["F"])
+    ids = submit(c, [f, task("Z"), task("G"), task("X"), task("Y")],
+                 [{"from": "F", "to": "X"}, {"from": "X", "to": "Y"},
+                  {"from": "Y", "to": "Z", "type": "weak"}, {"from": "G", "to": "Z"}])
+    assert statuses(c) == {"F": "failed", "Z": "waiting", "G": "ready", "X": "blocked", "Y": "blocked"}
+    assert ready_keys(c) == ["G"]
+    assert claim(c, BOT2, ids["Z"])["outcome"] == "blocked"

@@ -24,6 +24,7 @@ from coordinator.profiles._work_state import (
     ENDS,
     FRONTIER,
     WORK,
+    admit,
     check_token,
     fail_attempt,
     finish,
@@ -120,27 +121,8 @@ def _ingest(call: Call, plan: SubmittedPlan, held: dict[str, Any] | None) -> dic
                 call.put(WORK, dep_id, dep)
     for tid, rec in records.items():
         call.put(WORK, tid, rec)
-    for tid in records:  # what a new task waits for, given held ends
-        rec = call.get(WORK, tid)
-        blocked_by = None
-        waiting = 0
-        for dep_id, kind in rec["deps"]:
-            status = call.get(WORK, dep_id)["status"]
-            if status not in ENDS:
-                waiting += 1
-            elif kind == "strong" and status != "completed":
-                blocked_by = dep_id
-        rec = {**rec, "waiting": waiting}
-        call.put(WORK, tid, rec)
-        if blocked_by is not None:
-            finish_note = f"blocked: dependency {call.get(WORK, blocked_by)['key']} did not succeed"
-            task = call.task(tid)
-            call.put("tasks", tid, call.advance(task, task.state, finish_note))
-            finish(call, rec, "blocked")
-        elif waiting == 0:
-            rec = {**rec, "status": "ready"}
-            call.put(WORK, tid, rec)
-            to_frontier(call, rec)
+    for tid in records:  # what each new task waits for, given held ends
+        admit(call, tid)
     return ids
 
 
@@ -484,7 +466,7 @@ def work_report(call: Call) -> dict[str, Any]:
         return {"task_id": tid, "status": "review", "state": "review_requested"}
     call.put("tasks", tid, call.advance(task, "completed", output=p.get("output"),
                                         confidence=p.get("confidence")))
-    finish(call, rec, "completed")
+    finish(call, tid, "completed")
     return {"task_id": tid, "status": "completed", "state": "completed"}
 
 
