@@ -472,3 +472,30 @@ def test_keys_added_below_a_failed_task_end_once() -> None:
     assert statuses(c) == {"F": "failed", "Z": "waiting", "G": "ready", "X": "blocked", "Y": "blocked"}
     assert ready_keys(c) == ["G"]
     assert claim(c, BOT2, ids["Z"])["outcome"] == "blocked"
+
+
+@pytest.mark.parametrize(("held", "wanted"), [
+    ({"reads": ["/etc"]}, {"writes": ["/"]}),
+    ({"writes": ["/"]}, {"reads": ["/etc"]}),
+    ({"writes": ["/"]}, {"reads": ["repo/a.md"]}),
+    ({"writes": ["etc"]}, {"reads": ["/etc/passwd"]}),
+    ({"writes": ["/etc//passwd"]}, {"reads": ["etc/passwd/"]}),
+])
+def test_the_root_holds_every_path_and_slashes_do_not_hide_a_path(
+    held: dict[str, list[str]], wanted: dict[str, list[str]]
+) -> None:
+    c, _ = setup()
+    ids = submit(c, [task("held", **held), task("wanted", **wanted)])
+    assert claim(c, BOT, ids["held"])["outcome"] == "claimed"
+    assert ready_keys(c) == []
+    got = claim(c, BOT2, ids["wanted"])
+    assert got["outcome"] == "blocked" and "conflicts with a held task" in got["reason"], got
+
+
+@pytest.mark.parametrize("path", ["repo/../etc", "./repo", "repo/."])
+def test_a_dot_segment_in_a_resource_path_is_refused(path: str) -> None:
+    c, _ = setup()
+    before = c.describe()
+    err = c.err("x-chapline.plan.submit", **{"from": ALICE}, plan="p", tasks=[task("a", writes=[path])])
+    assert err["code"] == -32602 and "'.' or '..'" in err["message"], err
+    assert c.describe()["task_count"] == before["task_count"]

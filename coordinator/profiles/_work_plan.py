@@ -58,6 +58,14 @@ def _paths(task: str, name: str, value: Any) -> list[str]:
         raise invalid_params(
             f"task {task!r}: {name} must be an array of resource paths such as \"repo/src/app.py\""
         )
+    for p in value:
+        if {".", ".."} & set(p.split("/")):
+            # Paths are names, compared segment by segment: "a/../b" is not
+            # "b", so a claim on it would not conflict with one on "b".
+            raise invalid_params(
+                f"task {task!r}: {name} path {p!r} has a '.' or '..' segment; give the path "
+                "it names without them"
+            )
     return sorted({p.rstrip("/") or "/" for p in value})
 
 
