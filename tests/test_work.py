@@ -499,3 +499,12 @@ def test_a_dot_segment_in_a_resource_path_is_refused(path: str) -> None:
     err = c.err("x-chapline.plan.submit", **{"from": ALICE}, plan="p", tasks=[task("a", writes=[path])])
     assert err["code"] == -32602 and "'.' or '..'" in err["message"], err
     assert c.describe()["task_count"] == before["task_count"]
+
+
+def test_a_self_edge_is_a_cycle_of_the_named_plan() -> None:
+    c, _ = setup()
+    err = c.err("x-chapline.plan.submit", **{"from": ALICE}, plan="p", tasks=[task("a"), task("b")],
+                edges=[{"from": "a", "to": "b"}, {"from": "b", "to": "b"}])
+    assert err["code"] == -32962
+    assert err["data"] == {"plan": "p", "cycle": ["b", "b"]}
+    assert "Plan 'p'" in err["message"] and "b -> b" in err["message"]

@@ -150,8 +150,6 @@ def _edges(raw: Any, keys: dict[str, dict[str, Any]]) -> None:
         assert isinstance(src, str) and isinstance(dst, str)
         if kind not in EDGE_TYPES:
             raise invalid_params(f'edges[{i}].type must be "strong" (wait for success) or "weak" (any end)')
-        if src == dst:
-            raise RpcError(WORK_PLAN_CYCLE, f"Plan has a cycle: {src} -> {src}", {"cycle": [src, src]})
         if seen.get((src, dst), kind) != kind:
             raise invalid_params(f"edges[{i}]: {src} -> {dst} given as both strong and weak")
         seen[(src, dst)] = kind
