@@ -508,3 +508,20 @@ def test_a_self_edge_is_a_cycle_of_the_named_plan() -> None:
     assert err["code"] == -32962
     assert err["data"] == {"plan": "p", "cycle": ["b", "b"]}
     assert "Plan 'p'" in err["message"] and "b -> b" in err["message"]
+
+
+def test_describe_keeps_submission_order_across_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "w.db"
+    clock = ManualClock()
+    c, _ = setup(SqliteStore(path), clock)
+    first = [task("zeta"), task("alpha"), task("mid")]
+    submit(c, first)
+    submit(c, [*first, task("beta"), task("aardvark")])
+    order = ["zeta", "alpha", "mid", "beta", "aardvark"]
+    assert [t["key"] for t in c.ok("x-chapline.plan.describe", plan="p")["tasks"]] == order
+    c.target.close()
+    restarted = Client(Coordinator(SqliteStore(path), clock=clock, ids=CounterIds()))
+    assert [t["key"] for t in restarted.ok("x-chapline.plan.describe", plan="p")["tasks"]] == order
+    restarted.ok("x-chapline.plan.submit", **{"from": ALICE}, plan="p", tasks=[*first, task("b2")])
+    assert [t["key"] for t in restarted.ok("x-chapline.plan.describe", plan="p")["tasks"]] == [*order, "b2"]
+    restarted.target.close()

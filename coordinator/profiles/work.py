@@ -192,11 +192,14 @@ def plan_describe(call: Call) -> dict[str, Any]:
         raise invalid_params(f"Unknown plan: {name!r}; x-chapline.plan.submit it first")
     sweep(call, now_ms(call))  # a read: what a write now would find (nothing is kept)
     out = []
-    for key, tid in held["tasks"].items():
-        rec, task = call.get(WORK, tid), call.get("tasks", tid)
-        claim = call.get(CLAIMS, tid)
+    # Submission order is each task's `order`: a store may give the plan's
+    # key -> id object back in another key order.
+    for rec in sorted((call.get(WORK, tid) for tid in held["tasks"].values()),
+                      key=lambda r: r["order"]):
+        tid = rec["task_id"]
+        task, claim = call.get("tasks", tid), call.get(CLAIMS, tid)
         out.append({
-            "key": key, "task_id": tid, "status": rec["status"],
+            "key": rec["key"], "task_id": tid, "status": rec["status"],
             "state": task.state if task else None, "priority": rec["priority"],
             "token": rec["token"], "holder": claim["holder"] if claim else None,
             "lease_expires_at": claim["expires_at"] if claim else None,
