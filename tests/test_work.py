@@ -15,6 +15,7 @@ from client import Client
 from support import ALICE, BOT, make
 
 from coordinator import Coordinator, CounterIds
+from coordinator.clock import iso_ms
 from coordinator.profiles import REGISTRY
 from coordinator.registry import CHAP_0_3, Profile, Registry, RegistryError
 from storage import SqliteStore
@@ -525,3 +526,23 @@ def test_describe_keeps_submission_order_across_a_restart(tmp_path: Path) -> Non
     restarted.ok("x-chapline.plan.submit", **{"from": ALICE}, plan="p", tasks=[*first, task("b2")])
     assert [t["key"] for t in restarted.ok("x-chapline.plan.describe", plan="p")["tasks"]] == [*order, "b2"]
     restarted.target.close()
+
+
+def test_the_backoff_after_an_expired_lease_counts_from_the_lease_end() -> None:
+    """Nothing but reads after the lease ends: once the backoff has passed
+    since the lease's end, a read sees the task ready."""
+    c, clock = setup()
+    ids = submit(c, [task("a", retry={"max_attempts": 3, "backoff_ms": 1000})])
+    got = claim(c, BOT, ids["a"], lease_ms=10_000)
+    lease_end = clock.now + 10_000
+    clock.now = lease_end + 1_000
+    assert ready_keys(c) == ["a"]
+    described = c.ok("x-chapline.plan.describe", plan="p")["tasks"][0]
+    assert described["retry_at"] == iso_ms(lease_end + 1_000)
+    assert described["attempts"][0]["ended_at"] == iso_ms(lease_end)
+    # A write long after records the same retry time, and the claim is granted.
+    clock.now += 50_000
+    again = claim(c, BOT2, ids["a"])
+    assert again["outcome"] == "claimed" and again["token"] == got["token"] + 1
+    expired = c.ok("x-chapline.plan.describe", plan="p")["tasks"][0]["attempts"][0]
+    assert (expired["outcome"], expired["ended_at"]) == ("expired", iso_ms(lease_end))

@@ -145,18 +145,22 @@ def sweep(call: Call, now: int) -> list[str]:
             # (another coordinator on the file): follow it, not the lease.
             settle_touched(call, [tid])
             continue
+        # The attempt ended with its lease, whichever call reclaims it: the
+        # backoff counts from then, so a reader sees the task ready on time.
         note = f"lease of {claim['holder']} (token {claim['token']}) expired; reclaimed"
-        fail_attempt(call, rec, claim, now, "expired", note, retryable=True)
+        fail_attempt(call, rec, claim, claim["expires_ms"], claim["expires_at"], "expired", note,
+                     retryable=True)
     return [tid for tid, _ in expired]
 
 
-def fail_attempt(call: Call, rec: dict[str, Any], claim: dict[str, Any], now: int, outcome: str,
-                 note: str, *, retryable: bool, error: Any = None) -> dict[str, Any]:
-    """An attempt that failed: back off and retry, or fail for good."""
+def fail_attempt(call: Call, rec: dict[str, Any], claim: dict[str, Any], ended_ms: int, ended_at: str,
+                 outcome: str, note: str, *, retryable: bool, error: Any = None) -> dict[str, Any]:
+    """An attempt that failed at `ended_ms` (`ended_at`): back off from
+    then and retry, or fail for good."""
     failures = rec["failures"] + 1
-    attempts = _attempt(rec, claim, call.arrived, outcome, error=error)
+    attempts = _attempt(rec, claim, ended_at, outcome, error=error)
     if retryable and failures < rec["retry"]["max_attempts"]:
-        at = now + retry_delay_ms(rec["retry"], failures)
+        at = ended_ms + retry_delay_ms(rec["retry"], failures)
         rec = _put(call, rec, status="retry", failures=failures, attempts=attempts, retry_at=iso_ms(at))
         to_frontier(call, rec, at)
         _note(call, rec["task_id"], f"{note}; attempt {failures} of "
