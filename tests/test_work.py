@@ -546,3 +546,37 @@ def test_the_backoff_after_an_expired_lease_counts_from_the_lease_end() -> None:
     assert again["outcome"] == "claimed" and again["token"] == got["token"] + 1
     expired = c.ok("x-chapline.plan.describe", plan="p")["tasks"][0]["attempts"][0]
     assert (expired["outcome"], expired["ended_at"]) == ("expired", iso_ms(lease_end))
+
+
+def test_a_chap_write_meets_a_plan_task_as_its_expired_lease_left_it() -> None:
+    """The lease ended before the write: its reclaim comes first, in the
+    write's own entry, whoever sends it (a read already showed it)."""
+    c, clock = setup()
+    ids = submit(c, [task("last", retry={"max_attempts": 1}), task("again"), task("after")],
+                 [{"from": "last", "to": "after", "type": "weak"}])
+    claim(c, BOT, ids["last"], lease_ms=1_000)
+    claim(c, BOT2, ids["again"], lease_ms=1_000)
+    clock.now += 1_000
+    assert statuses(c)["last"] == "failed"  # what a read shows, a write finds
+    err = c.err("control.cancel", **{"from": ALICE}, task_id=ids["last"], reason="late")
+    assert err["code"] == -32061 and "declined" in err["message"], err
+    assert statuses(c)["last"] == "failed"
+    # Reclaimed by the cancel itself: the expired attempt, then the cancel.
+    c.ok("control.cancel", **{"from": ALICE}, task_id=ids["again"], reason="not needed")
+    described = {t["key"]: t for t in c.ok("x-chapline.plan.describe", plan="p")["tasks"]}
+    assert (described["last"]["status"], described["last"]["state"]) == ("failed", "declined")
+    assert (described["again"]["status"], described["again"]["state"]) == ("cancelled", "cancelled")
+    assert [a["outcome"] for a in described["again"]["attempts"]] == ["expired"]
+    assert ready_keys(c) == ["after"]
+
+
+def test_a_token_whose_lease_was_reclaimed_is_stale_not_absent() -> None:
+    c, clock = setup()
+    ids = submit(c, [task("a")])
+    gone = claim(c, BOT, ids["a"], lease_ms=1_000)
+    clock.now += 1_000
+    assert c.ok("x-chapline.work.sweep")["reclaimed"] == [ids["a"]]
+    err = c.err("task.update", **{"from": BOT}, task_id=ids["a"], state="in_progress", token=gone["token"])
+    assert err["code"] == -32960 and "has ended" in err["message"], err
+    err = c.err("task.update", **{"from": BOT}, task_id=ids["a"], state="in_progress")
+    assert err["code"] == -32963

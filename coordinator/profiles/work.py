@@ -550,6 +550,16 @@ def work_set_capacity(call: Call) -> dict[str, Any]:
 
 
 _FENCED = ("task.update", "task.complete")
+_OWN = frozenset(m.name for m in PROFILE.methods)  # each reclaims where it decides
+
+
+@PROFILE.before_write
+def _reclaim_first(call: Call) -> None:
+    """Before another profile's write naming a plan task: reclaim the leases
+    that have ended, so the write meets the task as the clock left it (a
+    cancel finds a task whose last attempt's lease has expired failed)."""
+    if call.method not in _OWN and record(call, call.params.get("task_id")) is not None:
+        sweep(call, now_ms(call))
 
 
 @PROFILE.after_write
@@ -564,12 +574,14 @@ def _fence_and_settle(call: Call) -> None:
         tid = call.params.get("task_id")
         rec = record(call, tid)
         if rec is not None and isinstance(tid, str):
-            if call.get(CLAIMS, tid) is None and rec["status"] not in ENDS:
+            token = call.params.get("token")
+            issued = type(token) is int and 0 < token <= rec["token"]  # stale, not absent
+            if call.get(CLAIMS, tid) is None and rec["status"] not in ENDS and not issued:
                 raise RpcError(
                     WORK_CLAIM_REQUIRED,
                     f"Task {tid} is a plan task: claim it with x-chapline.work.claim and send "
                     "its token (or report with x-chapline.work.report)",
                     {"task_id": tid},
                 )
-            check_token(call, tid, call.params.get("token"), now_ms(call))
+            check_token(call, tid, token, now_ms(call))
     settle_touched(call, list(touched))
