@@ -451,9 +451,9 @@ def work_report(call: Call) -> dict[str, Any]:
     task = call.task(tid)
     p = call.params
     if outcome == "failed":
-        return {"task_id": tid, **fail_attempt(
-            call, rec, claim, now, call.arrived, "failed", f"attempt failed ({actor.uri}, token {claim['token']})",
-            retryable=retryable, error=p.get("error"))}
+        note = f"attempt failed ({actor.uri}, token {claim['token']})"
+        return {"task_id": tid, **fail_attempt(call, rec, claim, now, call.arrived, "failed", note,
+                                               retryable=retryable, error=p.get("error"))}
     entry = {"token": claim["token"], "holder": claim["holder"], "claimed_at": claim["claimed_at"],
              "ended_at": call.arrived, "outcome": outcome}
     if outcome == "blocked":
