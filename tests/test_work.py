@@ -15,6 +15,7 @@ from client import Client
 from support import ALICE, BOT, make
 
 from coordinator import Coordinator, CounterIds
+from coordinator.clock import iso_ms
 from coordinator.profiles import REGISTRY
 from coordinator.engine.registry import CHAP_0_3, Profile, Registry, RegistryError
 from storage import SqliteStore
@@ -422,3 +423,160 @@ def test_chapline_inspect_and_verify_show_work_workspaces(tmp_path: Path, capsys
     assert main(["inspect", str(path)]) == 0
     assert "1 plans, 1 claims, 1 on the frontier" in capsys.readouterr().out
     assert main(["verify", str(path)]) == 0  # replaying the log gives the stored objects
+
+
+# -- issue 25: fail closed ------------------------------------------------------
+
+
+def statuses(c: Client, plan: str = "p") -> dict[str, str]:
+    return {t["key"]: t["status"] for t in c.ok("x-chapline.plan.describe", plan=plan)["tasks"]}
+
+
+def ready_keys(c: Client) -> list[str]:
+    return [r["key"] for r in c.ok("x-chapline.work.ready")["ready"]]
+
+
+def fail_for_good(c: Client, tid: str) -> None:
+    got = claim(c, BOT, tid)
+    assert got["outcome"] == "claimed", got
+    result = c.ok("x-chapline.work.report", **{"from": BOT}, task_id=tid, token=got["token"],
+                  outcome="failed", error="boom")
+    assert result["status"] == "failed"
+
+
+def test_a_task_reached_twice_from_a_failure_ends_once() -> None:
+    """J is reached from the failed F directly and through M: it is blocked
+    once, so W (weakly after J, strongly after G) still waits for G."""
+    c, _ = setup()
+    ids = submit(c, [task("F", retry={"max_attempts": 1}), task("J"), task("M"), task("G"), task("W")],
+                 [{"from": "F", "to": "J"}, {"from": "F", "to": "M"}, {"from": "M", "to": "J"},
+                  {"from": "J", "to": "W", "type": "weak"}, {"from": "G", "to": "W"}])
+    fail_for_good(c, ids["F"])
+    assert statuses(c) == {"F": "failed", "J": "blocked", "M": "blocked", "G": "ready", "W": "waiting"}
+    assert ready_keys(c) == ["G"]
+    assert claim(c, BOT2, ids["W"])["outcome"] == "blocked"
+    blocked_notes = [h for h in c.task(ids["J"])["history"] if str(h["note"]).startswith("blocked")]
+    assert len(blocked_notes) == 1
+    got = claim(c, BOT, ids["G"])
+    c.ok("x-chapline.work.report", **{"from": BOT}, task_id=ids["G"], token=got["token"], outcome="completed")
+    assert ready_keys(c) == ["W"]
+
+
+def test_keys_added_below_a_failed_task_end_once() -> None:
+    c, _ = setup()
+    f = task("F", retry={"max_attempts": 1})
+    ids = submit(c, [f])
+    fail_for_good(c, ids["F"])
+    ids = submit(c, [f, task("Z"), task("G"), task("X"), task("Y")],
+                 [{"from": "F", "to": "X"}, {"from": "X", "to": "Y"},
+                  {"from": "Y", "to": "Z", "type": "weak"}, {"from": "G", "to": "Z"}])
+    assert statuses(c) == {"F": "failed", "Z": "waiting", "G": "ready", "X": "blocked", "Y": "blocked"}
+    assert ready_keys(c) == ["G"]
+    assert claim(c, BOT2, ids["Z"])["outcome"] == "blocked"
+
+
+@pytest.mark.parametrize(("held", "wanted"), [
+    ({"reads": ["/etc"]}, {"writes": ["/"]}),
+    ({"writes": ["/"]}, {"reads": ["/etc"]}),
+    ({"writes": ["/"]}, {"reads": ["repo/a.md"]}),
+    ({"writes": ["etc"]}, {"reads": ["/etc/passwd"]}),
+    ({"writes": ["/etc//passwd"]}, {"reads": ["etc/passwd/"]}),
+])
+def test_the_root_holds_every_path_and_slashes_do_not_hide_a_path(
+    held: dict[str, list[str]], wanted: dict[str, list[str]]
+) -> None:
+    c, _ = setup()
+    ids = submit(c, [task("held", **held), task("wanted", **wanted)])
+    assert claim(c, BOT, ids["held"])["outcome"] == "claimed"
+    assert ready_keys(c) == []
+    got = claim(c, BOT2, ids["wanted"])
+    assert got["outcome"] == "blocked" and "conflicts with a held task" in got["reason"], got
+
+
+@pytest.mark.parametrize("path", ["repo/../etc", "./repo", "repo/."])
+def test_a_dot_segment_in_a_resource_path_is_refused(path: str) -> None:
+    c, _ = setup()
+    before = c.describe()
+    err = c.err("x-chapline.plan.submit", **{"from": ALICE}, plan="p", tasks=[task("a", writes=[path])])
+    assert err["code"] == -32602 and "'.' or '..'" in err["message"], err
+    assert c.describe()["task_count"] == before["task_count"]
+
+
+def test_a_self_edge_is_a_cycle_of_the_named_plan() -> None:
+    c, _ = setup()
+    err = c.err("x-chapline.plan.submit", **{"from": ALICE}, plan="p", tasks=[task("a"), task("b")],
+                edges=[{"from": "a", "to": "b"}, {"from": "b", "to": "b"}])
+    assert err["code"] == -32962
+    assert err["data"] == {"plan": "p", "cycle": ["b", "b"]}
+    assert "Plan 'p'" in err["message"] and "b -> b" in err["message"]
+
+
+def test_describe_keeps_submission_order_across_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "w.db"
+    clock = ManualClock()
+    c, _ = setup(SqliteStore(path), clock)
+    first = [task("zeta"), task("alpha"), task("mid")]
+    submit(c, first)
+    submit(c, [*first, task("beta"), task("aardvark")])
+    order = ["zeta", "alpha", "mid", "beta", "aardvark"]
+    assert [t["key"] for t in c.ok("x-chapline.plan.describe", plan="p")["tasks"]] == order
+    c.target.close()
+    restarted = Client(Coordinator(SqliteStore(path), clock=clock, ids=CounterIds()))
+    assert [t["key"] for t in restarted.ok("x-chapline.plan.describe", plan="p")["tasks"]] == order
+    restarted.ok("x-chapline.plan.submit", **{"from": ALICE}, plan="p", tasks=[*first, task("b2")])
+    assert [t["key"] for t in restarted.ok("x-chapline.plan.describe", plan="p")["tasks"]] == [*order, "b2"]
+    restarted.target.close()
+
+
+def test_the_backoff_after_an_expired_lease_counts_from_the_lease_end() -> None:
+    """Nothing but reads after the lease ends: once the backoff has passed
+    since the lease's end, a read sees the task ready."""
+    c, clock = setup()
+    ids = submit(c, [task("a", retry={"max_attempts": 3, "backoff_ms": 1000})])
+    got = claim(c, BOT, ids["a"], lease_ms=10_000)
+    lease_end = clock.now + 10_000
+    clock.now = lease_end + 1_000
+    assert ready_keys(c) == ["a"]
+    described = c.ok("x-chapline.plan.describe", plan="p")["tasks"][0]
+    assert described["retry_at"] == iso_ms(lease_end + 1_000)
+    assert described["attempts"][0]["ended_at"] == iso_ms(lease_end)
+    # A write long after records the same retry time, and the claim is granted.
+    clock.now += 50_000
+    again = claim(c, BOT2, ids["a"])
+    assert again["outcome"] == "claimed" and again["token"] == got["token"] + 1
+    expired = c.ok("x-chapline.plan.describe", plan="p")["tasks"][0]["attempts"][0]
+    assert (expired["outcome"], expired["ended_at"]) == ("expired", iso_ms(lease_end))
+
+
+def test_a_chap_write_meets_a_plan_task_as_its_expired_lease_left_it() -> None:
+    """The lease ended before the write: its reclaim comes first, in the
+    write's own entry, whoever sends it (a read already showed it)."""
+    c, clock = setup()
+    ids = submit(c, [task("last", retry={"max_attempts": 1}), task("again"), task("after")],
+                 [{"from": "last", "to": "after", "type": "weak"}])
+    claim(c, BOT, ids["last"], lease_ms=1_000)
+    claim(c, BOT2, ids["again"], lease_ms=1_000)
+    clock.now += 1_000
+    assert statuses(c)["last"] == "failed"  # what a read shows, a write finds
+    err = c.err("control.cancel", **{"from": ALICE}, task_id=ids["last"], reason="late")
+    assert err["code"] == -32061 and "declined" in err["message"], err
+    assert statuses(c)["last"] == "failed"
+    # Reclaimed by the cancel itself: the expired attempt, then the cancel.
+    c.ok("control.cancel", **{"from": ALICE}, task_id=ids["again"], reason="not needed")
+    described = {t["key"]: t for t in c.ok("x-chapline.plan.describe", plan="p")["tasks"]}
+    assert (described["last"]["status"], described["last"]["state"]) == ("failed", "declined")
+    assert (described["again"]["status"], described["again"]["state"]) == ("cancelled", "cancelled")
+    assert [a["outcome"] for a in described["again"]["attempts"]] == ["expired"]
+    assert ready_keys(c) == ["after"]
+
+
+def test_a_token_whose_lease_was_reclaimed_is_stale_not_absent() -> None:
+    c, clock = setup()
+    ids = submit(c, [task("a")])
+    gone = claim(c, BOT, ids["a"], lease_ms=1_000)
+    clock.now += 1_000
+    assert c.ok("x-chapline.work.sweep")["reclaimed"] == [ids["a"]]
+    err = c.err("task.update", **{"from": BOT}, task_id=ids["a"], state="in_progress", token=gone["token"])
+    assert err["code"] == -32960 and "has ended" in err["message"], err
+    err = c.err("task.update", **{"from": BOT}, task_id=ids["a"], state="in_progress")
+    assert err["code"] == -32963

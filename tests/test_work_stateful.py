@@ -26,7 +26,7 @@ from storage import SqliteStore
 WS = "wsw"
 HUMAN = "human:alice"
 AGENTS = ("agent:a1", "agent:a2", "agent:a3")
-PATHS = ("r", "r/x", "r/y", "s", "s/z/q")
+PATHS = ("r", "r/x", "/r/y", "s", "s/z/q", "/", "s//z/")
 PROFILES = ["core/1.0", "review/1.0", "control/1.0", "x-chapline-work/1.0"]
 ENDED = {"completed", "declined", "cancelled"}
 
@@ -40,7 +40,9 @@ class ManualClock:
 
 
 def overlaps(p: str, q: str) -> bool:
-    return p == q or p.startswith(q + "/") or q.startswith(p + "/")
+    """By segments: one path's segments start the other's (the root has none)."""
+    a, b = [x for x in p.split("/") if x], [x for x in q.split("/") if x]
+    return a[:len(b)] == b or b[:len(a)] == a
 
 
 def conflict(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -113,6 +115,9 @@ class WorkMachine(RuleBasedStateMachine):
     def task_state(self, tid: str) -> str:
         return str(self.coord.snapshot(WS)["tasks"][tid]["state"])
 
+    def status(self, tid: str) -> str:
+        return str(self.coord.snapshot(WS)["x_chapline_work"][tid]["status"])
+
     def all_tasks(self) -> list[str]:
         return [tid for p in self.plans.values() for tid in p["ids"].values()]
 
@@ -182,7 +187,10 @@ class WorkMachine(RuleBasedStateMachine):
             assert tid not in live  # never two live claims on one task
             for dep, kind in self.deps[tid]:
                 state = self.task_state(dep)
-                assert state == "completed" if kind == "strong" else state in ENDED, (dep, kind, state)
+                if kind == "strong":
+                    assert state == "completed", (dep, kind, state)
+                else:  # any end: a blocked task keeps its CHAP state, and ends
+                    assert state in ENDED or self.status(dep) == "blocked", (dep, kind, state)
             if self.caps["workspace_max"] is not None:
                 assert len(live) < self.caps["workspace_max"]
             if self.caps["agent_max"] is not None:

@@ -488,6 +488,11 @@ class Coordinator:
             gated = isinstance(err.data, dict) and "advertised" in err.data
             return self._refuse(call, method, err, gated)
         try:
+            if not method.read and call.ws is not None and REGISTRY.before_hooks:
+                advertised = profile_names(call.ws.meta.profiles)
+                for profile, hook in REGISTRY.before_hooks:
+                    if profile in advertised:
+                        hook(call)
             result = handler(call)  # steps 15-16
             if not method.read and call.ws is not None and REGISTRY.write_hooks:
                 advertised = profile_names(call.ws.meta.profiles)

@@ -200,6 +200,7 @@ class Profile:
             )
         self.name = name
         self.methods: list[Method] = []
+        self.before_hooks: list[Handler] = []
         self.write_hooks: list[Handler] = []
 
     def method(
@@ -256,6 +257,14 @@ class Profile:
 
         return declare
 
+    def before_write(self, hook: _H) -> _H:
+        """Declare `hook(call)` to run before the handler of every write (of
+        any profile) in a workspace advertising this profile: the handler
+        sees what it stages, which lands in the same entry (or nowhere if the
+        call is refused)."""
+        self.before_hooks.append(hook)
+        return hook
+
     def after_write(self, hook: _H) -> _H:
         """Declare `hook(call)` to run after the handler of every write (of any
         profile) in a workspace advertising this profile, before the write is
@@ -310,7 +319,10 @@ class Registry:
             )
         )
         self._advertisable_names = frozenset(profile_name(p) for p in self.advertisable)
-        # (profile name, hook): run after writes where that profile is advertised.
+        # (profile name, hook): run before / after writes where that profile is advertised.
+        self.before_hooks: tuple[tuple[str, Handler], ...] = tuple(
+            (profile_name(p.name), hook) for p in profiles for hook in p.before_hooks
+        )
         self.write_hooks: tuple[tuple[str, Handler], ...] = tuple(
             (profile_name(p.name), hook) for p in profiles for hook in p.write_hooks
         )

@@ -24,6 +24,7 @@ from coordinator.profiles.work._state import (
     ENDS,
     FRONTIER,
     WORK,
+    admit,
     check_token,
     fail_attempt,
     finish,
@@ -120,27 +121,8 @@ def _ingest(call: Call, plan: SubmittedPlan, held: dict[str, Any] | None) -> dic
                 call.put(WORK, dep_id, dep)
     for tid, rec in records.items():
         call.put(WORK, tid, rec)
-    for tid in records:  # what a new task waits for, given held ends
-        rec = call.get(WORK, tid)
-        blocked_by = None
-        waiting = 0
-        for dep_id, kind in rec["deps"]:
-            status = call.get(WORK, dep_id)["status"]
-            if status not in ENDS:
-                waiting += 1
-            elif kind == "strong" and status != "completed":
-                blocked_by = dep_id
-        rec = {**rec, "waiting": waiting}
-        call.put(WORK, tid, rec)
-        if blocked_by is not None:
-            finish_note = f"blocked: dependency {call.get(WORK, blocked_by)['key']} did not succeed"
-            task = call.task(tid)
-            call.put("tasks", tid, call.advance(task, task.state, finish_note))
-            finish(call, rec, "blocked")
-        elif waiting == 0:
-            rec = {**rec, "status": "ready"}
-            call.put(WORK, tid, rec)
-            to_frontier(call, rec)
+    for tid in records:  # what each new task waits for, given held ends
+        admit(call, tid)
     return ids
 
 
@@ -210,11 +192,14 @@ def plan_describe(call: Call) -> dict[str, Any]:
         raise invalid_params(f"Unknown plan: {name!r}; x-chapline.plan.submit it first")
     sweep(call, now_ms(call))  # a read: what a write now would find (nothing is kept)
     out = []
-    for key, tid in held["tasks"].items():
-        rec, task = call.get(WORK, tid), call.get("tasks", tid)
-        claim = call.get(CLAIMS, tid)
+    # Submission order is each task's `order`: a store may give the plan's
+    # key -> id object back in another key order.
+    for rec in sorted((call.get(WORK, tid) for tid in held["tasks"].values()),
+                      key=lambda r: r["order"]):
+        tid = rec["task_id"]
+        task, claim = call.get("tasks", tid), call.get(CLAIMS, tid)
         out.append({
-            "key": key, "task_id": tid, "status": rec["status"],
+            "key": rec["key"], "task_id": tid, "status": rec["status"],
             "state": task.state if task else None, "priority": rec["priority"],
             "token": rec["token"], "holder": claim["holder"] if claim else None,
             "lease_expires_at": claim["expires_at"] if claim else None,
@@ -466,9 +451,9 @@ def work_report(call: Call) -> dict[str, Any]:
     task = call.task(tid)
     p = call.params
     if outcome == "failed":
-        return {"task_id": tid, **fail_attempt(
-            call, rec, claim, now, "failed", f"attempt failed ({actor.uri}, token {claim['token']})",
-            retryable=retryable, error=p.get("error"))}
+        note = f"attempt failed ({actor.uri}, token {claim['token']})"
+        return {"task_id": tid, **fail_attempt(call, rec, claim, now, call.arrived, "failed", note,
+                                               retryable=retryable, error=p.get("error"))}
     entry = {"token": claim["token"], "holder": claim["holder"], "claimed_at": claim["claimed_at"],
              "ended_at": call.arrived, "outcome": outcome}
     if outcome == "blocked":
@@ -484,7 +469,7 @@ def work_report(call: Call) -> dict[str, Any]:
         return {"task_id": tid, "status": "review", "state": "review_requested"}
     call.put("tasks", tid, call.advance(task, "completed", output=p.get("output"),
                                         confidence=p.get("confidence")))
-    finish(call, rec, "completed")
+    finish(call, tid, "completed")
     return {"task_id": tid, "status": "completed", "state": "completed"}
 
 
@@ -565,6 +550,16 @@ def work_set_capacity(call: Call) -> dict[str, Any]:
 
 
 _FENCED = ("task.update", "task.complete")
+_OWN = frozenset(m.name for m in PROFILE.methods)  # each reclaims where it decides
+
+
+@PROFILE.before_write
+def _reclaim_first(call: Call) -> None:
+    """Before another profile's write naming a plan task: reclaim the leases
+    that have ended, so the write meets the task as the clock left it (a
+    cancel finds a task whose last attempt's lease has expired failed)."""
+    if call.method not in _OWN and record(call, call.params.get("task_id")) is not None:
+        sweep(call, now_ms(call))
 
 
 @PROFILE.after_write
@@ -579,12 +574,14 @@ def _fence_and_settle(call: Call) -> None:
         tid = call.params.get("task_id")
         rec = record(call, tid)
         if rec is not None and isinstance(tid, str):
-            if call.get(CLAIMS, tid) is None and rec["status"] not in ENDS:
+            token = call.params.get("token")
+            issued = type(token) is int and 0 < token <= rec["token"]  # stale, not absent
+            if call.get(CLAIMS, tid) is None and rec["status"] not in ENDS and not issued:
                 raise RpcError(
                     WORK_CLAIM_REQUIRED,
                     f"Task {tid} is a plan task: claim it with x-chapline.work.claim and send "
                     "its token (or report with x-chapline.work.report)",
                     {"task_id": tid},
                 )
-            check_token(call, tid, call.params.get("token"), now_ms(call))
+            check_token(call, tid, token, now_ms(call))
     settle_touched(call, list(touched))

@@ -10,10 +10,10 @@ inside a batch, with the batch's provisional values and their undo). It never
 changes while a call runs; `LiveClaims` lays what the call has staged over it.
 
 It keeps: the claims by task id; how many each holder has; the resources
-they hold (counts per path and per proper ancestor of a path, so that an
-overlap is found in O(path depth)); and a heap of lease expiries, with stale
-entries (a lease extended or ended) skipped when read and dropped when they
-reach the top or outnumber the live ones.
+they hold (counts per path and per enclosing path, the root included, so
+that an overlap is found in O(path depth)); and a heap of lease expiries,
+with stale entries (a lease extended or ended) skipped when read and
+dropped when they reach the top or outnumber the live ones.
 """
 
 from __future__ import annotations
@@ -25,24 +25,38 @@ from typing import Any
 
 from coordinator.engine.call import Call
 
-__all__ = ["CLAIMS", "ClaimIndex", "LiveClaims", "overlaps"]
+__all__ = ["CLAIMS", "ClaimIndex", "LiveClaims", "overlaps", "resource"]
 
 CLAIMS = "x_chapline_claims"
 
 Claim = dict[str, Any]
 
 
+def resource(path: str) -> str:
+    """A resource path as claims compare it: its non-empty segments joined
+    by `/`, so that a leading, trailing or doubled `/` names the same
+    resource; the root `/` is "", which holds every path."""
+    return "/".join(part for part in path.split("/") if part)
+
+
 def overlaps(p: str, q: str) -> bool:
-    """Two resource paths overlap when equal or one is inside the other."""
-    return p == q or q.startswith(p + "/") or p.startswith(q + "/")
+    """Two resource paths overlap when equal or one is inside the other
+    (everything is inside the root)."""
+    a, b = resource(p), resource(q)
+    return a == b or not a or not b or b.startswith(a + "/") or a.startswith(b + "/")
 
 
-def _ancestors(path: str) -> Iterator[str]:
-    i = path.rfind("/")
+def _ancestors(key: str) -> Iterator[str]:
+    """The resources a resource (as `resource` gives it) is inside, the
+    root last."""
+    if not key:
+        return
+    i = key.rfind("/")
     while i > 0:
-        path = path[:i]
-        yield path
-        i = path.rfind("/")
+        key = key[:i]
+        yield key
+        i = key.rfind("/")
+    yield ""
 
 
 class _Resources:
@@ -58,11 +72,11 @@ class _Resources:
         self.touched_under: Counter[str] = Counter()
 
     def add(self, claim: Claim, step: int = 1) -> None:
-        for p in claim["writes"]:
+        for p in map(resource, claim["writes"]):
             _bump(self.writes, p, step)
             for a in _ancestors(p):
                 _bump(self.writes_under, a, step)
-        for p in (*claim["reads"], *claim["writes"]):
+        for p in map(resource, (*claim["reads"], *claim["writes"])):
             _bump(self.touched, p, step)
             for a in _ancestors(p):
                 _bump(self.touched_under, a, step)
@@ -83,6 +97,7 @@ def _holds(path: str, exact: Counter[str], under: Counter[str], minus_exact: Cou
            minus_under: Counter[str]) -> bool:
     """Whether a claim (not among those subtracted) holds `path`, something
     inside it, or something it is inside."""
+    path = resource(path)
     if exact[path] > minus_exact[path] or under[path] > minus_under[path]:
         return True
     return any(exact[a] > minus_exact[a] for a in _ancestors(path))

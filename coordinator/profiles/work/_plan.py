@@ -58,6 +58,14 @@ def _paths(task: str, name: str, value: Any) -> list[str]:
         raise invalid_params(
             f"task {task!r}: {name} must be an array of resource paths such as \"repo/src/app.py\""
         )
+    for p in value:
+        if {".", ".."} & set(p.split("/")):
+            # Paths are names, compared segment by segment: "a/../b" is not
+            # "b", so a claim on it would not conflict with one on "b".
+            raise invalid_params(
+                f"task {task!r}: {name} path {p!r} has a '.' or '..' segment; give the path "
+                "it names without them"
+            )
     return sorted({p.rstrip("/") or "/" for p in value})
 
 
@@ -142,8 +150,6 @@ def _edges(raw: Any, keys: dict[str, dict[str, Any]]) -> None:
         assert isinstance(src, str) and isinstance(dst, str)
         if kind not in EDGE_TYPES:
             raise invalid_params(f'edges[{i}].type must be "strong" (wait for success) or "weak" (any end)')
-        if src == dst:
-            raise RpcError(WORK_PLAN_CYCLE, f"Plan has a cycle: {src} -> {src}", {"cycle": [src, src]})
         if seen.get((src, dst), kind) != kind:
             raise invalid_params(f"edges[{i}]: {src} -> {dst} given as both strong and weak")
         seen[(src, dst)] = kind

@@ -37,6 +37,7 @@ __all__ = [
     "ENDS",
     "FRONTIER",
     "WORK",
+    "admit",
     "check_token",
     "finish",
     "fail_attempt",
@@ -144,18 +145,22 @@ def sweep(call: Call, now: int) -> list[str]:
             # (another coordinator on the file): follow it, not the lease.
             settle_touched(call, [tid])
             continue
+        # The attempt ended with its lease, whichever call reclaims it: the
+        # backoff counts from then, so a reader sees the task ready on time.
         note = f"lease of {claim['holder']} (token {claim['token']}) expired; reclaimed"
-        fail_attempt(call, rec, claim, now, "expired", note, retryable=True)
+        fail_attempt(call, rec, claim, claim["expires_ms"], claim["expires_at"], "expired", note,
+                     retryable=True)
     return [tid for tid, _ in expired]
 
 
-def fail_attempt(call: Call, rec: dict[str, Any], claim: dict[str, Any], now: int, outcome: str,
-                 note: str, *, retryable: bool, error: Any = None) -> dict[str, Any]:
-    """An attempt that failed: back off and retry, or fail for good."""
+def fail_attempt(call: Call, rec: dict[str, Any], claim: dict[str, Any], ended_ms: int, ended_at: str,
+                 outcome: str, note: str, *, retryable: bool, error: Any = None) -> dict[str, Any]:
+    """An attempt that failed at `ended_ms` (`ended_at`): back off from
+    then and retry, or fail for good."""
     failures = rec["failures"] + 1
-    attempts = _attempt(rec, claim, call.arrived, outcome, error=error)
+    attempts = _attempt(rec, claim, ended_at, outcome, error=error)
     if retryable and failures < rec["retry"]["max_attempts"]:
-        at = now + retry_delay_ms(rec["retry"], failures)
+        at = ended_ms + retry_delay_ms(rec["retry"], failures)
         rec = _put(call, rec, status="retry", failures=failures, attempts=attempts, retry_at=iso_ms(at))
         to_frontier(call, rec, at)
         _note(call, rec["task_id"], f"{note}; attempt {failures} of "
@@ -164,32 +169,81 @@ def fail_attempt(call: Call, rec: dict[str, Any], claim: dict[str, Any], now: in
     rec = _put(call, rec, failures=failures, attempts=attempts)
     why = "not retryable" if not retryable else f"{failures} attempts failed"
     _note(call, rec["task_id"], f"{note}; failed for good ({why})", state="declined")
-    finish(call, rec, "failed")
+    finish(call, rec["task_id"], "failed")
     return {"status": "failed"}
 
 
-def finish(call: Call, rec: dict[str, Any], status: str) -> None:
-    """End a plan task (`status` in ENDS) and settle its dependents: a strong
-    dependent of anything but success is blocked (and ends in turn); one
-    whose dependencies have all ended joins the frontier."""
-    work = [(rec, status)]
-    while work:
-        rec, status = work.pop()
-        tid = rec["task_id"]
-        call.delete(FRONTIER, tid)
-        release_claim(call, tid)
-        _put(call, rec, status=status, retry_at=None)
-        for dep_id, kind in rec["dependents"]:
+def finish(call: Call, task_id: str, status: str) -> None:
+    """End a plan task (`status` in ENDS), once (a task already ended keeps
+    its end), and decide its dependents again: a strong dependent of
+    anything but success is blocked (and ends in turn); one whose
+    dependencies have all ended joins the frontier."""
+    rec = record(call, task_id)
+    if rec is None or rec["status"] in ENDS:
+        return
+    _settle_dependents(call, _end(call, task_id, status))
+
+
+def admit(call: Call, task_id: str) -> None:
+    """Decide a newly submitted task from what its dependencies (held or
+    new) have done so far; a task that an earlier new task's end already
+    decided is left as it is."""
+    rec = record(call, task_id)
+    if rec is None or rec["status"] in ENDS:
+        return
+    blocker = _follow(call, rec)
+    if blocker is not None:
+        _note(call, task_id, f"blocked: dependency {blocker['key']} did not succeed")
+        _settle_dependents(call, _end(call, task_id, "blocked"))
+
+
+def _end(call: Call, task_id: str, status: str) -> dict[str, Any]:
+    call.delete(FRONTIER, task_id)
+    release_claim(call, task_id)
+    return _put(call, call.get(WORK, task_id), status=status, retry_at=None)
+
+
+def _settle_dependents(call: Call, ended: dict[str, Any]) -> None:
+    """Decide again every dependent (transitively) of a task that just
+    ended. A task reached by several paths is decided on each, but ends at
+    most once: only a task not yet ended is looked at."""
+    stack = [ended]
+    while stack:
+        done = stack.pop()
+        for dep_id, _ in done["dependents"]:
             dep = record(call, dep_id)
             if dep is None or dep["status"] in ENDS:
                 continue
-            if kind == "strong" and status != "completed":
-                _note(call, dep_id, f"blocked: dependency {rec['key']} ({tid}) {status}")
-                work.append((_put(call, dep, waiting=dep["waiting"] - 1), "blocked"))
-                continue
-            dep = _put(call, dep, waiting=dep["waiting"] - 1)
-            if dep["waiting"] == 0 and dep["status"] == "waiting":
-                to_frontier(call, _put(call, dep, status="ready"))
+            blocker = _follow(call, dep)
+            if blocker is not None:
+                _note(call, dep_id, f"blocked: dependency {blocker['key']} ({blocker['task_id']}) "
+                      f"{blocker['status']}")
+                stack.append(_end(call, dep_id, "blocked"))
+
+
+def _follow(call: Call, rec: dict[str, Any]) -> dict[str, Any] | None:
+    """Bring a task that has not ended in line with its dependencies'
+    statuses, read afresh (never a running count, which a second path to
+    the same end would decrement twice): the strong dependency that ended
+    without success if there is one (the caller blocks the task); else a
+    waiting task's count of dependencies not ended, and `ready` (on the
+    frontier) when none is left."""
+    blocker: dict[str, Any] | None = None
+    waiting = 0
+    for dep_id, kind in rec["deps"]:
+        dep: dict[str, Any] = call.get(WORK, dep_id)
+        if dep["status"] not in ENDS:
+            waiting += 1
+        elif kind == "strong" and dep["status"] != "completed":
+            blocker = dep
+    if blocker is not None:
+        _put(call, rec, waiting=waiting)
+        return blocker
+    if rec["status"] == "waiting":
+        rec = _put(call, rec, waiting=waiting, status="ready" if waiting == 0 else "waiting")
+        if waiting == 0:
+            to_frontier(call, rec)
+    return None
 
 
 def settle_touched(call: Call, task_ids: Iterable[str]) -> None:
@@ -203,9 +257,9 @@ def settle_touched(call: Call, task_ids: Iterable[str]) -> None:
         task: Task | None = call.get("tasks", tid)
         state = task.state if task is not None else "cancelled"
         if state == "completed":
-            finish(call, rec, "completed")
+            finish(call, tid, "completed")
         elif state in _CHAP_FAILED:
-            finish(call, rec, _CHAP_FAILED[state])
+            finish(call, tid, _CHAP_FAILED[state])
         elif state == "review_requested" and rec["status"] != "review":
             release_claim(call, tid)
             call.delete(FRONTIER, tid)
