@@ -40,9 +40,9 @@ from typing import Any
 import msgspec
 
 from coordinator import Coordinator, CounterIds, StepClock
+from coordinator.engine.wire import WORKSPACE_PAUSED
 from coordinator.profiles import REGISTRY
 from coordinator.tools.verification import verify_workspace
-from coordinator.engine.wire import WORKSPACE_PAUSED
 from storage import COLLECTIONS, IDEMPOTENCY_KEYS, SqliteStore
 
 __all__ = ["Failure", "Generator", "Checker", "Report", "run", "main"]

@@ -21,8 +21,8 @@ import msgspec
 
 from coordinator.audit import AuditEntry
 from coordinator.engine.clock import StepClock
-from coordinator.errors import ChaplineError
 from coordinator.engine.ids import CounterIds
+from coordinator.errors import ChaplineError
 from coordinator.model import Member, Override, Task
 from storage import COLLECTIONS, IDEMPOTENCY_KEYS
 

@@ -30,6 +30,7 @@ from servers import LiveServer, Serve
 
 from coordinator import Coordinator, public_jwk, sign_envelope
 from coordinator.cli import DEFAULT_PROFILES, _loopback_address
+from coordinator.security.identity_verifiers import OidcVerifier
 from coordinator.server import create_app
 from coordinator.server.auth import (
     AUTHENTICATION_REQUIRED,
@@ -38,7 +39,6 @@ from coordinator.server.auth import (
     TokenStore,
     bearer,
 )
-from coordinator.security.identity_verifiers import OidcVerifier
 from storage import SqliteStore
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,10 +8,10 @@ import pytest
 
 from coordinator.engine.call import Call
 from coordinator.engine.log import LogReader
+from coordinator.engine.workspace import Workspace
 from coordinator.model import WorkspaceMeta
 from coordinator.options import Options
 from coordinator.profiles import REGISTRY
-from coordinator.engine.workspace import Workspace
 from storage import MemoryStore
 
 

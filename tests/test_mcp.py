@@ -22,8 +22,8 @@ from servers import Served, env
 
 from coordinator import Coordinator
 from coordinator.profiles import REGISTRY
-from coordinator.server.mcp import DISCOVER_VERSIONS, create_mcp_server
 from coordinator.server.dispatcher import SerialDispatcher
+from coordinator.server.mcp import DISCOVER_VERSIONS, create_mcp_server
 from storage import SqliteStore
 
 ERAS = ("legacy", "2026-07-28")

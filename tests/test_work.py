@@ -15,9 +15,9 @@ from client import Client
 from support import ALICE, BOT, make
 
 from coordinator import Coordinator, CounterIds
-from coordinator.clock import iso_ms
-from coordinator.profiles import REGISTRY
+from coordinator.engine.clock import iso_ms
 from coordinator.engine.registry import CHAP_0_3, Profile, Registry, RegistryError
+from coordinator.profiles import REGISTRY
 from storage import SqliteStore
 
 WORK = ["core/1.0", "review/1.0", "control/1.0", "x-chapline-work/1.0"]

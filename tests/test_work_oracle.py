@@ -37,7 +37,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from coordinator import Coordinator, CounterIds
-from coordinator.clock import iso_ms
+from coordinator.engine.clock import iso_ms
 from storage import SqliteStore
 
 WS = "wso"

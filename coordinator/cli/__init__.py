@@ -30,9 +30,9 @@ import uvicorn
 from coordinator import __version__
 from coordinator.cli import copy as copy_command
 from coordinator.cli import log as log_commands
+from coordinator.engine.registry import profile_name, profile_names
 from coordinator.options import ENFORCED_BY, Options, unenforced
 from coordinator.profiles import REGISTRY
-from coordinator.engine.registry import profile_name, profile_names
 from coordinator.server.workers import run_workers
 
 if TYPE_CHECKING:  # imported when used: `chapline --help` stays light

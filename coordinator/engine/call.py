@@ -16,11 +16,11 @@ from typing import Any
 from msgspec.structs import replace
 
 from coordinator.engine.log import LogReader
-from coordinator.model import HistoryEntry, Member, Task, WorkspaceMeta
-from coordinator.options import Options
 from coordinator.engine.registry import Handler, Registry
 from coordinator.engine.wire import INVALID_PARAMS, NOT_AUTHORISED, RpcError, missing
 from coordinator.engine.workspace import Workspace
+from coordinator.model import HistoryEntry, Member, Task, WorkspaceMeta
+from coordinator.options import Options
 
 __all__ = ["Call", "Handler"]
 

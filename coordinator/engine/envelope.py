@@ -8,7 +8,6 @@ from typing import Any
 import msgspec
 
 from coordinator.engine.canonical import canonical_bytes, inspect
-from coordinator.errors import ChaplineError
 from coordinator.engine.hints import empty_body, invalid_request, unknown_method
 from coordinator.engine.registry import Method, Registry
 from coordinator.engine.wire import (
@@ -18,6 +17,7 @@ from coordinator.engine.wire import (
     RpcError,
     decode_json,
 )
+from coordinator.errors import ChaplineError
 
 __all__ = ["MAX_DEPTH", "Rejected", "Request", "read_envelope"]
 

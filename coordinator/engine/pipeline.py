@@ -22,41 +22,20 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from mypy_extensions import mypyc_attr
 
 from coordinator.audit import AuditEntry, refusal_is_recorded, signed_digest
-from coordinator.engine.batch import Part, Pending, put_values, run_batch
-from coordinator.engine.call import Call
-from coordinator.engine.canonical import ZERO_HASH, canonical_bytes, link_hash
-from coordinator.engine.clock import Clock, iso_ms, system_clock
 from coordinator.compat import (
     CoordinatorOptions,
     WorkspaceState,
     WorkspacesView,
     coordinator_settings,
 )
+from coordinator.engine.batch import Part, Pending, put_values, run_batch
+from coordinator.engine.call import Call
+from coordinator.engine.canonical import ZERO_HASH, canonical_bytes, link_hash
+from coordinator.engine.clock import Clock, iso_ms, system_clock
 from coordinator.engine.envelope import Rejected, Request, read_envelope
-from coordinator.errors import BatchWriteError
 from coordinator.engine.ids import IdSource, random_ids
 from coordinator.engine.incidents import internal_error, logged
-from coordinator.listeners import (
-    AuditListener,
-    ChangeListener,
-    Listeners,
-    Listening,
-    decode_objects,
-    encode_objects,
-)
 from coordinator.engine.log import LogReader
-from coordinator.model import WorkspaceMeta
-from coordinator.options import (
-    EscalationPolicy,
-    Options,
-    ReviewDepthPolicy,
-    RoutingPolicy,
-    unenforced,
-)
-from coordinator.profiles import REGISTRY, whisper
-from coordinator.profiles.identity import check_step_up
-from coordinator.profiles.signed import UNSIGNED_METHODS, check_signature
-from coordinator.projections.cursor import Attachment, Projection
 from coordinator.engine.registry import Handler, Method, profile_name, profile_names
 from coordinator.engine.signed_calls import (
     index_signed,
@@ -86,6 +65,27 @@ from coordinator.engine.wire import (
 )
 from coordinator.engine.workspace import Workspace
 from coordinator.engine.writes import apply_change
+from coordinator.errors import BatchWriteError
+from coordinator.listeners import (
+    AuditListener,
+    ChangeListener,
+    Listeners,
+    Listening,
+    decode_objects,
+    encode_objects,
+)
+from coordinator.model import WorkspaceMeta
+from coordinator.options import (
+    EscalationPolicy,
+    Options,
+    ReviewDepthPolicy,
+    RoutingPolicy,
+    unenforced,
+)
+from coordinator.profiles import REGISTRY, whisper
+from coordinator.profiles.identity import check_step_up
+from coordinator.profiles.signed import UNSIGNED_METHODS, check_signature
+from coordinator.projections.cursor import Attachment, Projection
 from storage import (
     SIGNED_CALLS,
     MemoryStore,

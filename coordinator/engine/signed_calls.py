@@ -15,9 +15,9 @@ import msgspec
 from coordinator.audit import AuditEntry, signed_digest
 from coordinator.engine.canonical import CanonicalError
 from coordinator.engine.log import LogReader
-from coordinator.security.signing import signing_bytes
 from coordinator.engine.wire import RpcError
 from coordinator.engine.workspace import Workspace
+from coordinator.security.signing import signing_bytes
 from storage import SIGNED_CALLS
 
 __all__ = [

@@ -10,10 +10,10 @@ import msgspec
 from coordinator.audit import ChainVerifier, entry_is_well_formed
 from coordinator.engine.canonical import ZERO_HASH
 from coordinator.engine.clock import epoch_ms, iso_ms
-from coordinator.errors import ChaplineError
 from coordinator.engine.log import LogReader
-from coordinator.model import WorkspaceMeta, from_stored, to_stored
 from coordinator.engine.workspace import Workspace
+from coordinator.errors import ChaplineError
+from coordinator.model import WorkspaceMeta, from_stored, to_stored
 from storage import (
     IDEMPOTENCY_KEYS,
     HeldWorkspace,

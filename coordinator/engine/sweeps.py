@@ -20,8 +20,8 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from coordinator.profiles import work
 from coordinator.engine.registry import profile_name, profile_names
+from coordinator.profiles import work
 from storage import StoreConflictError
 
 if TYPE_CHECKING:

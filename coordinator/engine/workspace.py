@@ -7,8 +7,8 @@ from typing import Any, Protocol, TypeVar, cast
 
 import msgspec
 
-from coordinator.model import WorkspaceMeta, from_text
 from coordinator.engine.wire import STORED_OBJECT_UNREADABLE, RpcError
+from coordinator.model import WorkspaceMeta, from_text
 from storage import COLLECTIONS, EXTENSION_COLLECTIONS, IDEMPOTENCY_KEYS, SIGNED_CALLS
 
 __all__ = ["COLLECTION_NAMES", "CollectionIndex", "StoredObjectError", "Workspace"]

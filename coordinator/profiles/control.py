@@ -15,15 +15,6 @@ from msgspec.structs import replace
 
 from coordinator.engine.call import Call
 from coordinator.engine.canonical import digest
-from coordinator.model import (
-    MODES,
-    HistoryEntry,
-    Member,
-    Snapshot,
-    Task,
-    mode_le,
-    trial_forces_review,
-)
 from coordinator.engine.registry import STRING, Profile, schema
 from coordinator.engine.wire import (
     CONTROL_NOT_AUTHORISED,
@@ -32,6 +23,15 @@ from coordinator.engine.wire import (
     WORKSPACE_PAUSED,
     RpcError,
     invalid_params,
+)
+from coordinator.model import (
+    MODES,
+    HistoryEntry,
+    Member,
+    Snapshot,
+    Task,
+    mode_le,
+    trial_forces_review,
 )
 
 __all__ = ["PROFILE"]

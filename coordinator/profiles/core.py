@@ -6,15 +6,9 @@ from typing import Any
 
 from msgspec.structs import replace
 
-from coordinator.security.attest import attest_join, key_record
 from coordinator.engine.call import Call
 from coordinator.engine.canonical import ZERO_HASH
 from coordinator.engine.limits import check_new_id
-from coordinator.model import (
-    Member,
-    WorkspaceMeta,
-)
-from coordinator.options import ENFORCED_BY, unenforced
 from coordinator.engine.registry import (
     ANY,
     FROM,
@@ -27,7 +21,6 @@ from coordinator.engine.registry import (
     profile_names,
     schema,
 )
-from coordinator.security.signing import JwkError, check_jwk
 from coordinator.engine.wire import (
     INVALID_PARAMS,
     NOT_AUTHORISED,
@@ -36,6 +29,13 @@ from coordinator.engine.wire import (
     RpcError,
     invalid_params,
 )
+from coordinator.model import (
+    Member,
+    WorkspaceMeta,
+)
+from coordinator.options import ENFORCED_BY, unenforced
+from coordinator.security.attest import attest_join, key_record
+from coordinator.security.signing import JwkError, check_jwk
 
 __all__ = ["PROFILE"]
 

@@ -17,7 +17,6 @@ from typing import Any
 from msgspec.structs import replace
 
 from coordinator.engine.call import Call
-from coordinator.model import Deliberation
 from coordinator.engine.registry import ANY, OBJECT, STRING, Profile, schema
 from coordinator.engine.wire import (
     ALREADY_VOTED,
@@ -28,6 +27,7 @@ from coordinator.engine.wire import (
     invalid_params,
     missing,
 )
+from coordinator.model import Deliberation
 
 __all__ = ["PROFILE", "tally"]
 

@@ -16,7 +16,6 @@ from typing import Any
 from msgspec.structs import replace
 
 from coordinator.engine.call import Call
-from coordinator.model import Handoff, HandoffTask
 from coordinator.engine.registry import ANY, ARRAY, OBJECT, STRING, Profile, schema
 from coordinator.engine.wire import (
     HANDOFF_NOT_PROPOSED,
@@ -26,6 +25,7 @@ from coordinator.engine.wire import (
     RpcError,
     invalid_params,
 )
+from coordinator.model import Handoff, HandoffTask
 
 __all__ = ["PROFILE"]
 

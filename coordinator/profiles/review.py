@@ -16,7 +16,6 @@ from msgspec.structs import replace
 
 from coordinator.engine.call import Call
 from coordinator.engine.canonical import CanonicalError, canonical_bytes, digest
-from coordinator.model import Override, Review, Task, mode_le, trial_forces_review
 from coordinator.engine.patch import PatchError, PatchLimitError, apply_patch
 from coordinator.engine.registry import ANY, BOOLEAN, STRING, Profile, schema
 from coordinator.engine.wire import (
@@ -31,6 +30,7 @@ from coordinator.engine.wire import (
     RpcError,
     invalid_params,
 )
+from coordinator.model import Override, Review, Task, mode_le, trial_forces_review
 
 __all__ = ["PROFILE"]
 

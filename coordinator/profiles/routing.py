@@ -18,7 +18,6 @@ import msgspec
 from msgspec.structs import replace
 
 from coordinator.engine.call import Call
-from coordinator.model import HistoryEntry, RouteDecision, Task
 from coordinator.engine.registry import ANY, STRING, Profile, schema
 from coordinator.engine.wire import (
     CANDIDATES_EMPTY,
@@ -30,6 +29,7 @@ from coordinator.engine.wire import (
     RpcError,
     invalid_params,
 )
+from coordinator.model import HistoryEntry, RouteDecision, Task
 
 __all__ = ["PROFILE"]
 

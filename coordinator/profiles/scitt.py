@@ -25,7 +25,6 @@ from coordinator.audit import record_of
 from coordinator.engine.call import Call
 from coordinator.engine.canonical import canonical_bytes
 from coordinator.engine.registry import FROM, INTEGER, STRING, Profile, schema
-from coordinator.security.transparency import build_statement
 from coordinator.engine.wire import (
     SCITT_RECEIPT_INVALID,
     SCITT_STATEMENT_REJECTED,
@@ -33,6 +32,7 @@ from coordinator.engine.wire import (
     RpcError,
     invalid_params,
 )
+from coordinator.security.transparency import build_statement
 
 __all__ = ["PROFILE"]
 

@@ -5,13 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from coordinator.engine.call import Call
-from coordinator.model import (
-    HistoryEntry,
-    Review,
-    Task,
-    mode_le,
-    trial_forces_review,
-)
 from coordinator.engine.registry import (
     ANY,
     BOOLEAN,
@@ -27,6 +20,13 @@ from coordinator.engine.wire import (
     WORKSPACE_PAUSED,
     RpcError,
     invalid_params,
+)
+from coordinator.model import (
+    HistoryEntry,
+    Review,
+    Task,
+    mode_le,
+    trial_forces_review,
 )
 from storage import IDEMPOTENCY_KEYS
 

@@ -20,7 +20,6 @@ from msgspec.structs import replace
 
 from coordinator.engine.call import Call
 from coordinator.engine.canonical import CanonicalError, canonical_bytes
-from coordinator.model import WhisperPrompt
 from coordinator.engine.registry import ANY, ARRAY, INTEGER, STRING, Profile, schema
 from coordinator.engine.wire import (
     NOT_AN_OPTION,
@@ -30,6 +29,7 @@ from coordinator.engine.wire import (
     RpcError,
     invalid_params,
 )
+from coordinator.model import WhisperPrompt
 
 __all__ = ["PROFILE", "instant", "lapse", "lapse_notice", "lapsed_by", "parse_now"]
 

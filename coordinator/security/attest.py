@@ -37,8 +37,6 @@ from typing import Any
 import msgspec
 
 from coordinator.engine.incidents import logged
-from coordinator.security.signing import SignatureError, public_key_from_jwk, verify_envelope
-from coordinator.security.identity_verifiers import IdentityRejected
 from coordinator.engine.wire import (
     OIDC_CNF_MISMATCH,
     OIDC_TOKEN_INVALID,
@@ -46,6 +44,8 @@ from coordinator.engine.wire import (
     VC_VP_INVALID,
     RpcError,
 )
+from coordinator.security.identity_verifiers import IdentityRejected
+from coordinator.security.signing import SignatureError, public_key_from_jwk, verify_envelope
 
 __all__ = ["Attested", "attest_join", "key_record"]
 

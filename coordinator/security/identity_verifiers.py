@@ -30,13 +30,13 @@ from joserfc.errors import JoseError
 from joserfc.jwk import KeySet, OKPKey
 from joserfc.jws import extract_compact
 
-from coordinator.errors import ChaplineError
 from coordinator.engine.wire import (  # re-exported: raised by the checks here
     OIDC_CNF_MISMATCH,
     OIDC_TOKEN_INVALID,
     VC_HOLDER_BINDING_INVALID,
     VC_VP_INVALID,
 )
+from coordinator.errors import ChaplineError
 
 __all__ = [
     "OIDC_TOKEN_INVALID",

@@ -46,8 +46,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from coordinator.engine.canonical import CanonicalError, canonical_bytes
-from coordinator.security.ed25519 import L, key_problem, weak_point
-from coordinator.errors import ChaplineError
 from coordinator.engine.limits import MAX_ID_CHARS
 from coordinator.engine.wire import (  # re-exported: raised by the checks here
     SIG_KEY_NOT_FOUND,
@@ -55,6 +53,8 @@ from coordinator.engine.wire import (  # re-exported: raised by the checks here
     SIG_ROTATION_KEY_MISMATCH,
     SIG_VERIFY_FAILED,
 )
+from coordinator.errors import ChaplineError
+from coordinator.security.ed25519 import L, key_problem, weak_point
 
 __all__ = [
     "SIG_VERIFY_FAILED",

@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 
 from coordinator.engine.clock import epoch_seconds
+from coordinator.errors import ChaplineError
 from coordinator.security.cose import (
     ALG_EDDSA,
     CHAP_CONTENT_TYPE,
@@ -45,7 +46,6 @@ from coordinator.security.cose import (
     sign1,
     verify_sign1,
 )
-from coordinator.errors import ChaplineError
 from coordinator.security.signing import SignatureError, public_key_from_jwk
 
 __all__ = [

@@ -46,10 +46,6 @@ from starlette.types import Message, Receive
 from coordinator import __version__
 from coordinator.engine.incidents import internal_error
 from coordinator.engine.registry import Method
-from coordinator.server.auth import Authenticator
-from coordinator.server.body import MAX_BODY_BYTES, read_body
-from coordinator.server.mcp import Call, tool_name
-from coordinator.server.strict_json import NotJsonError, loads
 from coordinator.engine.wire import (
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -58,6 +54,10 @@ from coordinator.engine.wire import (
     RpcError,
     error_response,
 )
+from coordinator.server.auth import Authenticator
+from coordinator.server.body import MAX_BODY_BYTES, read_body
+from coordinator.server.mcp import Call, tool_name
+from coordinator.server.strict_json import NotJsonError, loads
 
 __all__ = ["A2A_PATH", "ChaplineAgentExecutor", "a2a_routes", "agent_card"]
 

@@ -36,8 +36,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from coordinator.engine.clock import Clock, iso_ms, system_clock
 from coordinator.engine.incidents import logged
-from coordinator.profiles.signed import UNSIGNED_METHODS
-from coordinator.security.identity_verifiers import OIDC_TOKEN_INVALID, IdentityRejected
 from coordinator.engine.wire import (
     AUTHENTICATION_REQUIRED,
     NOT_AUTHORISED,
@@ -45,6 +43,8 @@ from coordinator.engine.wire import (
     RpcError,
     decode_json,
 )
+from coordinator.profiles.signed import UNSIGNED_METHODS
+from coordinator.security.identity_verifiers import OIDC_TOKEN_INVALID, IdentityRejected
 from storage import StoreError, StoreUnavailableError
 from storage.target import is_postgres
 

@@ -27,10 +27,10 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
-from coordinator.engine.pipeline import BatchWriteError
-from coordinator.errors import ChaplineError
 from coordinator.engine.incidents import internal_error
+from coordinator.engine.pipeline import BatchWriteError
 from coordinator.engine.wire import error_response
+from coordinator.errors import ChaplineError
 
 __all__ = ["Dispatcher", "DispatcherClosed", "SerialDispatcher", "sweep_every"]
 

@@ -28,13 +28,6 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from coordinator.engine.incidents import internal_error
-from coordinator.profiles import REGISTRY
-from coordinator.server.a2a import A2A_PATH, a2a_routes
-from coordinator.server.auth import Authenticator
-from coordinator.server.body import MAX_BODY_BYTES, read_body
-from coordinator.server.desk import DeskTarget, EventHub, desk_routes
-from coordinator.server.mcp import create_mcp_server
-from coordinator.server.dispatcher import DispatcherClosed, SerialDispatcher, sweep_every
 from coordinator.engine.wire import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
@@ -45,6 +38,13 @@ from coordinator.engine.wire import (
     RpcError,
     error_response,
 )
+from coordinator.profiles import REGISTRY
+from coordinator.server.a2a import A2A_PATH, a2a_routes
+from coordinator.server.auth import Authenticator
+from coordinator.server.body import MAX_BODY_BYTES, read_body
+from coordinator.server.desk import DeskTarget, EventHub, desk_routes
+from coordinator.server.dispatcher import DispatcherClosed, SerialDispatcher, sweep_every
+from coordinator.server.mcp import create_mcp_server
 
 __all__ = ["MAX_BODY_BYTES", "MCP_PATH", "create_app", "status_of"]
 

@@ -16,6 +16,15 @@ from typing import Any
 from coordinator.engine.call import Call
 from coordinator.engine.canonical import digest
 from coordinator.engine.clock import iso_ms
+from coordinator.engine.registry import ANY, BOOLEAN, FROM, INTEGER, STRING, Profile, schema
+from coordinator.engine.wire import (
+    NOT_AUTHORISED,
+    WORK_CLAIM_REQUIRED,
+    WORK_TASK_REDEFINED,
+    RpcError,
+    invalid_params,
+)
+from coordinator.engine.workspace import Workspace
 from coordinator.model import HistoryEntry, Member, Review, Task, trial_forces_review
 from coordinator.profiles.work._index import ClaimIndex, LiveClaims
 from coordinator.profiles.work._plan import SubmittedPlan, parse_plan
@@ -35,15 +44,6 @@ from coordinator.profiles.work._state import (
     sweep,
     to_frontier,
 )
-from coordinator.engine.registry import ANY, BOOLEAN, FROM, INTEGER, STRING, Profile, schema
-from coordinator.engine.wire import (
-    NOT_AUTHORISED,
-    WORK_CLAIM_REQUIRED,
-    WORK_TASK_REDEFINED,
-    RpcError,
-    invalid_params,
-)
-from coordinator.engine.workspace import Workspace
 
 __all__ = ["PROFILE", "SWEEPER", "next_expiry"]
 

@@ -14,10 +14,10 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from coordinator.audit import AuditEntry
+from coordinator.engine.wire import INVALID_PARAMS, RpcError, error_response
 from coordinator.server.auth import Authenticator
 from coordinator.server.desk.events import EventHub
 from coordinator.server.dispatcher import SerialDispatcher
-from coordinator.engine.wire import INVALID_PARAMS, RpcError, error_response
 
 __all__ = ["STATIC", "DeskTarget", "desk_routes"]
 
