@@ -1,23 +1,60 @@
-"""chapline: a write-ahead CHAP coordinator."""
+"""chapline: a write-ahead CHAP coordinator.
+
+The public API. Each name is imported when first used, so `import coordinator`
+loads nothing heavy, and nothing from an extra until a name that needs it is
+used (`sign_envelope` needs `chapline[crypto]`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from coordinator.audit import AuditEntry
+    from coordinator.compat import CoordinatorOptions, UnsupportedOptionError, WorkspaceState
+    from coordinator.engine.canonical import CanonicalError, canonical_bytes, digest
+    from coordinator.engine.clock import StepClock
+    from coordinator.engine.ids import CounterIds
+    from coordinator.engine.pipeline import Coordinator
+    from coordinator.engine.snapshot import RestoreError, UnknownWorkspaceError
+    from coordinator.engine.sweeps import Swept
+    from coordinator.engine.wire import RpcError
+    from coordinator.errors import BatchWriteError, ChaplineError
+    from coordinator.listeners import Change, Listening
+    from coordinator.security.signing import SignatureError, public_jwk, sign_envelope
 
 # The one place the version is written: pyproject.toml reads it from here
 # (setuptools, `version = {attr = ...}`) and `chapline --version` prints it.
 __version__ = "0.1.0"
 
-from coordinator.audit import AuditEntry
-from coordinator.compat import CoordinatorOptions, UnsupportedOptionError, WorkspaceState
-from coordinator.engine.canonical import CanonicalError, canonical_bytes, digest
-from coordinator.engine.clock import StepClock
-from coordinator.engine.ids import CounterIds
-from coordinator.engine.pipeline import Coordinator
-from coordinator.engine.snapshot import RestoreError, UnknownWorkspaceError
-from coordinator.engine.sweeps import Swept
-from coordinator.engine.wire import RpcError
-from coordinator.errors import BatchWriteError, ChaplineError
-from coordinator.listeners import Change, Listening
-from coordinator.security.signing import SignatureError, public_jwk, sign_envelope
+# name -> the module that defines it
+_HOMES = {
+    "AuditEntry": "coordinator.audit",
+    "BatchWriteError": "coordinator.errors",
+    "CanonicalError": "coordinator.engine.canonical",
+    "Change": "coordinator.listeners",
+    "ChaplineError": "coordinator.errors",
+    "Coordinator": "coordinator.engine.pipeline",
+    "CoordinatorOptions": "coordinator.compat",
+    "CounterIds": "coordinator.engine.ids",
+    "Listening": "coordinator.listeners",
+    "RestoreError": "coordinator.engine.snapshot",
+    "RpcError": "coordinator.engine.wire",
+    "SignatureError": "coordinator.security.signing",
+    "StepClock": "coordinator.engine.clock",
+    "Swept": "coordinator.engine.sweeps",
+    "UnknownWorkspaceError": "coordinator.engine.snapshot",
+    "UnsupportedOptionError": "coordinator.compat",
+    "WorkspaceState": "coordinator.compat",
+    "canonical_bytes": "coordinator.engine.canonical",
+    "digest": "coordinator.engine.canonical",
+    "public_jwk": "coordinator.security.signing",
+    "sign_envelope": "coordinator.security.signing",
+}
 
 __all__ = [
+    "__version__",
     "AuditEntry",
     "BatchWriteError",
     "CanonicalError",
@@ -35,9 +72,21 @@ __all__ = [
     "UnknownWorkspaceError",
     "UnsupportedOptionError",
     "WorkspaceState",
-    "__version__",
     "canonical_bytes",
     "digest",
     "public_jwk",
     "sign_envelope",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'coordinator' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})
