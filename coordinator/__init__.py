@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from coordinator.engine.clock import StepClock
     from coordinator.engine.ids import CounterIds
     from coordinator.engine.pipeline import Coordinator
-    from coordinator.engine.snapshot import RestoreError, UnknownWorkspaceError
+    from coordinator.tools.snapshot import RestoreError, UnknownWorkspaceError
     from coordinator.engine.sweeps import Swept
     from coordinator.engine.wire import RpcError
     from coordinator.errors import BatchWriteError, ChaplineError
@@ -39,12 +39,12 @@ _HOMES = {
     "CoordinatorOptions": "coordinator.compat",
     "CounterIds": "coordinator.engine.ids",
     "Listening": "coordinator.listeners",
-    "RestoreError": "coordinator.engine.snapshot",
+    "RestoreError": "coordinator.tools.snapshot",
     "RpcError": "coordinator.engine.wire",
     "SignatureError": "coordinator.security.signing",
     "StepClock": "coordinator.engine.clock",
     "Swept": "coordinator.engine.sweeps",
-    "UnknownWorkspaceError": "coordinator.engine.snapshot",
+    "UnknownWorkspaceError": "coordinator.tools.snapshot",
     "UnsupportedOptionError": "coordinator.compat",
     "WorkspaceState": "coordinator.compat",
     "canonical_bytes": "coordinator.engine.canonical",

@@ -408,7 +408,7 @@ def _parse_import(text: str, path: str) -> tuple[str, Any]:
 
 def _import(args: argparse.Namespace) -> int:
     from coordinator.engine.pipeline import Coordinator
-    from coordinator.engine.snapshot import RestoreError, restore_changes
+    from coordinator.tools.snapshot import RestoreError, restore_changes
 
     kind, items = _parse_import(_read_input(args.file), args.file)
     # Everything that can refuse the file runs before the database is opened,

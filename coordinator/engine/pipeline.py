@@ -44,7 +44,7 @@ from coordinator.engine.signed_calls import (
     signed_index,
     signed_message,
 )
-from coordinator.engine.snapshot import (
+from coordinator.tools.snapshot import (
     RestoreError,
     UnknownWorkspaceError,
     restore_changes,
