@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from coordinator.engine.sweeps import Swept
     from coordinator.engine.wire import RpcError
     from coordinator.errors import BatchWriteError, ChaplineError
-    from coordinator.listeners import Change, Listening
+    from coordinator.listeners import Change, ListenerHandle
     from coordinator.security.signing import SignatureError, public_jwk, sign_envelope
 
 # The one place the version is written: pyproject.toml reads it from here
@@ -38,7 +38,7 @@ _HOMES = {
     "Coordinator": "coordinator.engine.pipeline",
     "CoordinatorOptions": "coordinator.compat",
     "CounterIds": "coordinator.engine.ids",
-    "Listening": "coordinator.listeners",
+    "ListenerHandle": "coordinator.listeners",
     "RestoreError": "coordinator.tools.snapshot",
     "RpcError": "coordinator.engine.wire",
     "SignatureError": "coordinator.security.signing",
@@ -63,7 +63,7 @@ __all__ = [
     "Coordinator",
     "CoordinatorOptions",
     "CounterIds",
-    "Listening",
+    "ListenerHandle",
     "RestoreError",
     "RpcError",
     "SignatureError",

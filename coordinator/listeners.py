@@ -27,7 +27,7 @@ from coordinator.model import Member, Override, Task
 if TYPE_CHECKING:
     from coordinator.projections.cursor import Attachment
 
-__all__ = ["AuditListener", "Change", "ChangeListener", "Listeners", "Listening", "Record"]
+__all__ = ["AuditListener", "Change", "ChangeListener", "ListenerHandle", "Listeners", "RecordedCall"]
 
 log = logging.getLogger("chapline")
 
@@ -66,7 +66,7 @@ class Change(msgspec.Struct, frozen=True):
 ChangeListener = Callable[[Change], None]
 
 # (workspace id, entry, the objects the call staged, its response)
-Record = tuple[str, AuditEntry, dict[str, dict[str, Any]], dict[str, Any]]
+RecordedCall = tuple[str, AuditEntry, dict[str, dict[str, Any]], dict[str, Any]]
 
 _TYPED: dict[str, Any] = {"members": Member, "tasks": Task, "overrides": Override}
 _OBJECT_DECODERS = {
@@ -125,7 +125,7 @@ class _Guard:
             self.failures = 0
 
 
-class Listening:
+class ListenerHandle:
     """The handle `add_audit_listener`, `add_change_listener` return."""
 
     __slots__ = ("_owner", "_guard")
@@ -157,17 +157,17 @@ class Listeners:
     def _changed(self) -> None:
         self.active = bool(self._audit or self._change or self._attachments)
 
-    def add_audit(self, listener: AuditListener) -> Listening:
+    def add_audit(self, listener: AuditListener) -> ListenerHandle:
         guard = _Guard(listener, "audit listener")
         self._audit.append(guard)
         self._changed()
-        return Listening(self, guard)
+        return ListenerHandle(self, guard)
 
-    def add_change(self, listener: ChangeListener) -> Listening:
+    def add_change(self, listener: ChangeListener) -> ListenerHandle:
         guard = _Guard(listener, "change listener")
         self._change.append(guard)
         self._changed()
-        return Listening(self, guard)
+        return ListenerHandle(self, guard)
 
     def add_attachment(self, attachment: Attachment) -> None:
         self._attachments.append(attachment)
@@ -190,7 +190,7 @@ class Listeners:
     def _has(self, guard: _Guard) -> bool:
         return guard in self._audit or guard in self._change
 
-    def notify(self, records: list[Record]) -> None:
+    def notify(self, records: list[RecordedCall]) -> None:
         """Tell every consumer about these durable entries, in order."""
         if not records:
             return

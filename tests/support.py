@@ -29,8 +29,8 @@ def make(store: Any = None, **kw: Any) -> Coordinator:
 
 
 def s0(c: Client, *, profiles: list[str] | None = None, extra_humans: tuple[str, ...] = ()) -> str:
-    """The delta's S0: workspace, alice (human, admin reviewer), bot (agent),
-    then task T (alice -> bot). Returns T's id."""
+    """The standard setup: workspace, alice (human, admin reviewer), bot
+    (agent), then task T (alice -> bot). Returns T's id."""
     params: dict[str, Any] = {}
     if profiles is not None:
         params["profiles"] = profiles

@@ -1,6 +1,7 @@
-"""core/1.0 as 0.3.3 answers it: every method's success path and errors, the
-dispatch order and codes (delta A5), which refusals are recorded (A1) and how,
-and the audit listeners (A27, issue 3 item 8).
+"""core/1.0 as 0.3.3 answers it: every method's success path and errors
+(SPECIFICATION.md, "Core methods"), the dispatch order and codes and which
+refusals are recorded and how ("Dispatch"), and the audit listeners
+("Listeners").
 
 Where chapline deliberately answers differently from the reference the test
 says so ("deliberate:") and asserts our behaviour.
@@ -158,7 +159,7 @@ def test_create_without_chain():
     c = Client(plain)
     c.ok("workspace.create")
     d = c.describe()
-    assert "evidence_head" not in d  # A8: omitted, not null
+    assert "evidence_head" not in d  # omitted, not null, until chained
     assert "prev_hash" not in c.log()[0]
     e = c.err("audit.verify_chain")
     assert e["code"] == -32602 and "not enabled" in e["message"]
@@ -455,7 +456,7 @@ def test_task_create(c, T):
         "created", BOT, ALICE, "k", "trial",
     )
     assert t["created_at"] == c.log()[3]["arrived"] == "2023-11-14T22:13:24.000Z"
-    assert t["review_required"] is None  # A12: trial forces review only under modes/1.0
+    assert t["review_required"] is None  # trial forces review only under modes/*
     assert c.describe()["task_count"] == 1
 
 
@@ -555,7 +556,7 @@ def test_idempotency_key_survives_restart(tmp_path):
 
 
 # =============================================================================
-# task.update: the 0.3.3 transition table (delta A10)
+# task.update: the 0.3.3 transition table (SPECIFICATION.md, "Core methods")
 # =============================================================================
 
 STATES = ["created", "in_progress", "review_requested", "completed", "declined",
@@ -640,7 +641,7 @@ def test_update_unrecorded_refusals(c, T, params, code):
 
 
 # =============================================================================
-# task.complete (delta A11)
+# task.complete (SPECIFICATION.md, "Core methods")
 # =============================================================================
 
 
@@ -916,7 +917,7 @@ def test_verify_chain_broken_by_a_malformed_entry(tmp_path):
 
 
 # =============================================================================
-# Dispatch order and codes (delta A5)
+# Dispatch order and codes (SPECIFICATION.md, "Dispatch")
 # =============================================================================
 
 
@@ -1185,7 +1186,7 @@ def test_internal_error_has_no_traceback(caplog):
 
 
 # =============================================================================
-# Which refusals are recorded (delta A1)
+# Which refusals are recorded (SPECIFICATION.md, "Dispatch")
 # =============================================================================
 
 
@@ -1245,7 +1246,7 @@ def test_unrecorded_when_from_is_not_a_string(c, T):
 
 
 def test_signed_refusal_is_answered_from_the_log(c, T):
-    """B1: a resent signed refused request gets the stored code and is not
+    """Replays: a resent signed refused request gets the stored code and is not
     evaluated or recorded again."""
     sent = c.envelope("workspace.set_profiles", **frm(BOT), profiles=["core/1.0"])
     sent["sig"] = "ed25519:k:AAAA"
@@ -1259,7 +1260,7 @@ def test_signed_refusal_is_answered_from_the_log(c, T):
 
 
 # =============================================================================
-# Listeners (A27; issue 3 item 8)
+# Listeners (SPECIFICATION.md, "Listeners")
 # =============================================================================
 
 

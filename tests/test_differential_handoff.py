@@ -94,7 +94,7 @@ def test_accept_refusals():
     p.fail(-32602, "handoff.accept", B2, handoff_id="zz")
     p.fail(-32052, "handoff.accept", B, handoff_id="h")                    # not the recipient
     p.fail(-32052, "handoff.accept", B, handoff_id="h", accepted_task_ids=[])
-    p.fail(-32602, "handoff.accept", B2, handoff_id="h", accepted_task_ids=[])   # A18
+    p.fail(-32602, "handoff.accept", B2, handoff_id="h", accepted_task_ids=[])   # an empty list
     p.fail(-32602, "handoff.accept", B2, handoff_id="h", accepted_task_ids=["zz"])
     p.ok("participant.leave", B2)
     p.fail(-32011, "handoff.accept", B2, handoff_id="h")
@@ -162,7 +162,7 @@ def test_a_paused_acceptor_is_refused_and_a_paused_member_may_decline():
     p.ok("handoff.propose", BOT, to=B2, handoff_id="h", tasks=[{"task_id": t}])
     p.ok("handoff.propose", BOT, to="group:g", handoff_id="g", tasks=[{"task_id": t}])
     p.target.pause(B2)
-    p.fail(-32063, "handoff.accept", B2, handoff_id="h")                    # A18, recorded
+    p.fail(-32063, "handoff.accept", B2, handoff_id="h")                    # paused acceptor, recorded
     p.fail(-32063, "handoff.accept", B2, handoff_id="h", accepted_task_ids=[])
     p.fail(-32063, "handoff.accept", B2, handoff_id="h", accepted_task_ids=["zz"])
     p.fail(-32052, "handoff.accept", B, handoff_id="h")

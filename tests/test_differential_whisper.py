@@ -46,7 +46,7 @@ def test_answer_refusals_in_0_3_3_order():
     p.fail(-32011, "whisper.answer", B, whisper_id="w", answer_option=1)        # not addressed: recorded
     p.fail(-32602, "whisper.answer", A, whisper_id="w", answer_text="x")        # options need an option
     p.fail(-32602, "whisper.answer", A, whisper_id="w", answer_option=None)
-    for wrong in (False, 0, "1", 2, [1], {"x": 1}, {"y": 2}):                  # A20: type-strict
+    for wrong in (False, 0, "1", 2, [1], {"x": 1}, {"y": 2}):                  # type-strict
         p.fail(-32022, "whisper.answer", A, whisper_id="w", answer_option=wrong)
     p.ok("whisper.answer", A, whisper_id="w", answer_option=1.0)               # 1 matches 1.0
     p.fail(-32020, "whisper.answer", A, whisper_id="w", answer_option=True)
@@ -121,12 +121,12 @@ def test_ask_refusals():
     p.setup(MEMBERS)
     t = p.new_task(kind="k")
     base = {"to": A, "task_id": t, "question": "q", "deadline_ms": 1000, "default_if_lapsed": "d"}
-    p.fail(-32011, "whisper.ask", GHOST, **base)            # floor (A4)
+    p.fail(-32011, "whisper.ask", GHOST, **base)            # the membership floor
     p.fail(-32011, "whisper.ask", None, **base)
     for name in ("to", "task_id", "question", "deadline_ms", "default_if_lapsed"):
         p.fail(-32602, "whisper.ask", BOT, **{k: v for k, v in base.items() if k != name})
     p.fail(-32602, "whisper.ask", BOT, **{**base, "task_id": "nope"})
-    p.fail(-32602, "whisper.ask", BOT, **base, options={"id": "a"})  # A20: options must be a list
+    p.fail(-32602, "whisper.ask", BOT, **base, options={"id": "a"})  # options must be a list
     p.fail(-32602, "whisper.ask", BOT, **base, options="a")
     x, y = p.target.both(p.envelope("whisper.ask", BOT, **{**base, "workspace": "wsp_none"}))
     assert x["error"]["code"] == y["error"]["code"] == -32602

@@ -614,7 +614,7 @@ def _imports(module: str) -> set[str]:
 
 
 def test_what_a_handler_imports_never_reaches_back_into_the_dispatcher() -> None:
-    """No import cycle between call.py and coordinator.py: nothing `Call` needs
+    """No import cycle between call.py and pipeline.py: nothing `Call` needs
     (transitively) imports the dispatcher."""
     seen, todo = set(), ["coordinator.engine.call"]
     while todo:

@@ -404,7 +404,7 @@ def test_verify_passes_a_file_the_reference_wrote(tmp_path, capsys) -> None:
     assert report["workspaces"][0]["entries"] == c.count()
 
 
-# -- issue 25: fail closed -----------------------------------------------------
+# -- the command as users run it, and a chain link from first principles -----
 
 
 def chapline(*argv: str) -> subprocess.CompletedProcess[str]:

@@ -618,7 +618,7 @@ def test_escalate_keeps_review_required_without_modes(c: Client) -> None:
     assert c.task(new)["review_required"] is None
 
 
-# -- task.complete on a review-required task (A11) ----------------------------
+# -- task.complete on a review-required task ("Core methods") ---------------
 
 
 def test_complete_opens_the_required_review(m: Client) -> None:

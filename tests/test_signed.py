@@ -296,9 +296,10 @@ def test_a_replay_is_recognised_by_a_coordinator_that_has_not_seen_the_call(tmp_
 
 
 def test_a_signed_refusal_is_answered_again_not_evaluated_by_both() -> None:
-    """B1 under require_signatures: carol (a member, not an addressed reviewer)
-    is refused and recorded; once the review is widened to her, the same
-    signed envelope still gets the first refusal, from both implementations."""
+    """A signed refusal answered again, under require_signatures: carol (a
+    member, not an addressed reviewer) is refused and recorded; once the
+    review is widened to her, the same signed envelope still gets the first
+    refusal, from both implementations."""
     a, b = both()
     answers = []
     for side in (a, b):

@@ -65,8 +65,9 @@ def test_rfc8032_vector_1_with_our_key_handling_and_pynacl() -> None:
 
 
 def test_upstream_signature_vector_has_a_wrong_tail() -> None:
-    """conformance/test-vectors.md §1 prints RFC 8032 vector 1 with its last
-    10 bytes wrong; the real signature is RFC 8032's and PyNaCl's."""
+    """The upstream vector "Ed25519 signing" prints RFC 8032 vector 1 with its
+    last 10 bytes wrong (SPECIFICATION.md, "Test vectors"); the real signature
+    is RFC 8032's and PyNaCl's."""
     upstream = bytes.fromhex(
         "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33b"
         "acc61e39701cf9b46bd25bf5f0595bdfa987599ce19a1c6d27"
@@ -77,8 +78,9 @@ def test_upstream_signature_vector_has_a_wrong_tail() -> None:
 
 
 def test_upstream_jcs_sample_is_not_canonical() -> None:
-    """test-vectors.md §2's expected bytes put "chap" after "from" with a space
-    after its colon, and the sample holds 0.42, which CHAP's integer-only JCS
+    """The upstream vector "JCS canonicalisation" (SPECIFICATION.md, "Test
+    vectors") expects bytes that put "chap" after "from" with a space after
+    its colon, and its sample holds 0.42, which CHAP's integer-only JCS
     refuses; rfc8785 puts "chap" first and hashes differently."""
     upstream = (
         '{"evidence":{"prev_hash":"sha256:' + "0" * 64 + '"},"from":"human:a","chap": "0.2",'

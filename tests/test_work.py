@@ -425,7 +425,7 @@ def test_chapline_inspect_and_verify_show_work_workspaces(tmp_path: Path, capsys
     assert main(["verify", str(path)]) == 0  # replaying the log gives the stored objects
 
 
-# -- issue 25: fail closed ------------------------------------------------------
+# -- ends decided once; paths, cycles and order; leases past their end ----------
 
 
 def statuses(c: Client, plan: str = "p") -> dict[str, str]:

@@ -17,7 +17,7 @@ from coordinator.engine.wire import INTERNAL_ERROR, STORE_CONFLICT, RpcError
 from coordinator.engine.workspace import Workspace
 from coordinator.engine.writes import apply_changes
 from coordinator.errors import BatchWriteError
-from coordinator.listeners import Record
+from coordinator.listeners import RecordedCall
 from storage import StoreChange
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ class Pending:
     def __init__(self) -> None:
         self.parts: dict[str, Part] = {}
         # what listeners are told once the batch is written
-        self.written: list[Record] = []
+        self.written: list[RecordedCall] = []
         # (workspace id, envelope) of the call being dispatched
         self.current: tuple[str, dict[str, Any]] | None = None
 

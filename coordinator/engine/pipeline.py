@@ -69,8 +69,8 @@ from coordinator.errors import BatchWriteError
 from coordinator.listeners import (
     AuditListener,
     ChangeListener,
+    ListenerHandle,
     Listeners,
-    Listening,
     decode_objects,
     encode_objects,
 )
@@ -272,12 +272,12 @@ class Coordinator:
                 internal_error(log, "internal error while dispatching", defect, self._ids),
             )
 
-    def add_audit_listener(self, listener: AuditListener) -> Listening:
+    def add_audit_listener(self, listener: AuditListener) -> ListenerHandle:
         """Call `listener(workspace_id, entry)` after each entry is durable.
         The handle's `detach()` stops it."""
         return self._listeners.add_audit(listener)
 
-    def add_change_listener(self, listener: ChangeListener) -> Listening:
+    def add_change_listener(self, listener: ChangeListener) -> ListenerHandle:
         """Call `listener(change)` after each entry is durable, with what the
         call changed (`Change`: entry, objects written, result), in log order.
         The handle's `detach()` stops it."""

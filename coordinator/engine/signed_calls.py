@@ -1,9 +1,10 @@
 """The signed calls on a workspace's log, by signed digest: a signed request
-already refused is answered with that refusal (0.3.3's B1, dispatch step 9),
-and a verbatim resend of one already accepted, once its signature is
-checked, with its original result (beyond 0.3.3: the `signed_calls`
-collection keeps `{seq, result}` by digest, written with the call's entry,
-so it holds after restarts and across coordinators)."""
+already refused is answered with that refusal (as 0.3.3 does), and a
+verbatim resend of one already accepted, once its signature is checked,
+with its original result (beyond 0.3.3: the `signed_calls` collection keeps
+`{seq, result}` by digest, written with the call's entry, so it holds after
+restarts and across coordinators). SPECIFICATION.md, "Dispatch" (steps 9
+and 10) and "Replays"."""
 
 from __future__ import annotations
 
@@ -51,8 +52,9 @@ def signed_message(envelope: dict[str, Any]) -> tuple[bytes | None, str | None]:
 
 
 def refused_before(ws: Workspace, log: LogReader, digest: str) -> RpcError | None:
-    """0.3.3's B1: a signed call whose digest is a recorded refusal gets that
-    refusal again, without being evaluated (whatever its `sig`, as there)."""
+    """As in 0.3.3 (SPECIFICATION.md, "Replays"): a signed call whose digest is
+    a recorded refusal gets that refusal again, without being evaluated
+    (whatever its `sig`, as there)."""
     seen = signed_index(ws, log).get(digest)
     if seen is None:
         return None

@@ -126,10 +126,10 @@ VC_HOLDER_BINDING_INVALID = -32411
 # Implementation-defined (-32900..-32999): the store did not take the write.
 STORE_WRITE_FAILED = -32900
 STORE_CONFLICT = -32901
-# HTTP with --auth: no valid bearer token (transports/auth.py).
+# HTTP with --auth: no valid bearer token (server/auth.py).
 AUTHENTICATION_REQUIRED = -32902
 STORED_OBJECT_UNREADABLE = -32903
-# x-chapline-work/1.0 (profiles/work.py), in -32960..-32969 where no CHAP code is:
+# x-chapline-work/1.0 (profiles/work/), in -32960..-32969 where no CHAP code is:
 # a call with a fencing token that is not the live claim's (a lease that
 # expired and was reclaimed, or released); a plan task key resubmitted with a
 # different descriptor; a plan whose strong or weak edges form a cycle; a CHAP

@@ -61,7 +61,7 @@ class Workspace:
         # none): no later call is stamped earlier (SPECIFICATION.md, "Dispatch").
         self.latest = latest
         # digest of a signed call on the log -> (seq, refusal code or None);
-        # built on first need (see signed.py).
+        # built on first need (see signed_calls.py).
         self.refusal_digests: dict[str, tuple[int, int | None]] | None = None
         # collection -> an index of its objects, built on first need (`index`)
         # and told every value the collection takes (`put`).

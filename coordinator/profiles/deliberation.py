@@ -2,12 +2,13 @@
 deliberate.close.
 
 A deliberation is a vote among named participants under a decision rule.
-Behaviour follows chap-coordinator 0.3.3 (digest §3.8): any member may comment
-on or close an open deliberation, only participants vote, once each; closing
+Behaviour follows chap-coordinator 0.3.3: any member may comment on or
+close an open deliberation, only participants vote, once each; closing
 tallies the votes under the rule, and closing again answers the same outcome
 (and is recorded again). Deadlines are stored, never enforced. Where the
 reference accepts malformed input or crashes on it, chapline answers -32602
-before looking at any state (see SPECIFICATION.md, "Interaction profiles").
+before looking at any state. SPECIFICATION.md, "Interaction profiles",
+states both.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """handoff/1.0: handoff.propose, handoff.accept, handoff.decline.
 
 A handoff offers a member's tasks to another member (or to any member of a
-group). Behaviour follows chap-coordinator 0.3.3 (digest §3.9, delta A18):
-ownership moves only on accept, when every accepted task is assigned to the
-acceptor (its state unchanged, a history entry added); a paused acceptor is
-refused; only the named recipient's decline closes a handoff. Where the
-reference accepts malformed input or crashes on it, chapline answers -32602
-before looking at any state (see SPECIFICATION.md, "Interaction profiles").
+group). Behaviour follows chap-coordinator 0.3.3: ownership moves only on
+accept, when every accepted task is assigned to the acceptor (its state
+unchanged, a history entry added); a paused acceptor is refused; only the
+named recipient's decline closes a handoff. Where the reference accepts
+malformed input or crashes on it, chapline answers -32602 before looking at
+any state. SPECIFICATION.md, "Interaction profiles", states both.
 """
 
 from __future__ import annotations

@@ -1,14 +1,16 @@
 """whisper/1.0: whisper.ask, whisper.answer, and the lapse sweep.
 
 A whisper is a private question about a task with a deadline and a default.
-Behaviour follows chap-coordinator 0.3.3 (digest §3.7, delta A2, A4, A20):
-answers are checked in its order (whisper known, caller addressed, not yet
-answered, not lapsed, option in the set), option ids are compared
-type-strictly, and a whisper lapses only when a sweep runs
-(`Coordinator.check_whisper_lapses`), which records one `notify.message`
-entry per lapsed whisper and applies its default. Where the reference
-accepts malformed input or crashes on it, chapline answers -32602 before
-looking at any state (see SPECIFICATION.md, "Interaction profiles").
+Behaviour follows chap-coordinator 0.3.3: only members may call (the
+membership floor, SPECIFICATION.md "Dispatch", step 13); answers are checked
+in its order (whisper known, caller addressed, not yet answered, not lapsed,
+option in the set) and recorded as sent (the whisper's `task_id` is not
+added to them); option ids are compared type-strictly; and a whisper lapses
+only when a sweep runs (`Coordinator.check_whisper_lapses`), which records
+one `notify.message` entry per lapsed whisper and applies its default. Where
+the reference accepts malformed input or crashes on it, chapline answers
+-32602 before looking at any state. SPECIFICATION.md, "Interaction
+profiles", states all of it.
 """
 
 from __future__ import annotations
@@ -125,8 +127,10 @@ def whisper_ask(call: Call) -> dict[str, Any]:
 
 
 def _same_id(option_id: Any, answer: Any) -> bool:
-    """A20: booleans match only booleans, numbers match by value (1 == 1.0),
-    strings by value; objects and arrays never match."""
+    """As 0.3.3 compares an answer with an option id (SPECIFICATION.md,
+    "Interaction profiles", `whisper.answer`): booleans match only booleans,
+    numbers match by value (1 == 1.0), strings by value; objects and arrays
+    never match."""
     if isinstance(option_id, (dict, list)) or isinstance(answer, (dict, list)):
         return False
     if isinstance(option_id, bool) or isinstance(answer, bool):

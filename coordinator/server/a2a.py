@@ -56,7 +56,7 @@ from coordinator.engine.wire import (
 )
 from coordinator.server.auth import Authenticator
 from coordinator.server.body import MAX_BODY_BYTES, read_body
-from coordinator.server.mcp import Call, tool_name
+from coordinator.server.mcp import AsyncDispatch, tool_name
 from coordinator.server.strict_json import NotJsonError, loads
 
 __all__ = ["A2A_PATH", "ChaplineAgentExecutor", "a2a_routes", "agent_card"]
@@ -115,7 +115,9 @@ def _integers(value: Any) -> Any:
 class ChaplineAgentExecutor(AgentExecutor):
     """Answers each message with one CHAP call, dispatched through `call`."""
 
-    def __init__(self, call: Call, methods: list[Method], auth: Authenticator | None = None) -> None:
+    def __init__(
+        self, call: AsyncDispatch, methods: list[Method], auth: Authenticator | None = None
+    ) -> None:
         self._call = call
         self._auth = auth
         self._methods = {tool_name(m): m for m in methods if m.handler is not None}
@@ -196,7 +198,7 @@ def _error(code: int, message: str, data: Any = None) -> dict[str, Any]:
 
 
 def a2a_routes(
-    call: Call,
+    call: AsyncDispatch,
     methods: list[Method],
     url: str,
     auth: Authenticator | None = None,

@@ -7,9 +7,9 @@ as the Python reference server answers; an error the caller cannot fix is not
 a 400: a defect is 500, a store that did not take the call 503 (`status_of`).
 The full contract is in
 SPECIFICATION.md, "HTTP binding". With a TokenStore, every call must carry
-a bearer token and may act only as its principal (transports/auth.py). GET /
+a bearer token and may act only as its principal (server/auth.py). GET /
 and the paths under /desk and /chap/events serve the review desk
-(transports/desk/).
+(server/desk/).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ LLM clients often send objects and arrays as JSON text. An argument whose
 schema asks for an object or an array and that arrives as a string is parsed
 before dispatch, so the audit log holds JSON values, never stringified ones;
 a string that does not parse is refused (-32602) and nothing is recorded.
-Parsing is strict (transports/strict_json.py): NaN, Infinity and numbers out
+Parsing is strict (server/strict_json.py): NaN, Infinity and numbers out
 of range are refused in text and in the arguments the SDK parsed alike, since
 the envelope would carry them as null. A failure inside the transport is
 answered -32603 with a log id, as POST /chap answers a defect.
@@ -45,9 +45,9 @@ from coordinator.server.dispatcher import Dispatcher, SerialDispatcher, sweep_ev
 from coordinator.server.strict_json import NotJsonError, loads, non_finite
 
 __all__ = [
+    "AsyncDispatch",
     "DISCOVER_VERSIONS",
     "TOOL_PREFIX",
-    "Call",
     "create_mcp_server",
     "run_stdio",
     "tool_for",
@@ -63,8 +63,9 @@ TOOL_PREFIX = "chap."
 # both eras, while the SDK's own discover lists only the stateless one.
 DISCOVER_VERSIONS = ("2026-07-28", "2025-11-25")
 
-Call = Callable[[bytes], Awaitable[dict[str, Any]]]
-"""Dispatches one JSON-RPC request body, answering with the response."""
+AsyncDispatch = Callable[[bytes], Awaitable[dict[str, Any]]]
+"""Dispatches one JSON-RPC request body and awaits the response
+(`SerialDispatcher.dispatch`); what a transport hands each call to."""
 
 
 def tool_name(method: Method) -> str:
@@ -185,7 +186,7 @@ def _chap_error(code: int, message: str, data: Any = None) -> types.CallToolResu
 
 
 def create_mcp_server(
-    call: Call,
+    call: AsyncDispatch,
     methods: list[Method],
     *,
     auth: Authenticator | None = None,

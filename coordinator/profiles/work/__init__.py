@@ -3,7 +3,7 @@ fencing tokens, capacity, retries (SPECIFICATION.md, "x-chapline-work/1.0").
 
 chapline's own extension profile, never a CHAP one. Plan tasks are CHAP
 tasks (in `tasks`: review, override, control and audit apply to them); the
-scheduler's state is in the collections `_work_state` describes. Every
+scheduler's state is in the collections `_state` describes. Every
 write sweeps expired leases first and decides inside its own write, so the
 log records each decision and two coordinators on one store never both
 grant what only one may have.

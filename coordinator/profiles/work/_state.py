@@ -12,7 +12,7 @@ changed in place (a transition stages a new dict):
   for a claim (status `ready`, or `retry` until `retry_at_ms`). Ready-work
   reads walk this and the claims, never the plan.
 - `x_chapline_claims`: the live claims (holder, token, lease expiry),
-  indexed in memory by `_work_index` so that no call walks them all.
+  indexed in memory by `_index` so that no call walks them all.
 
 Statuses: waiting (dependencies not met), ready, held, retry (backoff after
 a failed attempt), human (blocked on a human), review (the CHAP review is
