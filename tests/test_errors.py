@@ -10,7 +10,8 @@ from pathlib import Path
 
 import coordinator
 import storage
-from coordinator import ChaplineError, wire
+from coordinator import ChaplineError
+from coordinator.engine import wire
 from storage import StoreError
 
 ROOT = Path(__file__).resolve().parent.parent
