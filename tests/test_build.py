@@ -26,7 +26,7 @@ def _compiled() -> list[str]:
     for entry in listed:
         where = ROOT / entry
         if where.is_dir():
-            paths.update(str(p.relative_to(ROOT)) for p in where.glob("*.py"))
+            paths.update(str(p.relative_to(ROOT)) for p in where.glob("*.py") if p.name != "__init__.py")
         else:
             paths.add(entry)
     return sorted(paths)
