@@ -20,7 +20,6 @@ import subprocess
 import sys
 import textwrap
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -75,7 +74,7 @@ print(json.dumps({
     "version": __version__,
     "head": head,
     "memory_entries": len(memory.workspaces["wsp_memory"].audit),
-    "loaded": sorted(m for m in sys.modules if m.split(".")[0] in {optional}),
+    "loaded": sorted(m for m in {optional} if m in sys.modules),
     "doc": Coordinator.__doc__,
     "signature": str(inspect.signature(Coordinator)),
 }))
@@ -141,6 +140,8 @@ def _clean_env(**extra: str) -> dict[str, str]:
 
 
 class _Installed:
+    """The wheel and the virtualenv it was installed into, alone."""
+
     def __init__(self, wheel: Path, said: str, venv: Path, home: Path) -> None:
         self.wheel = wheel
         self.said = said  # what pip and setup.py printed while building
@@ -159,7 +160,7 @@ class _Installed:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Installed]:
+def core_only(tmp_path_factory: pytest.TempPathFactory) -> _Installed:
     """The wheel, built without a compiler, installed alone in a fresh virtualenv."""
     where = tmp_path_factory.mktemp("packaging")
     # A copy of the sources, so that the build writes nothing into the checkout.
@@ -188,33 +189,33 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Installed]:
     done = _Installed(wheel, built.stdout + built.stderr, venv, home)
     added = done.run(str(done.python), "-m", "pip", "install", "-q", str(wheel), timeout=600)
     assert added.returncode == 0, added.stderr
-    yield done
+    return done
 
 
 def test_without_a_compiler_the_wheel_is_pure_python_and_the_build_says_so(
-    installed: _Installed,
+    core_only: _Installed,
 ) -> None:
-    assert installed.wheel.name.endswith("-py3-none-any.whl"), installed.wheel.name
-    with zipfile.ZipFile(installed.wheel) as wheel:
+    assert core_only.wheel.name.endswith("-py3-none-any.whl"), core_only.wheel.name
+    with zipfile.ZipFile(core_only.wheel) as wheel:
         names = wheel.namelist()
     assert [n for n in names if n.endswith((".so", ".pyd", ".c"))] == []
     assert "coordinator/engine/pipeline.py" in names and "storage/memory.py" in names
-    assert "chapline: no C compiler can build a Python extension here" in installed.said
-    assert "installing pure Python" in installed.said
+    assert "chapline: no C compiler can build a Python extension here" in core_only.said
+    assert "installing pure Python" in core_only.said
 
 
-def test_installing_it_pulls_msgspec_alone(installed: _Installed) -> None:
-    listed = installed.run(str(installed.python), "-m", "pip", "list", "--format=json")
+def test_installing_it_pulls_msgspec_alone(core_only: _Installed) -> None:
+    listed = core_only.run(str(core_only.python), "-m", "pip", "list", "--format=json")
     assert listed.returncode == 0, listed.stderr
     names = {p["name"].lower() for p in json.loads(listed.stdout)}
     assert names - {"pip", "setuptools"} == {"chapline", "msgspec"}
 
 
 def test_the_core_alone_drives_workspaces_in_memory_and_in_a_sqlite_file(
-    installed: _Installed,
+    core_only: _Installed,
 ) -> None:
-    said = installed.script(
-        DRIVE.replace("{optional}", repr(set(OPTIONAL))), str(installed.home / "chap.db")
+    said = core_only.script(
+        DRIVE.replace("{optional}", repr(set(OPTIONAL))), str(core_only.home / "chap.db")
     )
     assert said["loaded"] == []
     assert str(said["head"]).startswith("sha256:") and said["memory_entries"] == 6
@@ -224,9 +225,9 @@ def test_the_core_alone_drives_workspaces_in_memory_and_in_a_sqlite_file(
 
 
 def test_each_missing_extra_is_an_error_naming_the_pip_command_that_fixes_it(
-    installed: _Installed,
+    core_only: _Installed,
 ) -> None:
-    said = installed.script(MISSING)
+    said = core_only.script(MISSING)
     crypto = "pip install 'chapline[crypto]'"
     for name, extra in [
         ("PostgresStore", "postgres"),
@@ -250,21 +251,21 @@ def test_each_missing_extra_is_an_error_naming_the_pip_command_that_fixes_it(
 
 
 def test_serve_and_mcp_without_their_extras_exit_2_naming_the_pip_command(
-    installed: _Installed,
+    core_only: _Installed,
 ) -> None:
     for command, extra in [("serve", "server"), ("mcp", "mcp")]:
-        done = installed.run(str(installed.chapline), command, "--db", ":memory:", "--port", "0")
+        done = core_only.run(str(core_only.chapline), command, "--db", ":memory:", "--port", "0")
         assert done.returncode == 2, (command, done.stdout, done.stderr)
         assert f"pip install 'chapline[{extra}]'" in done.stderr, done.stderr
         assert "Traceback" not in done.stderr and done.stdout == ""
 
 
-def test_the_log_commands_and_tokens_work_with_the_core_alone(installed: _Installed) -> None:
-    version = installed.run(str(installed.chapline), "--version")
+def test_the_log_commands_and_tokens_work_with_the_core_alone(core_only: _Installed) -> None:
+    version = core_only.run(str(core_only.chapline), "--version")
     assert version.returncode == 0 and version.stdout.startswith("chapline "), version
-    db = str(installed.home / "log.db")
-    joined = installed.run(
-        str(installed.python),
+    db = str(core_only.home / "log.db")
+    joined = core_only.run(
+        str(core_only.python),
         "-c",
         "import sys; from coordinator import Coordinator; from storage import SqliteStore\n"
         "with Coordinator(store=SqliteStore(sys.argv[1])) as c:\n"
@@ -274,15 +275,15 @@ def test_the_log_commands_and_tokens_work_with_the_core_alone(installed: _Instal
     )
     assert joined.returncode == 0, joined.stderr
     # Without rich (chapline[cli]), tables are plain columns.
-    verified = installed.run(str(installed.chapline), "verify", db)
+    verified = core_only.run(str(core_only.chapline), "verify", db)
     assert verified.returncode == 0, verified.stderr
     assert verified.stdout.splitlines()[1].split() == ["workspace", "entries", "head", "verdict"]
     assert verified.stdout.splitlines()[2].split()[::3] == ["wsp_log", "ok"]
-    inspected = installed.run(str(installed.chapline), "inspect", db)
+    inspected = core_only.run(str(core_only.chapline), "inspect", db)
     assert inspected.returncode == 0 and "wsp_log" in inspected.stdout, inspected.stderr
-    token = installed.run(str(installed.chapline), "token", "create", "--db", db, "--as", "human:alice")
+    token = core_only.run(str(core_only.chapline), "token", "create", "--db", db, "--as", "human:alice")
     assert token.returncode == 0 and token.stdout.startswith("chl_"), token.stderr
-    postgres = installed.run(str(installed.chapline), "verify", "postgresql://chap@localhost/chap")
+    postgres = core_only.run(str(core_only.chapline), "verify", "postgresql://chap@localhost/chap")
     assert postgres.returncode == 2 and "pip install 'chapline[postgres]'" in postgres.stderr
 
 
