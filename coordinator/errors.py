@@ -20,6 +20,8 @@ Each carries its facts as attributes, and its message (and the class's
      ├── RegistryError             method declarations disagree with CHAP 0.3 or
      │                             with each other, at import: method (registry.py)
      ├── UnsupportedOptionError    a 0.3.3 option chapline does not take (compat.py)
+     ├── MissingExtraError         what was used needs an extra not installed (also
+     │                             an ImportError): extra, module  (extras.py)
      ├── CommandError              a log command cannot run        (logcli.py)
      ├── ProjectionError           a projection's target cannot be opened or
      │                             written, or its cursor does not fit: target

@@ -53,7 +53,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # PostgresStore imports psycopg: only when it is asked for.
+    # PostgresStore imports psycopg (chapline[postgres]): only when it is asked for.
     if name == "PostgresStore":
         from storage.postgres import PostgresStore
 

@@ -14,10 +14,9 @@ import bisect
 import threading
 from typing import Any
 
-from mypy_extensions import mypyc_attr
-
 from storage._encode import Held, Prepared, held_text, hold_change
 from storage._encode import decode as _decode
+from storage._mypyc import mypyc_attr
 from storage.match import entry_matches, indexed_keys, struct_keys, text_keys
 from storage.records import assemble_snapshot, change_from_record
 from storage.types import (

@@ -1,4 +1,6 @@
-"""PostgresStore: the store contract in a PostgreSQL database, on psycopg 3.
+"""PostgresStore: the store contract in a PostgreSQL database, on psycopg 3
+(chapline[postgres]; without it, importing this module raises
+coordinator.extras.MissingExtraError naming the pip command).
 
 The same three tables as the shared SQLite layout (`chap_meta`,
 `chap_entries`, `chap_objects`), created on first use, with JSON kept as the
@@ -36,9 +38,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-import psycopg
-from psycopg import errors as pg_errors
-
+from coordinator.extras import needs
 from storage import _rows
 from storage._encode import EncodedChange, encode_change
 from storage.records import change_from_record
@@ -54,6 +54,10 @@ from storage.types import (
     WorkspaceExistsError,
     WorkspaceRecord,
 )
+
+with needs("postgres"):
+    import psycopg
+    from psycopg import errors as pg_errors
 
 __all__ = ["CHANNEL", "DatabaseEncodingError", "PostgresStore", "connect", "entries_query"]
 

@@ -19,7 +19,8 @@ def is_postgres(target: str) -> bool:
 def open_store(target: str, *, watch: bool = False) -> Store:
     """The store `target` names; `watch` makes it report other writers'
     changes (`changed()`). Raises StoreError, sqlite3.Error or OSError when
-    it cannot be opened."""
+    it cannot be opened, and coordinator.extras.MissingExtraError for a
+    PostgreSQL database without chapline[postgres]."""
     if is_postgres(target):
         from storage.postgres import PostgresStore
 
@@ -32,11 +33,11 @@ def describe_target(target: str) -> str:
     PostgreSQL database's name, host and port without user or password."""
     if not is_postgres(target):
         return target if target == ":memory:" else os.path.abspath(target)
-    from psycopg.conninfo import conninfo_to_dict
-
     try:
+        from psycopg.conninfo import conninfo_to_dict
+
         info = conninfo_to_dict(target)
-    except Exception:  # malformed: say nothing that could hold a secret
+    except Exception:  # malformed, or no psycopg: say nothing that could hold a secret
         return "a PostgreSQL database"
     host = info.get("host") or "localhost"
     where = f"{host}:{info['port']}" if info.get("port") else str(host)

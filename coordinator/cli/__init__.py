@@ -5,7 +5,9 @@ between databases, cli/copy.py);
 `token` creates, lists and revokes the bearer tokens `serve --auth` accepts.
 
 Exit status: 0 after a clean stop (SIGINT or SIGTERM), 1 when the database
-cannot be opened or the address cannot be listened on, 2 for bad arguments.
+cannot be opened or the address cannot be listened on, 2 for bad arguments
+and for a command whose extra is not installed (`serve` needs
+chapline[server], `mcp` chapline[mcp]; the message names the pip command).
 """
 
 from __future__ import annotations
@@ -25,17 +27,18 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-import uvicorn
-
 from coordinator import __version__
 from coordinator.cli import copy as copy_command
 from coordinator.cli import log as log_commands
 from coordinator.engine.registry import profile_name, profile_names
+from coordinator.extras import MissingExtraError, installed
 from coordinator.options import ENFORCED_BY, Options, unenforced
 from coordinator.profiles import REGISTRY
 from coordinator.server.workers import run_workers
 
 if TYPE_CHECKING:  # imported when used: `chapline --help` stays light
+    import uvicorn
+
     from coordinator import Coordinator
     from coordinator.security.identity_verifiers import OidcVerifier
 
@@ -79,6 +82,18 @@ class _Usage(Exception):
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    try:
+        return _command(args)
+    except MissingExtraError as missing:
+        print(f"chapline: {args.command}: {missing}", file=sys.stderr)
+        return 2
+
+
+def _command(args: argparse.Namespace) -> int:
+    if args.command == "serve":
+        import coordinator.server.http  # noqa: F401  (needs chapline[server]: fail first)
+    elif args.command == "mcp":
+        import coordinator.server.mcp  # noqa: F401  (needs chapline[mcp]: fail first)
     if args.command == "token":
         return _token(args)
     if args.command == "copy":
@@ -360,14 +375,20 @@ def _serve(
                 flush=True,
             )
 
+        # MCP and A2A are served where their extras are installed (create_app).
+        agents = ", ".join(
+            f"{name} on {_url(sock, path)}"
+            for name, path, extra in (("MCP", "/mcp", "mcp"), ("A2A", "/a2a", "a2a"))
+            if installed(extra)
+        )
+
         def announce(workers_text: str, projected: str) -> str:
             return (
                 f"chapline: serving CHAP on {_url(sock)} ({', '.join(profiles)}), "
                 f"{workers_text}writing {describe_target(db)}"
                 f"{', tokens required' if auth else ''}"
                 f"{', signatures required' if require_signatures else ''}{projected}; "
-                f"MCP on {_url(sock, '/mcp')}, A2A on {_url(sock, '/a2a')}; "
-                f"review desk at {_url(sock, '/')}"
+                f"{agents + '; ' if agents else ''}review desk at {_url(sock, '/')}"
             )
 
         def serve_one(projections: list[tuple[str, str]], say: Callable[[str], str] | None) -> int:
@@ -413,9 +434,11 @@ def _serve_one(
     """One server process: its own coordinator on `db`, serving `sock`;
     prints `announce(what the projections say)` once it is ready."""
     # Imported here so `chapline --help` works without loading the coordinator.
+    import uvicorn
+
     from coordinator import Coordinator
-    from coordinator.server import create_app
     from coordinator.server.auth import Authenticator, TokenStore
+    from coordinator.server.http import AppServer, create_app
     from storage import StoreError
     from storage.target import open_store
 
@@ -447,14 +470,15 @@ def _serve_one(
             sweep_interval=sweep_interval,
         )
         try:
-            server = _Server(
+            server = AppServer(
                 uvicorn.Config(
                     app,
                     log_level="warning",
                     access_log=False,
                     lifespan="on",
                     timeout_graceful_shutdown=30,
-                )
+                ),
+                stop=_signalled,
             )
             _run(server, sock, None if announce is None else announce(projected))
         finally:
@@ -537,21 +561,6 @@ def _mcp_stdio(
     return 0
 
 
-class _Server(uvicorn.Server):
-    """uvicorn that ends the desk's event streams when asked to stop: they
-    never finish on their own, and a graceful stop waits for every response."""
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        app: Any = self.config.app  # the Starlette app create_app built
-        app.state.events.close()
-        super().handle_exit(sig, frame)
-
-    async def on_tick(self, counter: int) -> bool:
-        if _signalled.is_set():  # a stop `_interrupt` saw but could not deliver
-            self.handle_exit(signal.SIGTERM, None)
-        return await super().on_tick(counter)
-
-
 def _loopback(sock: socket.socket) -> bool:
     return _loopback_address(sock.getsockname()[0])
 
@@ -609,7 +618,8 @@ def _run(server: uvicorn.Server, sock: socket.socket, started: str | None) -> No
 
 
 # Set by `_interrupt`: the KeyboardInterrupt it raises is dropped when it
-# lands in a finalizer or a weakref callback, so the server checks this too.
+# lands in a finalizer or a weakref callback, so the server checks this too
+# (AppServer's `stop`).
 _signalled = threading.Event()
 
 

@@ -2,7 +2,9 @@
 
 Each command opens a store (a SQLite file path, or a database URI once a
 store for it exists), prints a table for people or `--json` for machines,
-and shows a progress bar on stderr when stderr is a terminal. Exit status:
+and shows a progress bar on stderr when stderr is a terminal (tables and
+bars are drawn with rich, chapline[cli]; without it, tables are plain
+columns and there is no bar). Exit status:
 0 when the command did what it says (for `verify`: everything holds), 1 when
 it found a problem or could not do it (one line on stderr says which), 2 for
 bad arguments.
@@ -24,6 +26,7 @@ from typing import Any
 import msgspec
 
 from coordinator.errors import ChaplineError
+from coordinator.extras import installed
 from coordinator.tools.verification import verify_store
 from storage import SqliteStore, Store, assemble_snapshot
 
@@ -194,6 +197,9 @@ def _print_json(value: Any) -> None:
 
 
 def _table(title: str, columns: list[str], rows: list[list[str]]) -> None:
+    if not installed("cli"):
+        _plain_table(title, columns, rows)
+        return
     from rich.console import Console
     from rich.table import Table
 
@@ -206,11 +212,18 @@ def _table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     Console(width=None if sys.stdout.isatty() else 400).print(table)
 
 
+def _plain_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
+    widths = [max([len(column), *(len(row[i]) for row in rows)]) for i, column in enumerate(columns)]
+    print(title)
+    for line in [columns, *rows]:
+        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip())
+
+
 @contextlib.contextmanager
 def progress_bar(description: str) -> Iterator[Callable[[str, int, int], None]]:
     """A progress callback `(item, done, total)`: a bar on a terminal's
-    stderr, nothing otherwise (pipes and CI logs stay clean)."""
-    if not sys.stderr.isatty():
+    stderr, nothing otherwise (pipes and CI logs stay clean) or without rich."""
+    if not sys.stderr.isatty() or not installed("cli"):
         yield lambda item, done, total: None
         return
     from rich.console import Console

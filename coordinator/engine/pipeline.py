@@ -15,11 +15,9 @@ import gc
 import logging
 import reprlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from mypy_extensions import mypyc_attr
 
 from coordinator.audit import AuditEntry, refusal_is_recorded, signed_digest
 from coordinator.compat import (
@@ -94,6 +92,10 @@ from storage import (
     StoreConflictError,
     StoreError,
 )
+from storage._mypyc import mypyc_attr
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 __all__ = ["AuditListener", "BatchWriteError", "Coordinator", "Options"]
 

@@ -28,7 +28,10 @@ CHAP 0.3 method, or when a module declares another profile's method (only a
 method that answers whatever is advertised may be implemented outside its
 profile, as `audit.verify_chain` is by core). A method no module declares is
 unimplemented: it answers -32601. A profile is advertisable once a module
-declares it and every method it owns has a handler.
+declares it and every method it owns has a handler, and, when its machinery
+needs an extra (`Profile("security-signed/1.0", extra="crypto")`), where that
+extra is installed; naming it elsewhere is refused with the `pip install`
+that fixes it.
 
 Extension profiles are chapline's own, outside CHAP: a profile named
 `x-chapline-<name>/<version>` owns the methods it declares, each named
@@ -47,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from coordinator.errors import ChaplineError
+from coordinator.extras import installed
 
 if TYPE_CHECKING:
     from coordinator.engine.call import Call
@@ -184,9 +188,10 @@ class Method:
 
 
 class Profile:
-    """The methods one profile module implements, declared beside their handlers."""
+    """The methods one profile module implements, declared beside their handlers;
+    `extra` names the chapline extra its handlers and checks need, if any."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, extra: str | None = None) -> None:
         self.extension = name.startswith(EXTENSION_PROFILE_PREFIX)
         if self.extension and not _EXTENSION_PROFILE.fullmatch(name):
             raise RegistryError(
@@ -199,6 +204,7 @@ class Profile:
                 f"{EXTENSION_PROFILE_PREFIX}<name>/<version>)",
             )
         self.name = name
+        self.extra = extra
         self.methods: list[Method] = []
         self.before_hooks: list[Handler] = []
         self.write_hooks: list[Handler] = []
@@ -312,9 +318,20 @@ class Registry:
         owned: dict[str, list[Method]] = {}
         for method in [*self._methods.values(), *self._extensions.values()]:
             owned.setdefault(method.profile, []).append(method)
+        # profile name -> the extra it needs, when that is not installed here
+        self._missing_extra: dict[str, str] = {
+            profile_name(p.name): p.extra
+            for p in profiles
+            if p.extra is not None and not installed(p.extra)
+        }
         self.advertisable: tuple[str, ...] = tuple(
             sorted(
-                (name for name in modules if all(m.handler for m in owned.get(name, []))),
+                (
+                    name
+                    for name in modules
+                    if all(m.handler for m in owned.get(name, []))
+                    and profile_name(name) not in self._missing_extra
+                ),
                 key=lambda p: (p != "core/1.0", p),
             )
         )
@@ -351,6 +368,17 @@ class Registry:
         missing = [p for p in profiles if profile_name(p) not in self._advertisable_names]
         if not missing:
             return None
+        uninstalled = [
+            (p, self._missing_extra[profile_name(p)])
+            for p in missing
+            if profile_name(p) in self._missing_extra
+        ]
+        if uninstalled:
+            return "; ".join(
+                f"{p} needs chapline[{extra}], which is not installed here: "
+                f"pip install 'chapline[{extra}]'"
+                for p, extra in uninstalled
+            )
         return (
             f"{', '.join(missing)} not implemented by chapline; it implements "
             f"{', '.join(self.advertisable)}"

@@ -61,13 +61,17 @@ def _profiles_param(call: Call, default: tuple[str, ...] | None) -> list[str]:
 
 
 def _enforced(call: Call, profiles: list[str]) -> list[str]:
-    """`profiles` with the enforced profiles this coordinator enforces appended."""
+    """`profiles` with the enforced profiles this coordinator enforces appended
+    (refused, naming the pip command, where the extra one needs is missing)."""
     names = profile_names(profiles)
     added = [
         f"{name}/1.0"
         for name, option in ENFORCED_BY.items()
         if getattr(call.options, option) and name not in names
     ]
+    problem = call.registry.unadvertisable(added)
+    if problem:
+        raise invalid_params(f"this coordinator enforces {', '.join(added)}, but {problem}")
     return [*profiles, *added]
 
 

@@ -25,7 +25,9 @@ from coordinator.engine.wire import OIDC_STEP_UP_REQUIRED, RpcError
 
 __all__ = ["PROFILE", "check_step_up"]
 
-PROFILE = Profile("identity-oidc/1.0")
+# A join's pinned key is proved by an Ed25519 signature, and the ready
+# verifiers read JOSE (coordinator/security/attest.py, identity_verifiers.py).
+PROFILE = Profile("identity-oidc/1.0", extra="crypto")
 
 
 def check_step_up(call: Call, method: Method) -> None:

@@ -14,4 +14,5 @@ from coordinator.engine.registry import Profile
 
 __all__ = ["PROFILE"]
 
-PROFILE = Profile("identity-vc/1.0")
+# As identity-oidc/1.0: proof of a pinned key, and the ready verifier, need it.
+PROFILE = Profile("identity-vc/1.0", extra="crypto")

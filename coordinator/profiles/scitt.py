@@ -32,11 +32,12 @@ from coordinator.engine.wire import (
     RpcError,
     invalid_params,
 )
-from coordinator.security.transparency import build_statement
 
 __all__ = ["PROFILE"]
 
-PROFILE = Profile("audit-scitt/1.0")
+# Statements are COSE in CBOR (coordinator/security/transparency.py, imported
+# by the handler that makes them).
+PROFILE = Profile("audit-scitt/1.0", extra="crypto")
 DEFAULT_ISSUER = "service:coordinator"
 _NOTE = "No scitt_submitter configured; submit these out-of-band"
 
@@ -64,6 +65,8 @@ def _bound(value: Any, name: str, default: int) -> int:
     annotations={"openWorldHint": True, "idempotentHint": False},
 )
 def audit_submit_to_scitt(call: Call) -> dict[str, Any]:
+    from coordinator.security.transparency import build_statement
+
     ws = call.workspace()
     span = call.params.get("range")
     if span is None:

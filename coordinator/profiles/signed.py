@@ -43,8 +43,9 @@ from coordinator.security.signing import (
 __all__ = ["PROFILE", "UNSIGNED_METHODS", "check_signature"]
 
 # The profile owns no method: participant.rotate_key and participant.revoke_key
-# are core's; what it adds is this check and the key lifecycle they keep.
-PROFILE = Profile("security-signed/1.0")
+# are core's; what it adds is this check and the key lifecycle they keep. The
+# check verifies Ed25519 signatures (cryptography).
+PROFILE = Profile("security-signed/1.0", extra="crypto")
 
 # Methods that are never signature-checked: a key cannot sign before it is
 # registered; and the coordinator's own sweep (`Coordinator.sweep`), which has

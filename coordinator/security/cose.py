@@ -1,4 +1,5 @@
-"""COSE_Sign1 (RFC 9052) with Ed25519, in CBOR: the signed statements of audit-scitt.
+"""COSE_Sign1 (RFC 9052) with Ed25519, in CBOR: the signed statements of audit-scitt
+(chapline[crypto]).
 
 A CHAP statement is a tagged COSE_Sign1 whose payload is the JCS bytes of one
 audit entry's record (the envelope of an accepted call, `{outcome, request}`
@@ -24,14 +25,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import cbor2
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import (
-    Ed25519PrivateKey,
-    Ed25519PublicKey,
-)
-
 from coordinator.errors import ChaplineError
+from coordinator.extras import needs
+
+with needs("crypto"):
+    import cbor2
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
 
 __all__ = [
     "ALG",

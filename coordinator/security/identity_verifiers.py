@@ -1,4 +1,5 @@
-"""Ready verifiers for identity-oidc/1.0 and identity-vc/1.0, built on joserfc.
+"""Ready verifiers for identity-oidc/1.0 and identity-vc/1.0, built on joserfc
+(chapline[crypto]; `IdentityRejected`, which any verifier may raise, needs nothing).
 
 A deployment passes one as `Coordinator(verify_oidc_token=...)` or
 `Coordinator(verify_vc=...)`. Each takes what the joiner sent and returns what
@@ -23,12 +24,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import Any
-
-from joserfc import jwt
-from joserfc.errors import JoseError
-from joserfc.jwk import KeySet, OKPKey
-from joserfc.jws import extract_compact
+from typing import TYPE_CHECKING, Any
 
 from coordinator.engine.wire import (  # re-exported: raised by the checks here
     OIDC_CNF_MISMATCH,
@@ -37,6 +33,11 @@ from coordinator.engine.wire import (  # re-exported: raised by the checks here
     VC_VP_INVALID,
 )
 from coordinator.errors import ChaplineError
+from coordinator.extras import needs
+
+if TYPE_CHECKING:
+    from joserfc import jwt
+    from joserfc.jwk import KeySet, OKPKey
 
 __all__ = [
     "OIDC_TOKEN_INVALID",
@@ -69,6 +70,9 @@ def _epoch_seconds() -> int:
 
 
 def _key_set(jwks: Any, what: str) -> KeySet:
+    with needs("crypto"):
+        from joserfc.jwk import KeySet
+
     if not isinstance(jwks, dict) or not isinstance(jwks.get("keys"), list):
         raise ValueError(f"{what} must be a JWKS dict: {{'keys': [jwk, ...]}}")
     return KeySet.import_key_set({"keys": [k for k in jwks["keys"] if isinstance(k, dict)]})
@@ -88,6 +92,10 @@ def same_public_key(a: Any, b: Any) -> bool:
 
 def _ed25519_public(jwk: Any, code: int, what: str) -> dict[str, Any]:
     """`jwk` checked as an Ed25519 public JWK (no private part), as a plain dict."""
+    with needs("crypto"):
+        from joserfc.errors import JoseError
+        from joserfc.jwk import OKPKey
+
     if not isinstance(jwk, dict) or jwk.get("kty") != "OKP" or jwk.get("crv") != "Ed25519":
         raise IdentityRejected(code, f"{what} must be an Ed25519 OKP JWK")
     if "d" in jwk:
@@ -102,6 +110,10 @@ def _ed25519_public(jwk: Any, code: int, what: str) -> dict[str, Any]:
 def _decode(
     token: Any, keys: KeySet | OKPKey, algorithms: tuple[str, ...], code: int, what: str
 ) -> jwt.Token:
+    with needs("crypto"):
+        from joserfc import jwt
+        from joserfc.errors import JoseError
+
     if not isinstance(token, str):
         raise IdentityRejected(code, f"{what} must be a compact JWT string")
     try:
@@ -113,6 +125,10 @@ def _decode(
 def _unverified_claims(token: str, what: str) -> dict[str, Any]:
     """The claims of a compact JWT before its signature is checked (only to
     learn which key must check it)."""
+    with needs("crypto"):
+        from joserfc.errors import JoseError
+        from joserfc.jws import extract_compact
+
     try:
         claims = json.loads(extract_compact(token.encode()).payload)
     except (JoseError, ValueError, UnicodeError) as exc:
@@ -125,6 +141,10 @@ def _unverified_claims(token: str, what: str) -> dict[str, Any]:
 def _validate(
     claims: dict[str, Any], code: int, what: str, now: int, leeway: int, **options: Any
 ) -> None:
+    with needs("crypto"):
+        from joserfc import jwt
+        from joserfc.errors import JoseError
+
     registry = jwt.JWTClaimsRegistry(now=now, leeway=leeway, **options)
     try:
         registry.validate(claims)
@@ -229,6 +249,11 @@ class VcVerifier:
                 )
             credentials.append(claims)
         assert holder is not None and holder_key is not None
+        with needs("crypto"):
+            from joserfc import jwt
+            from joserfc.errors import JoseError
+            from joserfc.jwk import OKPKey
+
         try:
             decoded = jwt.decode(presentation, OKPKey.import_key(holder_key), algorithms=list(self._algorithms))
         except (JoseError, ValueError, TypeError) as exc:

@@ -28,6 +28,9 @@ A key is registered (`check_jwk`, at join and rotation) only when it is a
 public Ed25519 JWK whose `x` is a canonical point of the prime-order subgroup
 (what libsodium's `crypto_core_ed25519_is_valid_point` takes) and whose kid
 can appear in a signature tag.
+
+Signing and verifying need chapline[crypto] (cryptography), imported when
+first used; reading tags and checking keys and their history do not.
 """
 
 from __future__ import annotations
@@ -36,14 +39,7 @@ import base64
 import binascii
 import functools
 import re
-from typing import Any
-
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import (
-    Ed25519PrivateKey,
-    Ed25519PublicKey,
-)
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from typing import TYPE_CHECKING, Any
 
 from coordinator.engine.canonical import CanonicalError, canonical_bytes
 from coordinator.engine.limits import MAX_ID_CHARS
@@ -54,7 +50,14 @@ from coordinator.engine.wire import (  # re-exported: raised by the checks here
     SIG_VERIFY_FAILED,
 )
 from coordinator.errors import ChaplineError
+from coordinator.extras import needs
 from coordinator.security.ed25519 import L, key_problem, weak_point
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
 
 __all__ = [
     "SIG_VERIFY_FAILED",
@@ -112,6 +115,9 @@ def signing_bytes(envelope: dict[str, Any]) -> bytes:
 
 
 def _private_key(key: Ed25519PrivateKey | bytes) -> Ed25519PrivateKey:
+    with needs("crypto"):
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     if isinstance(key, Ed25519PrivateKey):
         return key
     if isinstance(key, (bytes, bytearray)) and len(key) == 32:
@@ -140,6 +146,10 @@ def sign_envelope(
 def public_jwk(key: Ed25519PrivateKey | Ed25519PublicKey | bytes, kid: str) -> dict[str, str]:
     """The JWK to register for a key (pass the private key, its public half, or
     the 32-byte raw seed), e.g. in `participant.join` `jwks.keys`."""
+    with needs("crypto"):
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+        from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
     if isinstance(key, Ed25519PublicKey):
         public = key
     else:
@@ -165,6 +175,9 @@ def public_key_from_jwk(jwk: Any) -> Ed25519PublicKey:
 @functools.lru_cache(maxsize=1024)
 def _public_key(x: str) -> Ed25519PublicKey | None:
     """The key of a JWK's `x` (cached: every signed call of a member needs it)."""
+    with needs("crypto"):
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     try:
         return Ed25519PublicKey.from_public_bytes(base64.urlsafe_b64decode(x + "=" * (-len(x) % 4)))
     except (ValueError, binascii.Error):
@@ -269,6 +282,9 @@ def verify_envelope(
     """Check `envelope["sig"]` against `public_key`, strictly (see the module
     docstring); SignatureError(-32070) if it fails. `message` is
     `signing_bytes(envelope)` when the caller has it already."""
+    with needs("crypto"):
+        from cryptography.exceptions import InvalidSignature
+
     _, signature = parse_sig(envelope.get("sig"))
     weak = _weak_signature(public_key.public_bytes_raw(), signature)
     if weak is not None:

@@ -1,4 +1,5 @@
-"""audit-scitt/1.0 beyond the hooks: real statements, a submitter, a receipt verifier.
+"""audit-scitt/1.0 beyond the hooks: real statements, a submitter, a receipt verifier
+(chapline[crypto]).
 
 - `build_statement` makes the statement `audit.submit_to_scitt` returns for
   one entry. With an issuer key it is a real COSE_Sign1 (see coordinator.security.cose)
@@ -25,13 +26,9 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import (
-    Ed25519PrivateKey,
-    Ed25519PublicKey,
-)
-
 from coordinator.engine.clock import epoch_seconds
 from coordinator.errors import ChaplineError
+from coordinator.extras import needs
 from coordinator.security.cose import (
     ALG_EDDSA,
     CHAP_CONTENT_TYPE,
@@ -47,6 +44,12 @@ from coordinator.security.cose import (
     verify_sign1,
 )
 from coordinator.security.signing import SignatureError, public_key_from_jwk
+
+with needs("crypto"):
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
 
 __all__ = [
     "PLACEHOLDER_SIGNATURE",

@@ -26,22 +26,9 @@ from __future__ import annotations
 
 import itertools
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-from a2a.helpers.proto_helpers import get_data_parts, new_data_message
-from a2a.server.agent_execution import AgentExecutor, RequestContext
-from a2a.server.events import EventQueue
-from a2a.server.request_handlers import DefaultRequestHandler
-from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
-from a2a.server.tasks import InMemoryTaskStore
-from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
-from a2a.utils.constants import TransportProtocol
-from google.protobuf.json_format import MessageToDict
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
-from starlette.types import Message, Receive
 
 from coordinator import __version__
 from coordinator.engine.incidents import internal_error
@@ -54,10 +41,29 @@ from coordinator.engine.wire import (
     RpcError,
     error_response,
 )
+from coordinator.extras import needs
 from coordinator.server.auth import Authenticator
 from coordinator.server.body import MAX_BODY_BYTES, read_body
-from coordinator.server.mcp import AsyncDispatch, tool_name
+from coordinator.server.catalogue import tool_name
 from coordinator.server.strict_json import NotJsonError, loads
+
+with needs("a2a"):
+    from a2a.helpers.proto_helpers import get_data_parts, new_data_message
+    from a2a.server.agent_execution import AgentExecutor, RequestContext
+    from a2a.server.events import EventQueue
+    from a2a.server.request_handlers import DefaultRequestHandler
+    from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+    from a2a.server.tasks import InMemoryTaskStore
+    from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
+    from a2a.utils.constants import TransportProtocol
+    from google.protobuf.json_format import MessageToDict
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+    from starlette.types import Message, Receive
+
+if TYPE_CHECKING:
+    from coordinator.server.mcp import AsyncDispatch
 
 __all__ = ["A2A_PATH", "ChaplineAgentExecutor", "a2a_routes", "agent_card"]
 

@@ -3,7 +3,10 @@ of one request in memory, whether the client declared the length or not."""
 
 from __future__ import annotations
 
-from starlette.requests import Request
+from coordinator.extras import needs
+
+with needs("server"):
+    from starlette.requests import Request
 
 __all__ = ["MAX_BODY_BYTES", "read_body"]
 

@@ -17,15 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
+import threading
 from collections.abc import AsyncIterator
+from types import FrameType
 from typing import Any
 
 import msgspec
-from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
 
 from coordinator.engine.incidents import internal_error
 from coordinator.engine.wire import (
@@ -38,15 +36,22 @@ from coordinator.engine.wire import (
     RpcError,
     error_response,
 )
+from coordinator.extras import installed, needs
 from coordinator.profiles import REGISTRY
-from coordinator.server.a2a import A2A_PATH, a2a_routes
 from coordinator.server.auth import Authenticator
 from coordinator.server.body import MAX_BODY_BYTES, read_body
 from coordinator.server.desk import DeskTarget, EventHub, desk_routes
 from coordinator.server.dispatcher import DispatcherClosed, SerialDispatcher, sweep_every
-from coordinator.server.mcp import create_mcp_server
 
-__all__ = ["MAX_BODY_BYTES", "MCP_PATH", "create_app", "status_of"]
+with needs("server"):
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.exceptions import HTTPException
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import BaseRoute, Route
+
+__all__ = ["MAX_BODY_BYTES", "MCP_PATH", "AppServer", "create_app", "status_of"]
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +98,8 @@ def create_app(
 ) -> Starlette:
     """An ASGI app serving `target` (a Coordinator) over HTTP: CHAP at
     POST /chap, MCP (streamable HTTP) at /mcp, A2A at /a2a with its Agent
-    Card at /.well-known/agent-card.json, and the review desk.
+    Card at /.well-known/agent-card.json, and the review desk. MCP and A2A
+    are served where their extras (chapline[mcp], chapline[a2a]) are installed.
 
     `host` is the address the server listens on: on loopback, MCP requests
     must name a loopback Host and Origin (DNS-rebinding protection).
@@ -122,11 +128,22 @@ def create_app(
         raise ValueError(f"sweep_interval must be 0 (no timer) or positive, got {sweep_interval}")
     dispatcher = SerialDispatcher(target)
     methods = REGISTRY.methods() + REGISTRY.extension_methods()
-    mcp_server = create_mcp_server(dispatcher.dispatch, methods, auth=auth)
-    # The SDK builds an app with one route; we serve that route beside ours.
-    (mcp_route,) = [
-        r for r in mcp_server.streamable_http_app(host=host).routes if getattr(r, "path", "") == MCP_PATH
-    ]
+    # MCP and A2A, served beside POST /chap where their extras are installed.
+    agents: list[BaseRoute] = []
+    mcp_server = None
+    if installed("mcp"):
+        from coordinator.server.mcp import create_mcp_server
+
+        mcp_server = create_mcp_server(dispatcher.dispatch, methods, auth=auth)
+        # The SDK builds an app with one route; we serve that route beside ours.
+        (mcp_route,) = [
+            r for r in mcp_server.streamable_http_app(host=host).routes if getattr(r, "path", "") == MCP_PATH
+        ]
+        agents.append(mcp_route)
+    if installed("a2a"):
+        from coordinator.server.a2a import A2A_PATH, a2a_routes
+
+        agents += a2a_routes(dispatcher.dispatch, methods, public_url + A2A_PATH, auth, max_body_bytes)
 
     async def chap(request: Request) -> Response:
         if request.method == "OPTIONS":
@@ -156,7 +173,9 @@ def create_app(
         if sweep_interval > 0:
             timer = asyncio.create_task(sweep_every(dispatcher, target.sweep, sweep_interval))
         try:
-            async with mcp_server.session_manager.run():
+            async with contextlib.AsyncExitStack() as running:
+                if mcp_server is not None:
+                    await running.enter_async_context(mcp_server.session_manager.run())
                 yield
         finally:
             if timer is not None:
@@ -168,8 +187,7 @@ def create_app(
             await asyncio.to_thread(dispatcher.close)
 
     routes: list[BaseRoute] = [Route(path, chap, methods=["POST", "OPTIONS"]) for path in PATHS]
-    routes.append(mcp_route)
-    routes += a2a_routes(dispatcher.dispatch, methods, public_url + A2A_PATH, auth, max_body_bytes)
+    routes += agents
     hub = EventHub()
     routes += desk_routes(target, dispatcher, auth, hub)
     app = Starlette(
@@ -184,6 +202,27 @@ def create_app(
     # ends them first (`app.state.events.close()`), or the stop waits for them.
     app.state.events = hub
     return app
+
+
+class AppServer(uvicorn.Server):
+    """uvicorn serving an app `create_app` built, which ends the desk's event
+    streams when asked to stop (they never finish on their own, and a graceful
+    stop waits for every response), and stops once `stop` is set (a signal
+    its handler could not deliver)."""
+
+    def __init__(self, config: uvicorn.Config, stop: threading.Event) -> None:
+        super().__init__(config)
+        self._stop = stop
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        app: Any = self.config.app  # the Starlette app create_app built
+        app.state.events.close()
+        super().handle_exit(sig, frame)
+
+    async def on_tick(self, counter: int) -> bool:
+        if self._stop.is_set():
+            self.handle_exit(signal.SIGTERM, None)
+        return await super().on_tick(counter)
 
 
 def _json(status: int, payload: dict[str, Any]) -> Response:

@@ -31,18 +31,22 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import anyio
-import mcp_types as types
 import msgspec
-from mcp.server import Server, ServerRequestContext
 
 from coordinator import __version__
 from coordinator.engine.incidents import internal_error
 from coordinator.engine.registry import Method
 from coordinator.engine.wire import INVALID_PARAMS, METHOD_NOT_FOUND
+from coordinator.extras import needs
 from coordinator.server.auth import Authenticator
+from coordinator.server.catalogue import TOOL_PREFIX, tool_name
 from coordinator.server.dispatcher import Dispatcher, SerialDispatcher, sweep_every
 from coordinator.server.strict_json import NotJsonError, loads, non_finite
+
+with needs("mcp"):
+    import anyio
+    import mcp_types as types
+    from mcp.server import Server, ServerRequestContext
 
 __all__ = [
     "AsyncDispatch",
@@ -57,8 +61,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-TOOL_PREFIX = "chap."
-
 # What `server/discover` advertises, newest first: CHAP serves clients of
 # both eras, while the SDK's own discover lists only the stateless one.
 DISCOVER_VERSIONS = ("2026-07-28", "2025-11-25")
@@ -66,12 +68,6 @@ DISCOVER_VERSIONS = ("2026-07-28", "2025-11-25")
 AsyncDispatch = Callable[[bytes], Awaitable[dict[str, Any]]]
 """Dispatches one JSON-RPC request body and awaits the response
 (`SerialDispatcher.dispatch`); what a transport hands each call to."""
-
-
-def tool_name(method: Method) -> str:
-    """`chap.<method>` for a CHAP method; an extension method's own name,
-    already namespaced (`x-chapline.plan.submit`)."""
-    return method.name if method.extension else TOOL_PREFIX + method.name
 
 
 def tool_for(method: Method) -> types.Tool:

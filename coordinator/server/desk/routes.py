@@ -8,16 +8,19 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import msgspec
-from starlette.requests import Request
-from starlette.responses import FileResponse, Response, StreamingResponse
-from starlette.routing import BaseRoute, Mount, Route
-from starlette.staticfiles import StaticFiles
 
 from coordinator.audit import AuditEntry
 from coordinator.engine.wire import INVALID_PARAMS, RpcError, error_response
+from coordinator.extras import needs
 from coordinator.server.auth import Authenticator
 from coordinator.server.desk.events import EventHub
 from coordinator.server.dispatcher import SerialDispatcher
+
+with needs("server"):
+    from starlette.requests import Request
+    from starlette.responses import FileResponse, Response, StreamingResponse
+    from starlette.routing import BaseRoute, Mount, Route
+    from starlette.staticfiles import StaticFiles
 
 __all__ = ["STATIC", "DeskTarget", "desk_routes"]
 
