@@ -17,12 +17,12 @@ if TYPE_CHECKING:
     from coordinator.engine.clock import StepClock
     from coordinator.engine.ids import CounterIds
     from coordinator.engine.pipeline import Coordinator
-    from coordinator.tools.snapshot import RestoreError, UnknownWorkspaceError
     from coordinator.engine.sweeps import Swept
     from coordinator.engine.wire import RpcError
     from coordinator.errors import BatchWriteError, ChaplineError
     from coordinator.listeners import Change, ListenerHandle
     from coordinator.security.signing import SignatureError, public_jwk, sign_envelope
+    from coordinator.tools.snapshot import RestoreError, UnknownWorkspaceError
 
 # The one place the version is written: pyproject.toml reads it from here
 # (setuptools, `version = {attr = ...}`) and `chapline --version` prints it.

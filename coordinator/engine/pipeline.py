@@ -42,13 +42,6 @@ from coordinator.engine.signed_calls import (
     signed_index,
     signed_message,
 )
-from coordinator.tools.snapshot import (
-    RestoreError,
-    UnknownWorkspaceError,
-    restore_changes,
-    snapshot_of,
-    workspace_from_held,
-)
 from coordinator.engine.sweeps import Swept, sweep_all
 from coordinator.engine.wire import (
     METHOD_NOT_FOUND,
@@ -84,6 +77,13 @@ from coordinator.profiles import REGISTRY, whisper
 from coordinator.profiles.identity import check_step_up
 from coordinator.profiles.signed import UNSIGNED_METHODS, check_signature
 from coordinator.projections.cursor import Attachment, Projection
+from coordinator.tools.snapshot import (
+    RestoreError,
+    UnknownWorkspaceError,
+    restore_changes,
+    snapshot_of,
+    workspace_from_held,
+)
 from storage import (
     SIGNED_CALLS,
     MemoryStore,
