@@ -103,4 +103,6 @@ class BuildAndRecord(build_ext):
         (ROOT / "build" / "compiled.sha256").write_text(digest.hexdigest())
 
 
-setup(ext_modules=extensions(), cmdclass={"build_ext": BuildAndRecord})
+# Run by the build (as __main__); imported only for `compiled_sources` (./run, tests/build_sources.py).
+if __name__ == "__main__":
+    setup(ext_modules=extensions(), cmdclass={"build_ext": BuildAndRecord})

@@ -12,11 +12,11 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
-import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from build_sources import compiled_sources
 from hypothesis import HealthCheck, settings
 from pgserver import PgServer, stop_stale_servers
 
@@ -33,10 +33,8 @@ def _stale_build() -> str | None:
     module = Path(coordinator.engine.canonical.__file__).resolve()
     if module.suffix == ".py" or not module.is_relative_to(_ROOT):
         return None  # the sources run as they are, or an installed copy runs
-    with open(_ROOT / "pyproject.toml", "rb") as f:
-        compiled = tomllib.load(f)["tool"]["chapline"]["compiled"]
     digest = hashlib.sha256()
-    for path in compiled:
+    for path in compiled_sources():
         digest.update((_ROOT / path).read_bytes())
     built = _ROOT / "build" / "compiled.sha256"
     if built.is_file() and built.read_text() == digest.hexdigest():

@@ -9,30 +9,16 @@ import ast
 import importlib
 import importlib.machinery
 import os
-import tomllib
 from pathlib import Path
 
 import pytest
+from build_sources import compiled_sources
 
 ROOT = Path(__file__).resolve().parent.parent
 PURE = os.environ.get("CHAPLINE_PURE") == "1"
 
 
-def _compiled() -> list[str]:
-    """The listed modules, folders expanded (as setup.py expands them)."""
-    with open(ROOT / "pyproject.toml", "rb") as f:
-        listed: list[str] = tomllib.load(f)["tool"]["chapline"]["compiled"]
-    paths: set[str] = set()
-    for entry in listed:
-        where = ROOT / entry
-        if where.is_dir():
-            paths.update(str(p.relative_to(ROOT)) for p in where.glob("*.py") if p.name != "__init__.py")
-        else:
-            paths.add(entry)
-    return sorted(paths)
-
-
-@pytest.mark.parametrize("path", _compiled())
+@pytest.mark.parametrize("path", compiled_sources())
 def test_each_listed_module_runs_in_the_form_installed(path: str) -> None:
     name = path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
     module = importlib.import_module(name)
@@ -42,7 +28,7 @@ def test_each_listed_module_runs_in_the_form_installed(path: str) -> None:
     assert loaded.with_name(Path(path).name).is_file()  # its source beside it
 
 
-@pytest.mark.parametrize("path", _compiled())
+@pytest.mark.parametrize("path", compiled_sources())
 def test_no_listed_module_defines_a_struct(path: str) -> None:
     # mypyc compiles a Struct's annotations into something msgspec cannot
     # read: a compiled `_Call(msgspec.Struct)` with `method: Any` refuses
@@ -57,7 +43,7 @@ def test_no_listed_module_defines_a_struct(path: str) -> None:
     assert structs == [], f"{path} defines msgspec Structs {structs}; move them to an interpreted module"
 
 
-@pytest.mark.parametrize("path", _compiled())
+@pytest.mark.parametrize("path", compiled_sources())
 def test_no_listed_function_reuses_an_except_name_across_types(path: str) -> None:
     # mypyc gives a function's `except ... as name` one typed variable, so a
     # second clause of another class under the same name raises TypeError
