@@ -274,7 +274,7 @@ def test_id_free_heads_after_every_step():
         ("audit.read", {"workspace": W, "range": {"from_seq": "a"}}, -32602, -32603),
     ],
 )
-def test_deliberate_differences(method, params, ours_code, theirs):
+def test_deliberate_differences_in_core(method, params, ours_code, theirs):
     setup = ID_FREE[:3]
     a, b, _, _ = drive(setup)
     ra = a.target.dispatch(env(method, params, id="x"))

@@ -69,7 +69,7 @@ DIFFERENCES = [
 
 
 @pytest.mark.parametrize("method, params, theirs", DIFFERENCES)
-def test_deliberate_differences(method: str, params: dict[str, Any], theirs: Any) -> None:
+def test_deliberate_differences_in_whispers_deliberations_and_handoffs(method: str, params: dict[str, Any], theirs: Any) -> None:
     p = pair()
     p.setup(MEMBERS)
     t = p.new_task(kind="k")

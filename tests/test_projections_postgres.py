@@ -79,7 +79,7 @@ def fresh_database(pg_server: PgServer) -> str:
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=OPS, split=st.integers(0, 60), page=st.integers(1, 7))
-def test_live_and_caught_up_tables_equal_a_fold_of_the_log_and_objects(
+def test_live_and_caught_up_postgresql_tables_equal_a_fold_of_the_log_and_objects(
     new_target: Callable[[], str], ops: list[tuple[str, int, int]], split: int, page: int
 ) -> None:
     with make() as coord:  # closes the projections' connections, failing or not
@@ -101,7 +101,7 @@ def test_live_and_caught_up_tables_equal_a_fold_of_the_log_and_objects(
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=OPS)
 @example(ops=TWICE_ESCALATED)
-def test_chap_analytics_figures_equal_the_projection_for_random_workloads(
+def test_chap_analytics_figures_equal_the_postgresql_projection_for_random_workloads(
     new_target: Callable[[], str], ops: list[tuple[str, int, int]]
 ) -> None:
     with make() as coord:

@@ -636,7 +636,7 @@ def test_complete_opens_the_required_review(m: Client) -> None:
     assert m.task(task)["output"] == {"o": 1}
 
 
-def test_complete_reuses_an_existing_review(m: Client) -> None:
+def test_complete_after_a_revision_request_keeps_the_reviewers_and_the_rule(m: Client) -> None:
     task = m.new_task()
     m.ok("review.request", frm=BOT, task_id=task, artefact={"v": 1}, to=[CAROL], rule="all_approve")
     m.ok("decide.reject", frm=CAROL, task_id=task, request_revision=True)

@@ -319,7 +319,7 @@ def test_a_signed_refusal_is_answered_again_not_evaluated_by_both() -> None:
     assert added == 1  # the widening request only; the resend is not recorded
 
 
-def test_the_readme_example_runs() -> None:
+def test_the_readmes_signing_example_runs() -> None:
     import re
     from pathlib import Path
 

@@ -190,7 +190,7 @@ def test_filtered_reads_use_the_indexes_at_100k_entries(pg_dsn: str) -> None:
         store.close()
 
 
-def test_damaged_workspaces_are_skipped_whole(pg_dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+def test_damaged_workspaces_in_postgresql_are_skipped_whole(pg_dsn: str, caplog: pytest.LogCaptureFixture) -> None:
     """The damage tests/test_store_sqlite.py makes, made here: skipped the same
     way, since both stores decode their rows in storage/_rows.py."""
     store = PostgresStore(pg_dsn)

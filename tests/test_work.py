@@ -391,7 +391,7 @@ def c_status(c: Client, key: str) -> str:
     return next(str(t["status"]) for t in c.ok("x-chapline.plan.describe", plan="p")["tasks"] if t["key"] == key)
 
 
-def test_the_readme_example_runs() -> None:
+def test_the_readmes_work_example_runs() -> None:
     import re
 
     readme = (Path(__file__).parent.parent / "README.md").read_text()
