@@ -35,11 +35,11 @@ def s0(c: Client, *, profiles: list[str] | None = None, extra_humans: tuple[str,
     if profiles is not None:
         params["profiles"] = profiles
     c.ok("workspace.create", **params)
-    c.ok("participant.join", **{"from": ALICE}, type="human", role="admin")
-    c.ok("participant.join", **{"from": BOT}, type="agent", role="drafter")
+    c.ok("participant.join", frm=ALICE, type="human", role="admin")
+    c.ok("participant.join", frm=BOT, type="agent", role="drafter")
     for h in extra_humans:
-        c.ok("participant.join", **{"from": h}, type="human", role="reviewer")
-    return c.ok("task.create", **{"from": ALICE}, assignee=BOT, kind="k", input={})["task_id"]
+        c.ok("participant.join", frm=h, type="human", role="reviewer")
+    return c.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={})["task_id"]
 
 
 class FailingStore(MemoryStore):

@@ -88,7 +88,7 @@ class Desk:
         self.tally = Tally()
 
     def ok(self, method: str, sender: str | None = None, **params: Any) -> Any:
-        result = self.chap.ok(method, sender, **params)
+        result = self.chap.ok(method, frm=sender, **params)
         self.tally.entries += 1
         kind = {"abstain.declare": "abstain"}.get(
             method, method.removeprefix("decide.")
@@ -106,7 +106,7 @@ class Desk:
         recorded: bool = True,
         **params: Any,
     ) -> None:
-        self.chap.fail(code, method, sender, **params)
+        self.chap.fail(code, method, frm=sender, **params)
         if recorded:
             self.tally.entries += 1
             self.tally.refusals[(method, code)] += 1
@@ -262,7 +262,7 @@ def review_desk(target: Any) -> Tally:
     # 3. Created with an idempotency key and replayed; two reviewers must both approve.
     create = desk.chap.envelope(
         "task.create",
-        ALICE,
+        frm=ALICE,
         assignee=DRAFTER,
         kind="reply",
         input={"ticket": 103},

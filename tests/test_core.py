@@ -34,10 +34,6 @@ GHOST = "human:ghost"
 CAROL = "human:carol"
 
 
-def frm(uri: str) -> dict[str, str]:
-    return {"from": uri}
-
-
 def jwk(kid: str) -> dict[str, str]:
     """A real public key under `kid` (a key that is not one is refused: test_keys.py)."""
     return public_jwk(kid.encode().ljust(32, b"."), kid)
@@ -209,11 +205,11 @@ def test_describe_and_read_with_read_membership():
     c = Client(make(require_read_membership=True))
     s0(c)
     assert c.code("workspace.describe") == -32011
-    assert c.code("workspace.describe", **frm(GHOST)) == -32011
-    assert c.code("audit.read", **frm(GHOST)) == -32011
-    assert c.ok("workspace.describe", **frm(BOT))["audit_count"] == 4
-    assert len(c.ok("audit.read", **frm(BOT))["entries"]) == 4
-    assert c.ok("workspace.describe", **frm(BOT))["audit_count"] == 4
+    assert c.code("workspace.describe", frm=GHOST) == -32011
+    assert c.code("audit.read", frm=GHOST) == -32011
+    assert c.ok("workspace.describe", frm=BOT)["audit_count"] == 4
+    assert len(c.ok("audit.read", frm=BOT)["entries"]) == 4
+    assert c.ok("workspace.describe", frm=BOT)["audit_count"] == 4
 
 
 # =============================================================================
@@ -222,23 +218,23 @@ def test_describe_and_read_with_read_membership():
 
 
 def test_set_profiles_appends_core_and_is_recorded(c, T):
-    r = c.ok("workspace.set_profiles", **frm(ALICE), profiles=["review/1.1", "modes/1.0"])
+    r = c.ok("workspace.set_profiles", frm=ALICE, profiles=["review/1.1", "modes/1.0"])
     assert r == {"profiles": ["review/1.1", "modes/1.0", "core/1.0"]}
     assert c.describe()["profiles"] == ["review/1.1", "modes/1.0", "core/1.0"]
     assert last(c)["envelope"]["method"] == "workspace.set_profiles"
-    r = c.ok("workspace.set_profiles", **frm(ALICE), profiles=["core/2.0"])
+    r = c.ok("workspace.set_profiles", frm=ALICE, profiles=["core/2.0"])
     assert r == {"profiles": ["core/2.0"]}  # any core/ version counts
 
 
 def test_set_profiles_then_gate_uses_the_new_list(c, T):
-    c.ok("workspace.set_profiles", **frm(ALICE), profiles=["core/1.0"])
-    e = c.err("review.request", **frm(ALICE), task_id=T, to=[ALICE], artefact={"a": 1})
+    c.ok("workspace.set_profiles", frm=ALICE, profiles=["core/1.0"])
+    e = c.err("review.request", frm=ALICE, task_id=T, to=[ALICE], artefact={"a": 1})
     assert e["code"] == -32601
     assert e["data"] == {"profile": "review/1.0", "advertised": ["core/1.0"]}
 
 
 def test_set_profiles_by_non_admin_member_is_recorded(c, T):
-    sent = c.envelope("workspace.set_profiles", **frm(BOT), profiles=["core/1.0"])
+    sent = c.envelope("workspace.set_profiles", frm=BOT, profiles=["core/1.0"])
     e = c.send(sent)["error"]
     assert e["code"] == -32011 and "admin" in e["message"]
     assert_refusal_recorded(c, 4, -32011, sent)
@@ -248,14 +244,14 @@ def test_set_profiles_by_non_admin_member_is_recorded(c, T):
 @pytest.mark.parametrize(
     "params, code",
     [
-        ({**frm(GHOST), "profiles": ["core/1.0"]}, -32011),
+        ({"from": GHOST, "profiles": ["core/1.0"]}, -32011),
         ({"profiles": ["core/1.0"]}, -32011),
-        ({**frm(ALICE)}, -32602),
-        ({**frm(ALICE), "profiles": None}, -32602),
+        ({"from": ALICE}, -32602),
+        ({"from": ALICE, "profiles": None}, -32602),
         # deliberate: 0.3.3 accepts a non-list (and stores it)
-        ({**frm(ALICE), "profiles": "review/1.0"}, -32602),
-        ({**frm(ALICE), "profiles": ["gossip/1.0"]}, -32602),
-        ({"workspace": "nope", **frm(ALICE), "profiles": ["core/1.0"]}, -32602),
+        ({"from": ALICE, "profiles": "review/1.0"}, -32602),
+        ({"from": ALICE, "profiles": ["gossip/1.0"]}, -32602),
+        ({"workspace": "nope", "from": ALICE, "profiles": ["core/1.0"]}, -32602),
     ],
 )
 def test_set_profiles_unrecorded_refusals(c, T, params, code):
@@ -270,7 +266,7 @@ def test_set_profiles_unrecorded_refusals(c, T, params, code):
 
 def test_join_adds_member_and_is_recorded(c, T):
     sent = c.envelope(
-        "participant.join", **frm(BOB), type="human", role="reviewer",
+        "participant.join", frm=BOB, type="human", role="reviewer",
         display_name="Bob", capabilities={"kinds": ["k"]}, scopes=["decide"],
     )
     assert c.send(sent)["result"] == {"joined": True, "as": BOB}
@@ -283,7 +279,7 @@ def test_join_adds_member_and_is_recorded(c, T):
 
 
 def test_rejoin_is_additive_and_recorded(c, T):
-    c.ok("participant.join", **frm(BOT), type="agent", role="admin")
+    c.ok("participant.join", frm=BOT, type="agent", role="admin")
     assert c.describe()["members"][1]["role"] == "drafter"
     assert c.describe()["audit_count"] == 5
 
@@ -291,7 +287,7 @@ def test_rejoin_is_additive_and_recorded(c, T):
 def test_join_creates_unknown_workspace_with_default_profiles():
     coord = make(default_profiles=("core/1.0", "modes/1.0"))
     c = Client(coord, "wnew")
-    sent = c.envelope("participant.join", **frm(ALICE), type="human")
+    sent = c.envelope("participant.join", frm=ALICE, type="human")
     assert c.send(sent)["result"] == {"joined": True, "as": ALICE}
     d = c.describe()
     assert d["profiles"] == ["core/1.0", "modes/1.0"]
@@ -302,7 +298,7 @@ def test_join_creates_unknown_workspace_with_default_profiles():
 
 
 def test_join_with_jwks_shows_keys(c, T):
-    c.ok("participant.join", **frm(BOB), type="human", jwks={"keys": [jwk("b1")]})
+    c.ok("participant.join", frm=BOB, type="human", jwks={"keys": [jwk("b1")]})
     bob = c.describe()["members"][-1]
     assert bob["jwks"] == {"keys": [jwk("b1")]}
     assert bob["key_history"] == [
@@ -314,13 +310,13 @@ def test_join_with_jwks_shows_keys(c, T):
     "params",
     [
         {"type": "human"},
-        {**frm(BOB)},
-        {**frm(BOB), "type": None},
-        {"workspace": 5, **frm(BOB), "type": "human"},
-        {"workspace": None, **frm(BOB), "type": "human"},
+        {"from": BOB},
+        {"from": BOB, "type": None},
+        {"workspace": 5, "from": BOB, "type": "human"},
+        {"workspace": None, "from": BOB, "type": "human"},
         # deliberate: 0.3.3 accepts a non-string from / type and stores the member
-        {**frm(5), "type": "human"},
-        {**frm(BOB), "type": 5},
+        {"from": 5, "type": "human"},
+        {"from": BOB, "type": 5},
     ],
 )
 def test_join_refusals_are_never_recorded(c, T, params):
@@ -329,22 +325,22 @@ def test_join_refusals_are_never_recorded(c, T, params):
 
 
 def test_leave_removes_member_and_is_recorded(c, T):
-    sent = c.envelope("participant.leave", **frm(BOT), reason="done")
+    sent = c.envelope("participant.leave", frm=BOT, reason="done")
     assert c.send(sent)["result"] == {"left": True}
     assert last(c)["envelope"] == sent
     assert [m["uri"] for m in c.describe()["members"]] == [ALICE]
     # the former member is now refused by the floor, unrecorded
-    assert c.code("participant.leave", **frm(BOT)) == -32011
+    assert c.code("participant.leave", frm=BOT) == -32011
     assert_not_recorded(c, 5)
 
 
 @pytest.mark.parametrize(
     "params, code",
     [
-        ({**frm(GHOST)}, -32011),
+        ({"from": GHOST}, -32011),
         ({}, -32011),
-        ({**frm(["human:alice"])}, -32011),
-        ({"workspace": "nope", **frm(ALICE)}, -32602),
+        ({"from": ["human:alice"]}, -32011),
+        ({"workspace": "nope", "from": ALICE}, -32602),
     ],
 )
 def test_leave_refusals(c, T, params, code):
@@ -361,12 +357,12 @@ def test_leave_refusals(c, T, params, code):
 @pytest.fixture
 def K(c, T):
     """BOB joined with key k1."""
-    c.ok("participant.join", **frm(BOB), type="human", jwks={"keys": [jwk("k1")]})
+    c.ok("participant.join", frm=BOB, type="human", jwks={"keys": [jwk("k1")]})
     return "k1"
 
 
 def test_rotate_key(c, K):
-    sent = c.envelope("participant.rotate_key", **frm(BOB), old_kid="k1", new_jwk=jwk("k2"))
+    sent = c.envelope("participant.rotate_key", frm=BOB, old_kid="k1", new_jwk=jwk("k2"))
     r = c.send(sent)["result"]
     assert r == {"rotated": True, "old_kid": "k1", "new_kid": "k2", "valid_from": "2023-11-14T22:13:26.000Z"}
     assert last(c)["envelope"] == sent
@@ -378,16 +374,16 @@ def test_rotate_key(c, K):
 @pytest.mark.parametrize(
     "params, code",
     [
-        ({**frm(BOB), "old_kid": "nope", "new_jwk": {"kid": "k2"}}, -32071),
-        ({**frm(GHOST), "old_kid": "k1", "new_jwk": {"kid": "k2"}}, -32071),
+        ({"from": BOB, "old_kid": "nope", "new_jwk": {"kid": "k2"}}, -32071),
+        ({"from": GHOST, "old_kid": "k1", "new_jwk": {"kid": "k2"}}, -32071),
         ({"old_kid": "k1", "new_jwk": {"kid": "k2"}}, -32071),
         # 0.3.3 order: the key lookups come before the new_jwk check
-        ({**frm(BOB), "old_kid": "nope", "new_jwk": {}}, -32071),
-        ({**frm(BOB), "old_kid": "k1", "new_jwk": {}}, -32602),
-        ({**frm(BOB), "old_kid": "k1", "new_jwk": "k2"}, -32602),
-        ({**frm(BOB), "new_jwk": {"kid": "k2"}}, -32602),
-        ({**frm(BOB), "old_kid": "k1"}, -32602),
-        ({"workspace": "nope", **frm(BOB), "old_kid": "k1", "new_jwk": {"kid": "k2"}}, -32602),
+        ({"from": BOB, "old_kid": "nope", "new_jwk": {}}, -32071),
+        ({"from": BOB, "old_kid": "k1", "new_jwk": {}}, -32602),
+        ({"from": BOB, "old_kid": "k1", "new_jwk": "k2"}, -32602),
+        ({"from": BOB, "new_jwk": {"kid": "k2"}}, -32602),
+        ({"from": BOB, "old_kid": "k1"}, -32602),
+        ({"workspace": "nope", "from": BOB, "old_kid": "k1", "new_jwk": {"kid": "k2"}}, -32602),
     ],
 )
 def test_rotate_key_refusals_are_not_recorded(c, K, params, code):
@@ -396,14 +392,14 @@ def test_rotate_key_refusals_are_not_recorded(c, K, params, code):
 
 
 def test_rotate_revoked_key(c, K):
-    c.ok("participant.revoke_key", **frm(BOB), target_uri=BOB, kid="k1")
-    e = c.err("participant.rotate_key", **frm(BOB), old_kid="k1", new_jwk={})
+    c.ok("participant.revoke_key", frm=BOB, target_uri=BOB, kid="k1")
+    e = c.err("participant.rotate_key", frm=BOB, old_kid="k1", new_jwk={})
     assert e["code"] == -32072  # before the new_jwk check, as 0.3.3
     assert_not_recorded(c, 6)
 
 
 def test_revoke_own_key_default_reason(c, K):
-    r = c.ok("participant.revoke_key", **frm(BOB), target_uri=BOB, kid="k1")
+    r = c.ok("participant.revoke_key", frm=BOB, target_uri=BOB, kid="k1")
     assert r == {"revoked": True, "kid": "k1", "revoked_at": "2023-11-14T22:13:26.000Z", "reason": "unspecified"}
     bob = c.describe()["members"][-1]
     assert bob["jwks"] == {"keys": []}
@@ -411,13 +407,13 @@ def test_revoke_own_key_default_reason(c, K):
 
 
 def test_admin_revokes_another_members_key(c, K):
-    r = c.ok("participant.revoke_key", **frm(ALICE), target_uri=BOB, kid="k1", reason="lost")
+    r = c.ok("participant.revoke_key", frm=ALICE, target_uri=BOB, kid="k1", reason="lost")
     assert r["reason"] == "lost"
     assert last(c)["envelope"]["method"] == "participant.revoke_key"
 
 
 def test_non_admin_revoking_another_members_key_is_recorded(c, K):
-    sent = c.envelope("participant.revoke_key", **frm(BOT), target_uri=BOB, kid="k1")
+    sent = c.envelope("participant.revoke_key", frm=BOT, target_uri=BOB, kid="k1")
     assert c.send(sent)["error"]["code"] == -32011
     assert_refusal_recorded(c, 5, -32011, sent)
 
@@ -425,13 +421,13 @@ def test_non_admin_revoking_another_members_key_is_recorded(c, K):
 @pytest.mark.parametrize(
     "params, code",
     [
-        ({**frm(GHOST), "target_uri": BOB, "kid": "k1"}, -32011),
+        ({"from": GHOST, "target_uri": BOB, "kid": "k1"}, -32011),
         ({"target_uri": BOB, "kid": "k1"}, -32011),
-        ({**frm(ALICE), "target_uri": GHOST, "kid": "k1"}, -32071),
-        ({**frm(ALICE), "target_uri": BOB, "kid": "nope"}, -32071),
-        ({**frm(ALICE), "kid": "k1"}, -32602),
-        ({**frm(ALICE), "target_uri": BOB}, -32602),
-        ({"workspace": "nope", **frm(ALICE), "target_uri": BOB, "kid": "k1"}, -32602),
+        ({"from": ALICE, "target_uri": GHOST, "kid": "k1"}, -32071),
+        ({"from": ALICE, "target_uri": BOB, "kid": "nope"}, -32071),
+        ({"from": ALICE, "kid": "k1"}, -32602),
+        ({"from": ALICE, "target_uri": BOB}, -32602),
+        ({"workspace": "nope", "from": ALICE, "target_uri": BOB, "kid": "k1"}, -32602),
     ],
 )
 def test_revoke_key_unrecorded_refusals(c, K, params, code):
@@ -461,7 +457,7 @@ def test_task_create(c, T):
 
 def test_task_create_with_to_and_options(c, T):
     r = c.ok(
-        "task.create", **frm(ALICE), to=BOT, kind="k2", input={"n": 1}, mode="shadow",
+        "task.create", frm=ALICE, to=BOT, kind="k2", input={"n": 1}, mode="shadow",
         deadline="2030-01-01T00:00:00Z", routing_hints={"criticality": "low"}, review_required=True,
     )
     t = task_of(c.target, r["task_id"])
@@ -471,26 +467,26 @@ def test_task_create_with_to_and_options(c, T):
 def test_trial_forces_review_under_modes():
     c = Client(make())
     s0(c, profiles=["core/1.0", "modes/1.0"])
-    t = c.ok("task.create", **frm(ALICE), assignee=BOT, kind="k", input={}, review_required=False)
+    t = c.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={}, review_required=False)
     assert task_of(c.target, t["task_id"])["review_required"] is True
-    t = c.ok("task.create", **frm(ALICE), assignee=BOT, kind="k", input={}, mode="production")
+    t = c.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={}, mode="production")
     assert task_of(c.target, t["task_id"])["review_required"] is None
 
 
 @pytest.mark.parametrize(
     "params, code",
     [
-        ({**frm(GHOST), "assignee": BOT, "kind": "k", "input": {}}, -32011),
-        ({**frm(["human:alice"]), "assignee": BOT, "kind": "k", "input": {}}, -32011),
+        ({"from": GHOST, "assignee": BOT, "kind": "k", "input": {}}, -32011),
+        ({"from": ["human:alice"], "assignee": BOT, "kind": "k", "input": {}}, -32011),
         ({"assignee": BOT, "kind": "k", "input": {}}, -32011),
-        ({**frm(ALICE), "assignee": "agent:ghost", "kind": "k", "input": {}}, -32602),
-        ({**frm(ALICE), "kind": "k", "input": {}}, -32602),
-        ({**frm(ALICE), "assignee": BOT, "input": {}}, -32602),
-        ({**frm(ALICE), "assignee": BOT, "kind": "k"}, -32602),
-        ({**frm(ALICE), "assignee": BOT, "kind": "k", "input": None}, -32602),
-        ({**frm(ALICE), "assignee": BOT, "kind": "k", "input": {}, "review_required": "yes"}, -32602),
-        ({**frm(ALICE), "assignee": BOT, "kind": "k", "input": {}, "mode": 5}, -32602),
-        ({"workspace": "nope", **frm(ALICE), "assignee": BOT, "kind": "k", "input": {}}, -32602),
+        ({"from": ALICE, "assignee": "agent:ghost", "kind": "k", "input": {}}, -32602),
+        ({"from": ALICE, "kind": "k", "input": {}}, -32602),
+        ({"from": ALICE, "assignee": BOT, "input": {}}, -32602),
+        ({"from": ALICE, "assignee": BOT, "kind": "k"}, -32602),
+        ({"from": ALICE, "assignee": BOT, "kind": "k", "input": None}, -32602),
+        ({"from": ALICE, "assignee": BOT, "kind": "k", "input": {}, "review_required": "yes"}, -32602),
+        ({"from": ALICE, "assignee": BOT, "kind": "k", "input": {}, "mode": 5}, -32602),
+        ({"workspace": "nope", "from": ALICE, "assignee": BOT, "kind": "k", "input": {}}, -32602),
     ],
 )
 def test_task_create_unrecorded_refusals(c, T, params, code):
@@ -502,9 +498,9 @@ def test_task_create_unrecorded_refusals(c, T, params, code):
 def test_task_create_over_the_ceiling_is_recorded():
     c = Client(make())
     c.ok("workspace.create", mode_ceiling="trial")
-    c.ok("participant.join", **frm(ALICE), type="human")
-    c.ok("participant.join", **frm(BOT), type="agent")
-    sent = c.envelope("task.create", **frm(ALICE), assignee=BOT, kind="k", input={}, mode="production")
+    c.ok("participant.join", frm=ALICE, type="human")
+    c.ok("participant.join", frm=BOT, type="agent")
+    sent = c.envelope("task.create", frm=ALICE, assignee=BOT, kind="k", input={}, mode="production")
     e = c.send(sent)["error"]
     assert e["code"] == -32040 and "ceiling" in e["message"]
     assert_refusal_recorded(c, 3, -32040, sent)
@@ -516,7 +512,7 @@ def test_task_create_for_a_paused_assignee(coord, c, T):
         data["members"][BOT]["paused"] = True
 
     edit_workspace(coord, WS, pause_bot)
-    sent = c.envelope("task.create", **frm(ALICE), assignee=BOT, kind="k", input={})
+    sent = c.envelope("task.create", frm=ALICE, assignee=BOT, kind="k", input={})
     assert c.send(sent)["error"]["code"] == -32063
     assert_refusal_recorded(c, 4, -32063, sent)
 
@@ -524,21 +520,21 @@ def test_task_create_for_a_paused_assignee(coord, c, T):
 def test_idempotency_key_replay(coord, c, T):
     heard = []
     coord.add_audit_listener(lambda w, e: heard.append(e.seq))
-    first = c.ok("task.create", **frm(ALICE), assignee=BOT, kind="k", input={}, idempotency_key="K1")
+    first = c.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={}, idempotency_key="K1")
     assert first["state"] == "created"
     assert heard == [4]
     before = (c.describe(), c.log())
-    again = c.ok("task.create", **frm(ALICE), assignee=BOT, kind="other", input={"x": 1}, idempotency_key="K1")
+    again = c.ok("task.create", frm=ALICE, assignee=BOT, kind="other", input={"x": 1}, idempotency_key="K1")
     assert again == first
     assert (c.describe(), c.log()) == before  # nothing created or recorded
     assert heard == [4]  # listeners not called
-    c.ok("task.update", **frm(BOT), task_id=first["task_id"], state="in_progress")
+    c.ok("task.update", frm=BOT, task_id=first["task_id"], state="in_progress")
     # the replay reports the current state, even to a non-member
-    again = c.ok("task.create", **frm(GHOST), assignee=BOT, kind="k", input={}, idempotency_key="K1")
+    again = c.ok("task.create", frm=GHOST, assignee=BOT, kind="k", input={}, idempotency_key="K1")
     assert again == {"task_id": first["task_id"], "state": "in_progress"}
     assert c.describe()["audit_count"] == 6
     # a different key creates a new task
-    other = c.ok("task.create", **frm(ALICE), assignee=BOT, kind="k", input={}, idempotency_key="K2")
+    other = c.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={}, idempotency_key="K2")
     assert other["task_id"] != first["task_id"]
 
 
@@ -546,10 +542,10 @@ def test_idempotency_key_survives_restart(tmp_path):
     path = str(tmp_path / "idem.db")
     c = Client(make(SqliteStore(path)))
     s0(c)
-    first = c.ok("task.create", **frm(ALICE), assignee=BOT, kind="k", input={}, idempotency_key="K1")
+    first = c.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={}, idempotency_key="K1")
     c.target.close()
     c2 = Client(make(SqliteStore(path)))
-    assert c2.ok("task.create", **frm(ALICE), assignee=BOT, kind="k", input={}, idempotency_key="K1") == first
+    assert c2.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={}, idempotency_key="K1") == first
     assert c2.describe()["audit_count"] == 5
     c2.target.close()
 
@@ -574,15 +570,15 @@ ALLOWED = {
 def _task_in(coord, c: Client, state: str) -> str:
     """A task (alice -> bot) in `state`, reached through the methods where
     core has one, else through snapshot/restore."""
-    tid = c.ok("task.create", **frm(ALICE), assignee=BOT, kind="k", input={})["task_id"]
+    tid = c.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={})["task_id"]
     if state in ("in_progress", "completed", "declined"):
-        c.ok("task.update", **frm(BOT), task_id=tid, state="in_progress")
+        c.ok("task.update", frm=BOT, task_id=tid, state="in_progress")
     if state in ("completed", "declined"):
-        c.ok("task.update", **frm(BOT), task_id=tid, state=state)
+        c.ok("task.update", frm=BOT, task_id=tid, state=state)
     if state == "review_requested":
-        rid = c.ok("task.create", **frm(ALICE), assignee=BOT, kind="k", input={}, review_required=True)
+        rid = c.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={}, review_required=True)
         tid = rid["task_id"]
-        assert c.ok("task.complete", **frm(BOT), task_id=tid, output={"o": 1})["state"] == "review_requested"
+        assert c.ok("task.complete", frm=BOT, task_id=tid, output={"o": 1})["state"] == "review_requested"
     if state in ("paused", "cancelled"):
         def put(data):
             data["tasks"][tid]["state"] = state
@@ -598,7 +594,7 @@ def test_update_transition_table(source):
         s0(c, extra_humans=(BOB,))
         tid = _task_in(coord, c, source)
         before = c.describe()["audit_count"]
-        r = c.call("task.update", **frm(BOT), task_id=tid, state=target, progress_note="n")
+        r = c.call("task.update", frm=BOT, task_id=tid, state=target, progress_note="n")
         if target in ALLOWED[source]:
             assert r.get("result") == {"state": target}, (source, target, r)
             t = task_of(coord, tid)
@@ -615,9 +611,9 @@ def test_update_transition_table(source):
 
 
 def test_update_to_completed_refused_when_review_required(c, T):
-    tid = c.ok("task.create", **frm(ALICE), assignee=BOT, kind="k", input={}, review_required=True)["task_id"]
-    c.ok("task.update", **frm(BOT), task_id=tid, state="in_progress")
-    e = c.err("task.update", **frm(BOT), task_id=tid, state="completed")
+    tid = c.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={}, review_required=True)["task_id"]
+    c.ok("task.update", frm=BOT, task_id=tid, state="in_progress")
+    e = c.err("task.update", frm=BOT, task_id=tid, state="completed")
     assert e["code"] == -32602 and "task.complete" in e["message"]
     assert_not_recorded(c, 6)
 
@@ -625,12 +621,12 @@ def test_update_to_completed_refused_when_review_required(c, T):
 @pytest.mark.parametrize(
     "params, code",
     [
-        ({**frm(GHOST), "task_id": "$T", "state": "in_progress"}, -32011),
-        ({**frm(GHOST), "task_id": "nope", "state": "in_progress"}, -32011),
-        ({**frm(ALICE), "task_id": "nope", "state": "in_progress"}, -32602),
-        ({**frm(ALICE), "state": "in_progress"}, -32602),
-        ({**frm(ALICE), "task_id": "$T"}, -32602),
-        ({"workspace": "nope", **frm(ALICE), "task_id": "$T", "state": "in_progress"}, -32602),
+        ({"from": GHOST, "task_id": "$T", "state": "in_progress"}, -32011),
+        ({"from": GHOST, "task_id": "nope", "state": "in_progress"}, -32011),
+        ({"from": ALICE, "task_id": "nope", "state": "in_progress"}, -32602),
+        ({"from": ALICE, "state": "in_progress"}, -32602),
+        ({"from": ALICE, "task_id": "$T"}, -32602),
+        ({"workspace": "nope", "from": ALICE, "task_id": "$T", "state": "in_progress"}, -32602),
     ],
 )
 def test_update_unrecorded_refusals(c, T, params, code):
@@ -647,9 +643,9 @@ def test_update_unrecorded_refusals(c, T, params, code):
 @pytest.mark.parametrize("start", ["created", "in_progress"])
 def test_complete(c, T, start):
     if start == "in_progress":
-        c.ok("task.update", **frm(BOT), task_id=T, state="in_progress")
+        c.ok("task.update", frm=BOT, task_id=T, state="in_progress")
     n = c.describe()["audit_count"]
-    sent = c.envelope("task.complete", **frm(BOT), task_id=T, output={"o": [1]}, confidence="0.9")
+    sent = c.envelope("task.complete", frm=BOT, task_id=T, output={"o": [1]}, confidence="0.9")
     assert c.send(sent)["result"] == {"state": "completed"}
     assert last(c)["envelope"] == sent and c.describe()["audit_count"] == n + 1
     t = task_of(c.target, T)
@@ -659,11 +655,11 @@ def test_complete(c, T, start):
 @pytest.mark.parametrize(
     "params, code",
     [
-        ({**frm(GHOST), "task_id": "$T"}, -32011),
-        ({**frm(ALICE), "task_id": "nope"}, -32602),
-        ({**frm(ALICE)}, -32602),
-        ({"workspace": "nope", **frm(ALICE), "task_id": "$T"}, -32602),
-        ({**frm(ALICE), "task_id": "$T", "confidence": 0.9}, -32602),  # not canonical
+        ({"from": GHOST, "task_id": "$T"}, -32011),
+        ({"from": ALICE, "task_id": "nope"}, -32602),
+        ({"from": ALICE}, -32602),
+        ({"workspace": "nope", "from": ALICE, "task_id": "$T"}, -32602),
+        ({"from": ALICE, "task_id": "$T", "confidence": 0.9}, -32602),  # not canonical
     ],
 )
 def test_complete_unrecorded_refusals(c, T, params, code):
@@ -674,19 +670,19 @@ def test_complete_unrecorded_refusals(c, T, params, code):
 
 @pytest.mark.parametrize("state", ["completed", "declined", "review_requested", "paused", "cancelled"])
 def test_complete_from_other_states_refused_unrecorded(coord, c, T, state):
-    c.ok("participant.join", **frm(BOB), type="human")
+    c.ok("participant.join", frm=BOB, type="human")
     tid = _task_in(coord, c, state)
     n = c.describe()["audit_count"]
-    e = c.err("task.complete", **frm(BOT), task_id=tid)
+    e = c.err("task.complete", frm=BOT, task_id=tid)
     assert e["code"] == -32602 and state in e["message"]
     assert_not_recorded(c, n)
 
 
 def test_complete_opens_review_when_required(c, T):
-    c.ok("participant.join", **frm(BOB), type="human")
-    c.ok("participant.join", **frm(CAROL), type="human")
-    tid = c.ok("task.create", **frm(ALICE), assignee=BOT, kind="k", input={}, review_required=True)["task_id"]
-    r = c.ok("task.complete", **frm(ALICE), task_id=tid, output={"o": 1}, confidence=1)
+    c.ok("participant.join", frm=BOB, type="human")
+    c.ok("participant.join", frm=CAROL, type="human")
+    tid = c.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={}, review_required=True)["task_id"]
+    r = c.ok("task.complete", frm=ALICE, task_id=tid, output={"o": 1}, confidence=1)
     assert r == {"state": "review_requested", "review_id": tid}
     t = task_of(c.target, tid)
     assert t["state"] == "review_requested"
@@ -699,13 +695,13 @@ def test_complete_opens_review_when_required(c, T):
 
 
 def test_complete_reuses_an_existing_review(c, T):
-    c.ok("participant.join", **frm(BOB), type="human")
-    tid = c.ok("task.create", **frm(ALICE), assignee=BOT, kind="k", input={}, review_required=True)["task_id"]
-    c.ok("task.complete", **frm(BOT), task_id=tid, output={"v": 1})
+    c.ok("participant.join", frm=BOB, type="human")
+    tid = c.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={}, review_required=True)["task_id"]
+    c.ok("task.complete", frm=BOT, task_id=tid, output={"v": 1})
     assert task_of(c.target, tid)["review"]["requested_to"] == [ALICE, BOB]
-    c.ok("task.update", **frm(BOT), task_id=tid, state="in_progress")
-    c.ok("participant.join", **frm(CAROL), type="human")
-    r = c.ok("task.complete", **frm(BOT), task_id=tid, output={"v": 2})
+    c.ok("task.update", frm=BOT, task_id=tid, state="in_progress")
+    c.ok("participant.join", frm=CAROL, type="human")
+    r = c.ok("task.complete", frm=BOT, task_id=tid, output={"v": 2})
     assert r == {"state": "review_requested", "review_id": tid}
     t = task_of(c.target, tid)
     assert t["review"]["requested_to"] == [ALICE, BOB]  # kept, carol not added
@@ -713,8 +709,8 @@ def test_complete_reuses_an_existing_review(c, T):
 
 
 def test_complete_without_an_eligible_reviewer_is_recorded(c, T):
-    tid = c.ok("task.create", **frm(ALICE), assignee=BOT, kind="k", input={}, review_required=True)["task_id"]
-    sent = c.envelope("task.complete", **frm(ALICE), task_id=tid)
+    tid = c.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={}, review_required=True)["task_id"]
+    sent = c.envelope("task.complete", frm=ALICE, task_id=tid)
     e = c.send(sent)["error"]
     assert e["code"] == -32011 and "review" in e["message"]
     assert_refusal_recorded(c, 5, -32011, sent)
@@ -731,10 +727,10 @@ def mixed(c, T):
     """A log with accepted calls and recorded refusals:
     0 create, 1-2 joins, 3 T, 4 update (bot), 5 refused set_profiles (bot),
     6 complete (bot), 7 refused set_profiles (bot)."""
-    c.ok("task.update", **frm(BOT), task_id=T, state="in_progress")
-    c.err("workspace.set_profiles", **frm(BOT), profiles=["core/1.0"])
-    c.ok("task.complete", **frm(BOT), task_id=T, output={})
-    c.err("workspace.set_profiles", **frm(BOT), profiles=["core/1.0"])
+    c.ok("task.update", frm=BOT, task_id=T, state="in_progress")
+    c.err("workspace.set_profiles", frm=BOT, profiles=["core/1.0"])
+    c.ok("task.complete", frm=BOT, task_id=T, output={})
+    c.err("workspace.set_profiles", frm=BOT, profiles=["core/1.0"])
     assert c.describe()["audit_count"] == 8
     return T
 
@@ -849,8 +845,8 @@ def test_verify_chain_not_evaluated_for_an_unchained_prefix():
     plain = make(enable_chain=False)
     c = Client(plain)
     T = s0(c)
-    c.ok("task.update", **frm(BOT), task_id=T, state="in_progress")
-    c.err("workspace.set_profiles", **frm(BOT), profiles=["core/1.0"])
+    c.ok("task.update", frm=BOT, task_id=T, state="in_progress")
+    c.err("workspace.set_profiles", frm=BOT, profiles=["core/1.0"])
     data = plain.snapshot(WS)
     head = ZERO
     for entry in data["audit"][3:]:
@@ -875,7 +871,7 @@ def _tampered(tmp_path, edit_sql: str) -> Client:
     coord = make(SqliteStore(path))
     c = Client(coord)
     T = s0(c)
-    c.ok("task.update", **frm(BOT), task_id=T, state="in_progress")
+    c.ok("task.update", frm=BOT, task_id=T, state="in_progress")
     assert c.ok("audit.verify_chain")["status"] == "verified"
     coord.close()
     db = sqlite3.connect(path)
@@ -969,7 +965,7 @@ def test_invalid_request(c, T, envelope, req_id):
 
 
 def _task_env(c: Client, T: str, **extra):
-    return c.envelope("task.update", **frm(BOT), task_id=T, state="in_progress", **extra)
+    return c.envelope("task.update", frm=BOT, task_id=T, state="in_progress", **extra)
 
 
 def test_nesting_boundary_is_64_levels(c, T):
@@ -991,7 +987,7 @@ def test_size_limit_boundary():
     coord = make(max_envelope_bytes=300)
     c = Client(coord)
     s0(c)
-    probe = c.envelope("participant.join", **frm(BOB), type="human", pad="")
+    probe = c.envelope("participant.join", frm=BOB, type="human", pad="")
     size = len(rfc8785.dumps(probe))
     pad = "x" * (300 - size)
     at_limit = dict(probe, params={**probe["params"], "pad": pad})
@@ -1016,7 +1012,7 @@ def test_size_is_checked_before_params_and_method():
 def test_non_canonical_envelope_counts_as_size_zero():
     c = Client(make(max_envelope_bytes=100))
     c.ok("workspace.create")
-    e = c.err("participant.join", **frm(BOB), type="human", pad="x" * 200, n=0.5)
+    e = c.err("participant.join", frm=BOB, type="human", pad="x" * 200, n=0.5)
     assert e["code"] == -32602 and "integers" in e["message"]
 
 
@@ -1048,7 +1044,7 @@ def test_params_checked_before_unknown_method(c, T):
 
 
 def test_unknown_method_comes_before_the_canonical_check(c, T):
-    e = c.err("does.not_exist", **frm(ALICE), n=0.5)
+    e = c.err("does.not_exist", frm=ALICE, n=0.5)
     assert e["code"] == -32601 and e["message"].startswith("Unknown method: does.not_exist; ")
     assert_not_recorded(c, 4)
 
@@ -1059,7 +1055,7 @@ def test_unknown_method_comes_before_the_canonical_check(c, T):
     ids=["half", "tiny", "2^53", "surrogate", "surrogate-key"],
 )
 def test_non_canonical_values(c, T, bad):
-    e = c.err("task.update", **frm(BOT), task_id=T, state="in_progress", note=bad)
+    e = c.err("task.update", frm=BOT, task_id=T, state="in_progress", note=bad)
     assert e["code"] == -32602
     assert_not_recorded(c, 4)
 
@@ -1070,19 +1066,19 @@ def test_non_canonical_id_is_refused(c, T):
 
 
 def test_canonical_check_comes_before_the_gate_and_membership(c, T):
-    assert c.code("whisper.ask", **frm(GHOST), n=0.5) == -32602
-    assert c.code("participant.leave", **frm(GHOST), n=0.5) == -32602
+    assert c.code("whisper.ask", frm=GHOST, n=0.5) == -32602
+    assert c.code("participant.leave", frm=GHOST, n=0.5) == -32602
 
 
 def test_integral_float_is_accepted_and_recorded_as_integer(c, T):
-    sent = c.envelope("task.update", **frm(BOT), task_id=T, state="in_progress", n=2.0)
+    sent = c.envelope("task.update", frm=BOT, task_id=T, state="in_progress", n=2.0)
     assert c.send(sent)["result"] == {"state": "in_progress"}
     recorded = last(c)["envelope"]
     assert recorded == sent and type(recorded["params"]["n"]) is int
 
 
 def test_profile_gate(c, T):
-    e = c.err("whisper.ask", **frm(ALICE), to=[BOT], task_id=T, question="q")
+    e = c.err("whisper.ask", frm=ALICE, to=[BOT], task_id=T, question="q")
     assert e == {
         "code": -32601,
         "message": "Unknown method: whisper.ask",
@@ -1090,15 +1086,15 @@ def test_profile_gate(c, T):
     }
     assert_not_recorded(c, 4)
     # the gate comes before the membership floor
-    e = c.err("control.pause", **frm(GHOST), scope="workspace")
+    e = c.err("control.pause", frm=GHOST, scope="workspace")
     assert e["code"] == -32601 and e["data"]["profile"] == "control/1.0"
-    e = c.err("audit.submit_to_scitt", **frm(ALICE))
+    e = c.err("audit.submit_to_scitt", frm=ALICE)
     assert e["data"]["profile"] == "audit-scitt/1.0"
     assert_not_recorded(c, 4)
 
 
 def test_gated_privileged_method_from_a_member_is_recorded(c, T):
-    sent = c.envelope("control.pause", **frm(ALICE), scope="task", task_id=T)
+    sent = c.envelope("control.pause", frm=ALICE, scope="task", task_id=T)
     assert c.send(sent)["error"]["code"] == -32601
     assert_refusal_recorded(c, 4, -32601, sent)
 
@@ -1115,7 +1111,7 @@ def test_gate_and_reads_never_gated(c, T):
 
 
 def test_membership_floor(c, T):
-    e = c.err("participant.leave", **frm(GHOST))
+    e = c.err("participant.leave", frm=GHOST)
     assert e["code"] == -32011
     assert_not_recorded(c, 4)
 
@@ -1126,21 +1122,21 @@ def test_paused_workspace(coord, c, T):
 
     edit_workspace(coord, WS, pause)
     assert c.describe()["state"] == "paused"
-    sent = c.envelope("task.create", **frm(ALICE), assignee=BOT, kind="k", input={})
+    sent = c.envelope("task.create", frm=ALICE, assignee=BOT, kind="k", input={})
     e = c.send(sent)["error"]
     assert e["code"] == -32063 and WS in e["message"]
     assert_refusal_recorded(c, 4, -32063, sent)
     # a non-member's paused refusal is not recorded
-    assert c.code("task.update", **frm(GHOST), task_id=T, state="in_progress") == -32063
-    assert c.code("workspace.set_profiles", **frm(ALICE), profiles=["core/1.0"]) == -32063
+    assert c.code("task.update", frm=GHOST, task_id=T, state="in_progress") == -32063
+    assert c.code("workspace.set_profiles", frm=ALICE, profiles=["core/1.0"]) == -32063
     assert c.describe()["audit_count"] == 6
     # earlier steps still win over the paused gate
-    assert c.code("does.not_exist", **frm(ALICE)) == -32601
-    assert c.code("task.create", **frm(ALICE), assignee=BOT, kind="k", input={"x": 0.5}) == -32602
+    assert c.code("does.not_exist", frm=ALICE) == -32601
+    assert c.code("task.create", frm=ALICE, assignee=BOT, kind="k", input={"x": 0.5}) == -32602
     # reads that are exempt, and join/leave
     assert c.ok("audit.read", range={"from_seq": 6})["entries"] == []
-    c.ok("participant.join", **frm(BOB), type="human")
-    c.ok("participant.leave", **frm(BOB))
+    c.ok("participant.join", frm=BOB, type="human")
+    c.ok("participant.leave", frm=BOB)
     # audit.verify_chain is not exempt (0.3.3), and is not recorded
     assert c.code("audit.verify_chain") == -32063
     assert c.describe()["audit_count"] == 8
@@ -1190,7 +1186,7 @@ def test_internal_error_has_no_traceback(caplog):
 
 
 def test_refusal_entry_links_into_the_chain(c, T):
-    sent = c.envelope("workspace.set_profiles", **frm(BOT), profiles=["core/1.0"])
+    sent = c.envelope("workspace.set_profiles", frm=BOT, profiles=["core/1.0"])
     c.send(sent)
     log = c.log()
     refusal = log[4]
@@ -1203,7 +1199,7 @@ def test_refusal_entry_links_into_the_chain(c, T):
 def test_refusal_without_chain_has_no_prev_hash():
     c = Client(make(enable_chain=False))
     s0(c)
-    c.err("workspace.set_profiles", **frm(BOT), profiles=["core/1.0"])
+    c.err("workspace.set_profiles", frm=BOT, profiles=["core/1.0"])
     entry = last(c)
     assert set(entry) == {"seq", "arrived", "request", "outcome"}
 
@@ -1221,15 +1217,15 @@ def test_recorded_request_is_exactly_as_sent(c, T):
 @pytest.mark.parametrize(
     "method, params, code",
     [
-        ("task.update", {**frm(GHOST), "task_id": "$T", "state": "in_progress"}, -32011),  # non-member
-        ("task.update", {**frm(ALICE), "task_id": "$T", "state": "paused"}, -32602),  # -32602 never
-        ("does.not_exist", {**frm(ALICE)}, -32601),  # unknown method
-        ("whisper.ask", {**frm(ALICE)}, -32601),  # gated, not privileged
-        ("participant.join", {**frm(ALICE)}, -32602),  # join never
+        ("task.update", {"from": GHOST, "task_id": "$T", "state": "in_progress"}, -32011),  # non-member
+        ("task.update", {"from": ALICE, "task_id": "$T", "state": "paused"}, -32602),  # -32602 never
+        ("does.not_exist", {"from": ALICE}, -32601),  # unknown method
+        ("whisper.ask", {"from": ALICE}, -32601),  # gated, not privileged
+        ("participant.join", {"from": ALICE}, -32602),  # join never
         ("workspace.create", {}, -32602),  # create never
-        ("participant.rotate_key", {**frm(ALICE), "old_kid": "x", "new_jwk": {"kid": "y"}}, -32071),
+        ("participant.rotate_key", {"from": ALICE, "old_kid": "x", "new_jwk": {"kid": "y"}}, -32071),
         ("audit.read", {"filter": {"outcome": "x"}}, -32602),  # reads never
-        ("workspace.set_profiles", {"workspace": "nope", **frm(ALICE), "profiles": []}, -32602),
+        ("workspace.set_profiles", {"workspace": "nope", "from": ALICE, "profiles": []}, -32602),
     ],
 )
 def test_unrecorded_refusals(c, T, method, params, code):
@@ -1240,18 +1236,18 @@ def test_unrecorded_refusals(c, T, method, params, code):
 
 def test_unrecorded_when_from_is_not_a_string(c, T):
     # 0.3.3: a non-string from is never "a current member"
-    assert c.code("workspace.set_profiles", **frm([BOT]), profiles=["core/1.0"]) == -32011
+    assert c.code("workspace.set_profiles", frm=[BOT], profiles=["core/1.0"]) == -32011
     assert_not_recorded(c, 4)
 
 
 def test_signed_refusal_is_answered_from_the_log(c, T):
     """B1: a resent signed refused request gets the stored code and is not
     evaluated or recorded again."""
-    sent = c.envelope("workspace.set_profiles", **frm(BOT), profiles=["core/1.0"])
+    sent = c.envelope("workspace.set_profiles", frm=BOT, profiles=["core/1.0"])
     sent["sig"] = "ed25519:k:AAAA"
     assert c.send(sent)["error"]["code"] == -32011
     assert c.describe()["audit_count"] == 5
-    c.ok("participant.join", **frm(BOT), type="agent")  # (role unchanged: still refused)
+    c.ok("participant.join", frm=BOT, type="agent")  # (role unchanged: still refused)
     again = dict(sent, sig="ed25519:k:BBBB")
     e = c.send(again)["error"]
     assert e["code"] == -32011 and e["data"] == {"refused_at_seq": 4}
@@ -1288,7 +1284,7 @@ def test_listeners_called_after_durability_in_order():
     # a recorded refusal is heard, with request and outcome set
     entries = []
     coord.add_audit_listener(lambda w, e: entries.append(e))
-    c.err("workspace.set_profiles", **frm(BOT), profiles=["core/1.0"])
+    c.err("workspace.set_profiles", frm=BOT, profiles=["core/1.0"])
     assert len(entries) == 1
     e = entries[0]
     assert e.envelope is None and e.outcome == {"status": "refused", "code": -32011}
@@ -1299,12 +1295,12 @@ def test_listeners_called_after_durability_in_order():
     c.describe()
     c.log()
     c.ok("audit.verify_chain")
-    c.err("task.update", **frm(GHOST), task_id=T, state="in_progress")
-    c.err("task.update", **frm(ALICE), task_id=T, state="paused")
+    c.err("task.update", frm=GHOST, task_id=T, state="in_progress")
+    c.err("task.update", frm=ALICE, task_id=T, state="paused")
     c.err("does.not_exist")
-    c.ok("task.create", **frm(ALICE), assignee=BOT, kind="k", input={}, idempotency_key="I")
+    c.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={}, idempotency_key="I")
     n += 3
-    c.ok("task.create", **frm(ALICE), assignee=BOT, kind="k", input={}, idempotency_key="I")
+    c.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={}, idempotency_key="I")
     assert len(calls) == n
 
 
@@ -1316,7 +1312,7 @@ def test_listener_not_called_when_the_write_fails():
     s0(c)
     assert heard == [0, 1, 2, 3]
     store.failing = True
-    assert c.code("participant.join", **frm(BOB), type="human") == -32900
+    assert c.code("participant.join", frm=BOB, type="human") == -32900
     assert heard == [0, 1, 2, 3]
 
 

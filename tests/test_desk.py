@@ -55,13 +55,13 @@ def test_the_desk_page_and_its_modules_are_served(served: tuple[httpx.Client, Co
     assert "javascript" in http.get("/desk/static/desk.js").headers["content-type"]
     assert http.get("/desk/static/../routes.py").status_code == 404
     # POST / is still CHAP.
-    assert call(http, "participant.join", **{"from": ALICE}, type="human")["joined"] is True
+    assert call(http, "participant.join", frm=ALICE, type="human")["joined"] is True
 
 
 def test_the_desk_reads(served: tuple[httpx.Client, Coordinator, LiveServer]) -> None:
     http, coord, _ = served
     assert http.get("/desk/api/session").json() == {"auth": False, "principal": None}
-    call(http, "participant.join", **{"from": ALICE}, type="human", role="reviewer")
+    call(http, "participant.join", frm=ALICE, type="human", role="reviewer")
     assert http.get("/desk/api/workspaces").json() == {"workspaces": [WS]}
     snapshot = http.get(f"/desk/api/snapshot?workspace={WS}").json()
     assert snapshot == json.loads(json.dumps(coord.snapshot(WS)))
@@ -93,9 +93,9 @@ def test_each_recorded_entry_reaches_every_open_stream(
         threading.Thread(target=_events, args=(http, path, out), daemon=True).start()
         assert out.get(timeout=60) == ("ready", {})
         streams.append(out)
-    call(http, "participant.join", **{"from": ALICE}, type="human", role="reviewer")
-    call(http, "participant.join", **{"from": BOT}, type="agent")
-    task = call(http, "task.create", **{"from": ALICE}, assignee=BOT, kind="k", input={})["task_id"]
+    call(http, "participant.join", frm=ALICE, type="human", role="reviewer")
+    call(http, "participant.join", frm=BOT, type="agent")
+    task = call(http, "task.create", frm=ALICE, assignee=BOT, kind="k", input={})["task_id"]
     # A recorded refusal is an entry too; a read and an unrecorded refusal are not.
     call(http, "workspace.describe")
     http.post("/chap", json={"jsonrpc": "2.0", "id": 9, "method": "task.complete",

@@ -103,12 +103,12 @@ def _env(method: str, **params: Any) -> dict[str, Any]:
 
 def _review_open(chap: Client, artefact: Any) -> str:
     chap.ok("workspace.create", workspace="w")
-    chap.ok("participant.join", workspace="w", **{"from": "human:a"}, type="human", role="admin")
-    chap.ok("participant.join", workspace="w", **{"from": "agent:b"}, type="agent")
-    task = chap.ok("task.create", workspace="w", **{"from": "human:a"}, kind="k", input={}, assignee="agent:b")
+    chap.ok("participant.join", workspace="w", frm="human:a", type="human", role="admin")
+    chap.ok("participant.join", workspace="w", frm="agent:b", type="agent")
+    task = chap.ok("task.create", workspace="w", frm="human:a", kind="k", input={}, assignee="agent:b")
     task = task["task_id"]
-    chap.ok("task.update", workspace="w", **{"from": "agent:b"}, task_id=task, state="in_progress")
-    chap.ok("review.request", workspace="w", **{"from": "agent:b"}, task_id=task, artefact=artefact,
+    chap.ok("task.update", workspace="w", frm="agent:b", task_id=task, state="in_progress")
+    chap.ok("review.request", workspace="w", frm="agent:b", task_id=task, artefact=artefact,
             to=["human:a"])
     return task
 
@@ -131,7 +131,7 @@ def test_unusable_workspace_ids_are_refused_before_the_write(chap: Client, bad: 
 def test_unusable_participant_uris_are_refused_before_the_write(chap: Client, bad: str) -> None:
     chap.ok("workspace.create", workspace="w")
     before = chap.target.rows()
-    error = chap.fail(-32602, "participant.join", workspace="w", **{"from": bad}, type="human")
+    error = chap.fail(-32602, "participant.join", workspace="w", frm=bad, type="human")
     assert error["message"].startswith("from ")
     assert chap.target.rows() == before
 
@@ -161,18 +161,18 @@ def test_the_longest_usable_id_is_taken_and_survives_a_restart(chap: Client) -> 
 def test_patch_bombs_are_refused_with_invalid_params(chap: Client, diff: list[Any], reached: str) -> None:
     task = _review_open(chap, {"a": {"b": 1}})
     before = chap.target.rows()
-    error = chap.fail(-32602, "decide.override", workspace="w", **{"from": "human:a"}, task_id=task,
+    error = chap.fail(-32602, "decide.override", workspace="w", frm="human:a", task_id=task,
                      diff=diff, rationale="r")
     assert error["data"]["limit"] == (MAX_DEPTH if reached == "depth" else MAX_CHARS)
     assert error["data"][reached] > error["data"]["limit"] and isinstance(error["data"]["op_index"], int)
     assert chap.target.rows() == before  # not recorded, nothing staged
-    chap.ok("decide.approve", workspace="w", **{"from": "human:a"}, task_id=task)  # the review is still open
+    chap.ok("decide.approve", workspace="w", frm="human:a", task_id=task)  # the review is still open
 
 
 def test_a_patch_up_to_the_depth_bound_applies(chap: Client) -> None:
     task = _review_open(chap, {})
     diff = [{"op": "add", "path": "/d" * n, "value": {}} for n in range(1, MAX_DEPTH)]
-    applied = chap.ok("decide.override", workspace="w", **{"from": "human:a"}, task_id=task, diff=diff,
+    applied = chap.ok("decide.override", workspace="w", frm="human:a", task_id=task, diff=diff,
                       rationale="r")["applied"]
     depth = 0
     while isinstance(applied, dict):
@@ -393,7 +393,7 @@ def test_dispatch_never_raises_and_always_answers_a_sendable_json_rpc_response(t
     target = SqliteFile(tmp_path / "any.db")
     chap = Client(target, workspace="w")
     chap.ok("workspace.create")
-    chap.ok("participant.join", **{"from": "human:a"}, type="human", role="admin")
+    chap.ok("participant.join", frm="human:a", type="human", role="admin")
 
     @given(_bodies())
     def answers(body: Any) -> None:
@@ -416,17 +416,17 @@ def test_dispatch_never_raises_and_always_answers_a_sendable_json_rpc_response(t
 
 def test_task_messages_name_what_is_missing(chap: Client) -> None:
     chap.ok("workspace.create", workspace="w")
-    chap.ok("participant.join", workspace="w", **{"from": "human:a"}, type="human")
-    message = chap.fail(-32602, "task.create", workspace="w", **{"from": "human:a"}, kind="k", input={})["message"]
+    chap.ok("participant.join", workspace="w", frm="human:a", type="human")
+    message = chap.fail(-32602, "task.create", workspace="w", frm="human:a", kind="k", input={})["message"]
     assert message.startswith("Missing field: assignee")
-    message = chap.fail(-32602, "task.create", workspace="w", **{"from": "human:a"}, kind="k", input={},
+    message = chap.fail(-32602, "task.create", workspace="w", frm="human:a", kind="k", input={},
                        assignee="agent:ghost")["message"]
     assert "'agent:ghost' is not a member" in message and "participant.join" in message
-    chap.ok("participant.join", workspace="w", **{"from": "agent:b"}, type="agent")
-    task = chap.ok("task.create", workspace="w", **{"from": "human:a"}, kind="k", input={}, assignee="agent:b")
-    message = chap.fail(-32602, "task.update", workspace="w", **{"from": "agent:b"}, task_id=task["task_id"])["message"]
+    chap.ok("participant.join", workspace="w", frm="agent:b", type="agent")
+    task = chap.ok("task.create", workspace="w", frm="human:a", kind="k", input={}, assignee="agent:b")
+    message = chap.fail(-32602, "task.update", workspace="w", frm="agent:b", task_id=task["task_id"])["message"]
     assert message == 'Missing field: state (from created: send state "in_progress" or "declined")'
-    message = chap.fail(-32602, "task.update", workspace="w", **{"from": "agent:b"}, task_id=task["task_id"],
+    message = chap.fail(-32602, "task.update", workspace="w", frm="agent:b", task_id=task["task_id"],
                        state="completed")["message"]
     assert message.startswith("Illegal transition created -> completed; from created: send state")
 

@@ -76,18 +76,18 @@ def harness(http: httpx.Client, workspace: str) -> Client:
 
 
 def join(c: Client, who: str, kind: str, role: str) -> Any:
-    return c.ok("participant.join", who, type=kind, role=role)
+    return c.ok("participant.join", frm=who, type=kind, role=role)
 
 
 def task_in_progress(c: Client, assignee: str = DRAFTER) -> str:
-    task = c.ok("task.create", ALICE, to=assignee, kind="review_test", assignee=assignee, input={"test": True})
-    c.ok("task.update", assignee, to=ALICE, task_id=task["task_id"], state="in_progress")
+    task = c.ok("task.create", frm=ALICE, to=assignee, kind="review_test", assignee=assignee, input={"test": True})
+    c.ok("task.update", frm=assignee, to=ALICE, task_id=task["task_id"], state="in_progress")
     task_id: str = task["task_id"]
     return task_id
 
 
 def request_review(c: Client, task_id: str, artefact: Any, **params: Any) -> Any:
-    return c.ok("review.request", DRAFTER, to=[ALICE], task_id=task_id, artefact=artefact, **params)
+    return c.ok("review.request", frm=DRAFTER, to=[ALICE], task_id=task_id, artefact=artefact, **params)
 
 
 def digest(value: Any) -> str:
@@ -145,7 +145,7 @@ def test_cm02_join_admits_an_agent(ws: Client) -> None:
 def test_cm03_describe_lists_members_and_the_default_profiles(ws: Client) -> None:
     join(ws, ALICE, "human", "reviewer")
     join(ws, BOT, "agent", "drafter")
-    result = ws.ok("workspace.describe", ALICE)
+    result = ws.ok("workspace.describe", frm=ALICE)
     assert {m["uri"] for m in result["members"]} >= {ALICE, BOT}
     assert result["profiles"] == list(DEFAULT_PROFILES)
 
@@ -158,7 +158,7 @@ def core_ws(ws: Client) -> Client:
 
 
 def _create(ws: Client) -> dict[str, Any]:
-    return ws.ok("task.create", ALICE, to=BOT, kind="test_task", assignee=BOT, input={"test": True})
+    return ws.ok("task.create", frm=ALICE, to=BOT, kind="test_task", assignee=BOT, input={"test": True})
 
 
 def test_cm04_task_create_assigns_to_a_member(core_ws: Client) -> None:
@@ -169,34 +169,34 @@ def test_cm04_task_create_assigns_to_a_member(core_ws: Client) -> None:
 
 def test_cm05_task_create_refuses_a_non_member_assignee(core_ws: Client) -> None:
     error = core_ws.err(
-        "task.create", ALICE, to=NEVER_JOINED, kind="test_task", assignee=NEVER_JOINED, input={}
+        "task.create", frm=ALICE, to=NEVER_JOINED, kind="test_task", assignee=NEVER_JOINED, input={}
     )
     assert error["code"] == -32602
 
 
 def test_cm06_task_update_to_in_progress(core_ws: Client) -> None:
     task_id = _create(core_ws)["task_id"]
-    result = core_ws.ok("task.update", BOT, to=ALICE, task_id=task_id, state="in_progress")
+    result = core_ws.ok("task.update", frm=BOT, to=ALICE, task_id=task_id, state="in_progress")
     assert result["state"] == "in_progress"
 
 
 def test_cm07_task_update_refuses_an_illegal_transition(core_ws: Client) -> None:
     task_id = _create(core_ws)["task_id"]
-    core_ws.ok("task.update", BOT, to=ALICE, task_id=task_id, state="in_progress")
-    error = core_ws.err("task.update", BOT, to=ALICE, task_id=task_id, state="created")
+    core_ws.ok("task.update", frm=BOT, to=ALICE, task_id=task_id, state="in_progress")
+    error = core_ws.err("task.update", frm=BOT, to=ALICE, task_id=task_id, state="created")
     assert error["code"] == -32602
 
 
 def _completed(ws: Client) -> str:
     task_id = _create(ws)["task_id"]
-    ws.ok("task.update", BOT, to=ALICE, task_id=task_id, state="in_progress")
-    result = ws.ok("task.complete", BOT, to=ALICE, task_id=task_id, output={"result": "done"})
+    ws.ok("task.update", frm=BOT, to=ALICE, task_id=task_id, state="in_progress")
+    result = ws.ok("task.complete", frm=BOT, to=ALICE, task_id=task_id, output={"result": "done"})
     assert result["state"] == "completed"
     return task_id
 
 
 def _methods_of(ws: Client, **params: Any) -> list[str]:
-    entries = ws.ok("audit.read", ALICE, **params)["entries"]
+    entries = ws.ok("audit.read", frm=ALICE, **params)["entries"]
     return [e["envelope"]["method"] for e in entries]
 
 
@@ -209,7 +209,7 @@ def test_cm08_task_complete_finishes_the_task(core_ws: Client) -> None:
     ]
     assert _methods_of(core_ws, filter={"method": "task.create"}) == ["task.create"]
     # Completed is terminal: it cannot be moved back to work.
-    error = core_ws.err("task.update", BOT, to=ALICE, task_id=task_id, state="in_progress")
+    error = core_ws.err("task.update", frm=BOT, to=ALICE, task_id=task_id, state="in_progress")
     assert error["code"] == -32602 and "completed" in error["message"]
 
 
@@ -220,23 +220,23 @@ def test_cm08_on_a_workspace_that_the_first_join_created(http: httpx.Client) -> 
     chap = harness(http, f"wsp_http_{uuid.uuid4().hex[:12]}")
     join(chap, ALICE, "human", "reviewer")
     join(chap, BOT, "agent", "drafter")
-    assert chap.ok("workspace.describe", ALICE)["profiles"] == ["core/1.0", "review/1.0"]
+    assert chap.ok("workspace.describe", frm=ALICE)["profiles"] == ["core/1.0", "review/1.0"]
     _completed(chap)
 
 
 def test_cm09_task_complete_on_a_terminal_task_fails(core_ws: Client) -> None:
     task_id = _completed(core_ws)
-    before = core_ws.ok("workspace.describe", ALICE)["audit_count"]
-    error = core_ws.err("task.complete", BOT, to=ALICE, task_id=task_id, output={"result": "again"})
+    before = core_ws.ok("workspace.describe", frm=ALICE)["audit_count"]
+    error = core_ws.err("task.complete", frm=BOT, to=ALICE, task_id=task_id, output={"result": "again"})
     assert error["code"] == -32602
     assert error["message"] == "Cannot complete task in state: completed"
     # A -32602 is never recorded.
-    assert core_ws.ok("workspace.describe", ALICE)["audit_count"] == before
+    assert core_ws.ok("workspace.describe", frm=ALICE)["audit_count"] == before
 
 
 def test_cm10_audit_read_returns_entries_in_order(core_ws: Client) -> None:
     _completed(core_ws)
-    entries = core_ws.ok("audit.read", ALICE, range={"from_seq": 0})["entries"]
+    entries = core_ws.ok("audit.read", frm=ALICE, range={"from_seq": 0})["entries"]
     assert [e["seq"] for e in entries] == list(range(6))
     assert [e["envelope"]["method"] for e in entries] == [
         "workspace.create",
@@ -251,13 +251,13 @@ def test_cm10_audit_read_returns_entries_in_order(core_ws: Client) -> None:
 def test_cm11_audit_read_filters_by_method(core_ws: Client) -> None:
     _completed(core_ws)
     _create(core_ws)
-    entries = core_ws.ok("audit.read", ALICE, filter={"method": "task.create"})["entries"]
+    entries = core_ws.ok("audit.read", frm=ALICE, filter={"method": "task.create"})["entries"]
     assert len(entries) == 2
     assert {e["envelope"]["method"] for e in entries} == {"task.create"}
 
 
 def test_cm12_leave_removes_the_member(core_ws: Client) -> None:
-    assert core_ws.ok("participant.leave", BOT)
+    assert core_ws.ok("participant.leave", frm=BOT)
     # The harness describes with nothing but the workspace id.
     members = core_ws.ok("workspace.describe")["members"]
     assert BOT not in {m["uri"] for m in members}
@@ -278,7 +278,7 @@ def _override(ws: Client) -> tuple[str, Any]:
     request_review(ws, task_id, ORIGINAL, rule="any_one_approves")
     result = ws.ok(
         "decide.override",
-        ALICE,
+        frm=ALICE,
         task_id=task_id,
         based_on_artefact=ORIGINAL,
         diff=[
@@ -321,7 +321,7 @@ def _open_empty_review(ws: Client) -> str:
 
 def test_rv04_review_of_an_empty_artefact_without_a_rule(review_ws: Client) -> None:
     task_id = _open_empty_review(review_ws)
-    entries = review_ws.ok("audit.read", ALICE, filter={"method": "review.request", "task_id": task_id})
+    entries = review_ws.ok("audit.read", frm=ALICE, filter={"method": "review.request", "task_id": task_id})
     assert len(entries["entries"]) == 1
 
 
@@ -329,7 +329,7 @@ def test_rv05_abstain_with_a_category(review_ws: Client) -> None:
     task_id = _open_empty_review(review_ws)
     result = review_ws.ok(
         "abstain.declare",
-        ALICE,
+        frm=ALICE,
         task_id=task_id,
         reason="Out of my authorisation limit.",
         category="out_of_authority",
@@ -340,7 +340,7 @@ def test_rv05_abstain_with_a_category(review_ws: Client) -> None:
 def test_rv06_reject_with_request_revision_returns_to_in_progress(review_ws: Client) -> None:
     task_id = _open_empty_review(review_ws)
     result = review_ws.ok(
-        "decide.reject", ALICE, task_id=task_id, comment="Needs revision.", request_revision=True
+        "decide.reject", frm=ALICE, task_id=task_id, comment="Needs revision.", request_revision=True
     )
     assert result["state"] == "in_progress"
 
@@ -348,15 +348,15 @@ def test_rv06_reject_with_request_revision_returns_to_in_progress(review_ws: Cli
 def test_rv07_decide_by_a_non_member_is_refused(review_ws: Client) -> None:
     task_id = task_in_progress(review_ws)
     request_review(review_ws, task_id, {"body": "x"})
-    assert review_ws.err("decide.approve", GHOST, task_id=task_id)["code"] == -32011
+    assert review_ws.err("decide.approve", frm=GHOST, task_id=task_id)["code"] == -32011
 
 
 def test_rv08_decide_by_a_member_outside_the_reviewer_set_is_refused(review_ws: Client) -> None:
     task_id = task_in_progress(review_ws)
     request_review(review_ws, task_id, {"body": "x"})
     join(review_ws, BYSTANDER, "human", "observer")
-    assert review_ws.err("decide.approve", BYSTANDER, task_id=task_id)["code"] == -32011
-    assert review_ws.ok("decide.approve", ALICE, task_id=task_id)["state"] == "completed"
+    assert review_ws.err("decide.approve", frm=BYSTANDER, task_id=task_id)["code"] == -32011
+    assert review_ws.ok("decide.approve", frm=ALICE, task_id=task_id)["state"] == "completed"
 
 
 def test_rv09_approve_with_the_matching_digest(review_ws: Client) -> None:
@@ -364,7 +364,7 @@ def test_rv09_approve_with_the_matching_digest(review_ws: Client) -> None:
     task_id = task_in_progress(review_ws)
     request_review(review_ws, task_id, artefact, rule="any_one_approves")
     result = review_ws.ok(
-        "decide.approve", ALICE, task_id=task_id, approved_artefact_digest=digest(artefact)
+        "decide.approve", frm=ALICE, task_id=task_id, approved_artefact_digest=digest(artefact)
     )
     assert result["state"] == "completed"
 
@@ -374,10 +374,10 @@ def test_rv10_approve_with_a_mismatched_digest_changes_nothing(review_ws: Client
     task_id = task_in_progress(review_ws)
     request_review(review_ws, task_id, artefact, rule="any_one_approves")
     swapped = digest({**artefact, "body": "swapped body"})
-    error = review_ws.err("decide.approve", ALICE, task_id=task_id, approved_artefact_digest=swapped)
+    error = review_ws.err("decide.approve", frm=ALICE, task_id=task_id, approved_artefact_digest=swapped)
     assert error["code"] == -32074
     # The review is still open: the addressed reviewer can decide normally.
-    assert review_ws.ok("decide.approve", ALICE, task_id=task_id)["state"] == "completed"
+    assert review_ws.ok("decide.approve", frm=ALICE, task_id=task_id)["state"] == "completed"
 
 
 def test_rv11_re_request_substitution_is_refused_and_identical_amends(review_ws: Client) -> None:
@@ -386,7 +386,7 @@ def test_rv11_re_request_substitution_is_refused_and_identical_amends(review_ws:
     request_review(review_ws, task_id, artefact, rule="any_one_approves")
     error = review_ws.err(
         "review.request",
-        DRAFTER,
+        frm=DRAFTER,
         to=[ALICE],
         task_id=task_id,
         artefact={**artefact, "body": "substituted body"},
@@ -394,7 +394,7 @@ def test_rv11_re_request_substitution_is_refused_and_identical_amends(review_ws:
     )
     assert error["code"] == -32014
     result = review_ws.ok(
-        "review.request", DRAFTER, to=[BYSTANDER], task_id=task_id, artefact=artefact, rule="any_one_approves"
+        "review.request", frm=DRAFTER, to=[BYSTANDER], task_id=task_id, artefact=artefact, rule="any_one_approves"
     )
     assert result["amended"] is True
 
@@ -500,7 +500,7 @@ def test_concurrent_calls_are_serialised(served: tuple[str, Coordinator], ws: Cl
     once, and the log has no gaps (the coordinator saw them one at a time)."""
     join(ws, ALICE, "human", "reviewer")
     join(ws, BOT, "agent", "drafter")
-    before = len(ws.ok("audit.read", ALICE, range={"from_seq": 0})["entries"])
+    before = len(ws.ok("audit.read", frm=ALICE, range={"from_seq": 0})["entries"])
     threads, per_thread = 8, 10
     created: list[str] = []
     lock = threading.Lock()
@@ -519,7 +519,7 @@ def test_concurrent_calls_are_serialised(served: tuple[str, Coordinator], ws: Cl
     for worker in workers:
         worker.join()
     assert len(set(created)) == threads * per_thread
-    entries = ws.ok("audit.read", ALICE, range={"from_seq": 0})["entries"]
+    entries = ws.ok("audit.read", frm=ALICE, range={"from_seq": 0})["entries"]
     assert [e["seq"] for e in entries] == list(range(len(entries)))
     assert len(entries) == before + threads * per_thread
     logged = [e["envelope"]["params"] for e in entries[before:]]
@@ -598,8 +598,8 @@ def test_a_stored_object_that_cannot_be_read_is_500(tmp_path: Path) -> None:
     db = tmp_path / "chap.db"
     with Coordinator(store=SqliteStore(db)) as first:
         c = Client(first, "w")
-        c.ok("participant.join", ALICE, type="human")
-        task_id = c.ok("task.create", ALICE, assignee=ALICE, kind="k", input={})["task_id"]
+        c.ok("participant.join", frm=ALICE, type="human")
+        task_id = c.ok("task.create", frm=ALICE, assignee=ALICE, kind="k", input={})["task_id"]
     with sqlite3.connect(db) as raw:
         raw.execute("UPDATE chap_objects SET data = '{\"not\": \"a task\"' WHERE id = ?", (task_id,))
     coord = Coordinator(store=SqliteStore(db))
@@ -616,10 +616,10 @@ def test_a_refusal_in_chaplines_own_band_stays_400(http: httpx.Client) -> None:
     """The work profile's codes (-32960..) are the caller's to fix: 400."""
     c = harness(http, f"wsp_http_{uuid.uuid4().hex[:12]}")
     c.ok("workspace.create", profiles=["core/1.0", "review/1.0", "x-chapline-work/1.0"], mode="production")
-    c.ok("participant.join", ALICE, type="human", role="admin")
+    c.ok("participant.join", frm=ALICE, type="human", role="admin")
     tasks = [{"key": k, "kind": "k", "input": {}, "role": "writer"} for k in "xy"]
     reply = http.post("/chap", json=c.envelope(
-        "x-chapline.plan.submit", ALICE, plan="p", tasks=tasks,
+        "x-chapline.plan.submit", frm=ALICE, plan="p", tasks=tasks,
         edges=[{"from": "x", "to": "y"}, {"from": "y", "to": "x"}],
     ))
     _is_rpc_error(reply, 400, -32962)

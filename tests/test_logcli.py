@@ -449,13 +449,13 @@ def signed_workload(path: Path, *, chained: bool = True) -> dict[str, Any]:
     c.ok("workspace.create")
     for uri, role in ((ALICE, "admin"), (BOT, "drafter"), (BOB, "reviewer")):
         jwks = {"keys": [public_jwk(SIGNERS[uri], uri.split(":")[1])]}
-        c.ok("participant.join", uri, type=uri.split(":")[0], role=role, jwks=jwks)
+        c.ok("participant.join", frm=uri, type=uri.split(":")[0], role=role, jwks=jwks)
     task = c.new_task()
     c.ok("task.update", frm=BOT, task_id=task, state="in_progress")
     c.ok("review.request", frm=BOT, task_id=task, artefact={"text": "draft"}, to=[ALICE])
     c.ok("decide.approve", frm=ALICE, task_id=task)
     c.fail(-32010, "decide.approve", frm=ALICE, task_id=task)  # a recorded refusal
-    unsigned = c.envelope("task.create", ALICE, kind="k", assignee=BOT, input={})
+    unsigned = c.envelope("task.create", frm=ALICE, kind="k", assignee=BOT, input={})
     assert c.send(unsigned)["error"]["code"] == -32070  # signatures were enforced
     assert "security-signed/1.0" in c.ok("workspace.describe", frm=ALICE)["profiles"]
     snapshot = coord.snapshot(WS)
@@ -515,7 +515,7 @@ def test_verify_says_why_it_cannot_replay_an_identity_oidc_workspace(tmp_path) -
                         default_profiles=("core/1.0", "review/1.0", "identity-oidc/1.0"))
     c = Client(coord)
     c.ok("workspace.create")
-    c.ok("participant.join", ALICE, type="human", role="admin", oidc_token="alice-sub")
+    c.ok("participant.join", frm=ALICE, type="human", role="admin", oidc_token="alice-sub")
     coord.close()
     done = chapline("verify", str(path))
     assert done.returncode == 1

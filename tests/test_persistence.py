@@ -36,10 +36,6 @@ def database(request, tmp_path):
     return lambda: PostgresStore(dsn)
 
 
-def frm(uri):
-    return {"from": uri}
-
-
 def visible(coord, ws=WS):
     """Everything a caller can see of a workspace, plus its objects."""
     c = Client(coord, ws)
@@ -65,14 +61,14 @@ def failing():
 
 
 CALLS = [
-    ("task.update", lambda T: {**frm(BOT), "task_id": T, "state": "in_progress"}),
-    ("task.complete", lambda T: {**frm(BOT), "task_id": T, "output": {"o": 1}}),
-    ("task.create", lambda T: {**frm(ALICE), "assignee": BOT, "kind": "k", "input": {}, "idempotency_key": "K"}),
-    ("participant.join", lambda T: {**frm(BOB), "type": "human"}),
-    ("participant.leave", lambda T: {**frm(BOT)}),
-    ("workspace.set_profiles", lambda T: {**frm(ALICE), "profiles": ["core/1.0"]}),
+    ("task.update", lambda T: {"from": BOT, "task_id": T, "state": "in_progress"}),
+    ("task.complete", lambda T: {"from": BOT, "task_id": T, "output": {"o": 1}}),
+    ("task.create", lambda T: {"from": ALICE, "assignee": BOT, "kind": "k", "input": {}, "idempotency_key": "K"}),
+    ("participant.join", lambda T: {"from": BOB, "type": "human"}),
+    ("participant.leave", lambda T: {"from": BOT}),
+    ("workspace.set_profiles", lambda T: {"from": ALICE, "profiles": ["core/1.0"]}),
     # a refusal 0.3.3 records: its write fails the same way
-    ("workspace.set_profiles", lambda T: {**frm(BOT), "profiles": ["core/1.0"]}),
+    ("workspace.set_profiles", lambda T: {"from": BOT, "profiles": ["core/1.0"]}),
 ]
 
 
@@ -111,10 +107,10 @@ def test_failed_write_is_an_error_and_changes_nothing(failing, method, params, c
 def test_failed_idempotent_create_leaves_no_key(failing):
     store, coord, c, T = failing
     store.failing = True
-    c.err("task.create", **frm(ALICE), assignee=BOT, kind="k", input={}, idempotency_key="K")
+    c.err("task.create", frm=ALICE, assignee=BOT, kind="k", input={}, idempotency_key="K")
     store.failing = False
-    r1 = c.ok("task.create", **frm(ALICE), assignee=BOT, kind="k", input={}, idempotency_key="K")
-    r2 = c.ok("task.create", **frm(ALICE), assignee=BOT, kind="k", input={}, idempotency_key="K")
+    r1 = c.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={}, idempotency_key="K")
+    r2 = c.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={}, idempotency_key="K")
     assert r1 == r2 and c.describe()["task_count"] == 2
 
 
@@ -123,13 +119,13 @@ def test_failed_workspace_create_and_join_create_nothing():
     coord = make(store)
     store.failing = True
     assert Client(coord, "w1").code("workspace.create") == -32900
-    assert Client(coord, "w2").code("participant.join", **frm(ALICE), type="human") == -32900
+    assert Client(coord, "w2").code("participant.join", frm=ALICE, type="human") == -32900
     assert coord.workspace_ids() == []
     assert Client(coord, "w1").code("workspace.describe") == -32602
     assert store.load() == []
     store.failing = False
     c = Client(coord, "w2")
-    c.ok("participant.join", **frm(ALICE), type="human")
+    c.ok("participant.join", frm=ALICE, type="human")
     assert c.describe()["audit_count"] == 1
 
 
@@ -138,8 +134,8 @@ def test_failed_write_in_one_workspace_leaves_others_alone(failing):
     other = Client(coord, "w2")
     other.ok("workspace.create")
     store.fail_next = 1
-    assert c.code("task.update", **frm(BOT), task_id=T, state="in_progress") == -32900
-    other.ok("participant.join", **frm(ALICE), type="human")
+    assert c.code("task.update", frm=BOT, task_id=T, state="in_progress") == -32900
+    other.ok("participant.join", frm=ALICE, type="human")
     assert other.describe()["audit_count"] == 2
     assert c.describe()["audit_count"] == 4
 
@@ -162,7 +158,7 @@ def test_persistent_conflict_is_an_error_and_changes_nothing():
     T = s0(c)
     before = visible(coord)
     store.conflicting = True
-    e = c.err("task.update", **frm(BOT), task_id=T, state="in_progress")
+    e = c.err("task.update", frm=BOT, task_id=T, state="in_progress")
     assert e["code"] == -32901
     assert "Retry" in e["message"] and e["data"]["workspace"] == WS
     store.conflicting = False
@@ -176,22 +172,22 @@ def test_persistent_conflict_is_an_error_and_changes_nothing():
 
 def _workload(c: Client) -> None:
     T = s0(c, extra_humans=(BOB,))
-    c.ok("task.update", **frm(BOT), task_id=T, state="in_progress")
-    c.ok("participant.join", **frm("human:kim"), type="human", jwks={"keys": [public_jwk(bytes([1]) * 32, "b1")]})
-    c.ok("participant.rotate_key", **frm("human:kim"), old_kid="b1", new_jwk=public_jwk(bytes([2]) * 32, "b2"))
-    c.err("workspace.set_profiles", **frm(BOT), profiles=["core/1.0"])  # recorded refusal
-    R = c.ok("task.create", **frm(ALICE), assignee=BOT, kind="r", input={"a": [1]}, review_required=True,
+    c.ok("task.update", frm=BOT, task_id=T, state="in_progress")
+    c.ok("participant.join", frm="human:kim", type="human", jwks={"keys": [public_jwk(bytes([1]) * 32, "b1")]})
+    c.ok("participant.rotate_key", frm="human:kim", old_kid="b1", new_jwk=public_jwk(bytes([2]) * 32, "b2"))
+    c.err("workspace.set_profiles", frm=BOT, profiles=["core/1.0"])  # recorded refusal
+    R = c.ok("task.create", frm=ALICE, assignee=BOT, kind="r", input={"a": [1]}, review_required=True,
              idempotency_key="idem")["task_id"]
-    c.ok("task.complete", **frm(BOT), task_id=R, output={"o": "x"})
-    c.ok("task.complete", **frm(BOT), task_id=T, output={"done": True}, confidence=1)
-    c.ok("participant.leave", **frm(BOB))
+    c.ok("task.complete", frm=BOT, task_id=R, output={"o": "x"})
+    c.ok("task.complete", frm=BOT, task_id=T, output={"done": True}, confidence=1)
+    c.ok("participant.leave", frm=BOB)
 
 
 def test_restart_from_the_store_gives_the_same_workspaces(database):
     coord = make(database())
     _workload(Client(coord))
     second = Client(coord, "w2")
-    second.ok("participant.join", **frm(ALICE), type="human")
+    second.ok("participant.join", frm=ALICE, type="human")
     before = {ws: visible(coord, ws) for ws in (WS, "w2")}
     coord.close()
 
@@ -202,11 +198,11 @@ def test_restart_from_the_store_gives_the_same_workspaces(database):
     c = Client(again)
     assert c.ok("audit.verify_chain")["entries_total"] == before[WS]["describe"]["audit_count"]
     # the idempotency key came back too
-    assert c.ok("task.create", **frm(ALICE), assignee=BOT, kind="r", input={}, idempotency_key="idem")[
+    assert c.ok("task.create", frm=ALICE, assignee=BOT, kind="r", input={}, idempotency_key="idem")[
         "state"
     ] == "review_requested"
     # and the restarted coordinator carries on the chain
-    c.ok("participant.join", **frm(BOB), type="human")
+    c.ok("participant.join", frm=BOB, type="human")
     assert c.ok("audit.verify_chain")["status"] == "verified"
     again.close()
 
@@ -217,7 +213,7 @@ def test_an_unreadable_stored_object_fails_only_the_calls_that_use_it(tmp_path):
     path = str(tmp_path / "damaged.db")
     c = Client(make(SqliteStore(path)))
     T = s0(c)
-    other = c.ok("task.create", **frm(ALICE), assignee=BOT, kind="k", input={})["task_id"]
+    other = c.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={})["task_id"]
     db = sqlite3.connect(path)
     with db:
         db.execute(
@@ -226,12 +222,12 @@ def test_an_unreadable_stored_object_fails_only_the_calls_that_use_it(tmp_path):
     db.close()
     again = Client(make(SqliteStore(path)))
     assert again.describe()["task_count"] == 2  # objects are read when used
-    err = again.err("task.update", **frm(BOT), task_id=T, state="in_progress")
+    err = again.err("task.update", frm=BOT, task_id=T, state="in_progress")
     assert err["code"] == -32903
     assert "cannot be read" in err["message"] and "repair or delete" in err["message"]
     assert err["data"] == {"workspace": WS, "collection": "tasks", "key": T}
     assert "Traceback" not in str(err)
-    assert again.ok("task.update", **frm(BOT), task_id=other, state="in_progress")
+    assert again.ok("task.update", frm=BOT, task_id=other, state="in_progress")
     assert again.describe()["audit_count"] == 6
 
 
@@ -283,7 +279,7 @@ def test_snapshot_restore_round_trip(source, tmp_path, shape, kind):
     # written to the store: a new coordinator on it sees the same
     assert visible(make(store)) == visible(source)
     # and it carries on
-    Client(target).ok("participant.join", **frm("human:zed"), type="human")
+    Client(target).ok("participant.join", frm="human:zed", type="human")
     assert Client(target).ok("audit.verify_chain")["entries_total"] == len(data["audit"]) + 1
 
 
@@ -292,7 +288,7 @@ def test_restore_replaces_what_the_store_held(source):
     target = make(store)
     c = Client(target)
     s0(c)
-    c.ok("participant.join", **frm("human:other"), type="human")
+    c.ok("participant.join", frm="human:other", type="human")
     with pytest.raises(RestoreError, match="overwrite=True"):  # it would lose the join
         target.restore(source.snapshot(WS))
     target.restore(source.snapshot(WS), overwrite=True)
@@ -382,13 +378,13 @@ def test_two_coordinators_interleaving_lose_nothing(database):
         client = a if rng.random() < 0.5 else b
         kind = rng.choice(["create", "update", "join", "refused"])
         if kind == "create":
-            sent = client.envelope("task.create", **frm(ALICE), assignee=BOT, kind="k", input={"s": step})
+            sent = client.envelope("task.create", frm=ALICE, assignee=BOT, kind="k", input={"s": step})
         elif kind == "update":
-            sent = client.envelope("task.update", **frm(BOT), task_id=rng.choice(tasks), state="in_progress")
+            sent = client.envelope("task.update", frm=BOT, task_id=rng.choice(tasks), state="in_progress")
         elif kind == "join":
-            sent = client.envelope("participant.join", **frm(f"human:p{step}"), type="human")
+            sent = client.envelope("participant.join", frm=f"human:p{step}", type="human")
         else:
-            sent = client.envelope("workspace.set_profiles", **frm(BOT), profiles=["core/1.0"])
+            sent = client.envelope("workspace.set_profiles", frm=BOT, profiles=["core/1.0"])
         r = client.send(sent)
         if "result" in r:
             acknowledged.append(sent["id"])
@@ -408,7 +404,7 @@ def test_two_coordinators_interleaving_lose_nothing(database):
     assert len(set(ids)) == len(ids) and len(setup_ids) == 5
     for coord in (first, second, make(database())):
         c = Client(coord)
-        c.ok("participant.join", **frm(ALICE), type="human")  # catches up on conflict
+        c.ok("participant.join", frm=ALICE, type="human")  # catches up on conflict
         v = c.ok("audit.verify_chain")
         assert v["status"] == "verified"
     final = Client(make(database()))
@@ -422,17 +418,17 @@ def test_second_coordinator_sees_the_other_writers_state_after_a_conflict(databa
     second = make(database())
     b = Client(second)
     b.n = 100
-    a.ok("task.update", **frm(BOT), task_id=T, state="in_progress")
-    a.ok("task.complete", **frm(BOT), task_id=T, output={})
+    a.ok("task.update", frm=BOT, task_id=T, state="in_progress")
+    a.ok("task.complete", frm=BOT, task_id=T, output={})
     # b still holds T as created; its call conflicts, reloads, and is re-run on
     # the fresh state, where T is completed
-    e = b.err("task.complete", **frm(BOT), task_id=T)
+    e = b.err("task.complete", frm=BOT, task_id=T)
     assert e["code"] == -32602 and "completed" in e["message"]
     assert b.describe()["audit_count"] == 6
-    b.ok("participant.join", **frm(BOB), type="human")
+    b.ok("participant.join", frm=BOB, type="human")
     # a is now the stale one: its next write conflicts, and after the reload
     # it holds b's join too
-    a.ok("participant.join", **frm("human:carol"), type="human")
+    a.ok("participant.join", frm="human:carol", type="human")
     assert [m["uri"] for m in a.describe()["members"]] == [ALICE, BOT, BOB, "human:carol"]
     assert a.describe()["audit_count"] == 8
 
@@ -441,9 +437,9 @@ def test_join_auto_create_race(database):
     first, second = make(database()), make(database())
     a, b = Client(first, "wnew"), Client(second, "wnew")
     b.n = 50
-    a.ok("participant.join", **frm(ALICE), type="human")
+    a.ok("participant.join", frm=ALICE, type="human")
     # b did not know wnew: its create conflicts, it reloads and re-runs the join
-    b.ok("participant.join", **frm(BOB), type="human")
+    b.ok("participant.join", frm=BOB, type="human")
     d = Client(make(database()), "wnew").describe()
     assert [m["uri"] for m in d["members"]] == [ALICE, BOB] and d["audit_count"] == 2
     assert Client(make(database()), "wnew").ok("audit.verify_chain")["status"] == "verified"
@@ -467,10 +463,10 @@ def test_batch_writes_one_change_per_workspace():
     store.applied.clear()
     heard.clear()
     with coord.batch():
-        r1 = c.call("task.update", **frm(BOT), task_id=T, state="in_progress")
+        r1 = c.call("task.update", frm=BOT, task_id=T, state="in_progress")
         r2 = d.call("workspace.create")
-        r3 = c.call("task.complete", **frm(BOT), task_id=T, output={})
-        r4 = d.call("participant.join", **frm(ALICE), type="human")
+        r3 = c.call("task.complete", frm=BOT, task_id=T, output={})
+        r4 = d.call("participant.join", frm=ALICE, type="human")
         # calls in a batch see each other's effects at once
         assert c.describe()["audit_count"] == 6
         assert len(c.log()) == 6
@@ -498,11 +494,11 @@ def test_failed_batch_undoes_every_call_and_rewrites_responses():
     responses = []
     with pytest.raises(BatchWriteError) as info:
         with coord.batch():
-            responses.append(c.call("task.update", **frm(BOT), task_id=T, state="in_progress"))
-            responses.append(c.call("participant.join", **frm(BOB), type="human"))
-            responses.append(c.call("workspace.set_profiles", **frm(BOT), profiles=["core/1.0"]))
+            responses.append(c.call("task.update", frm=BOT, task_id=T, state="in_progress"))
+            responses.append(c.call("participant.join", frm=BOB, type="human"))
+            responses.append(c.call("workspace.set_profiles", frm=BOT, profiles=["core/1.0"]))
             responses.append(d.call("workspace.create"))
-            responses.append(c.call("task.create", **frm(ALICE), assignee=BOT, kind="k", input={},
+            responses.append(c.call("task.create", frm=ALICE, assignee=BOT, kind="k", input={},
                                     idempotency_key="B"))
             store.failing = True
     store.failing = False
@@ -514,8 +510,8 @@ def test_failed_batch_undoes_every_call_and_rewrites_responses():
     assert coord.workspace_ids() == [WS]
     assert heard == []
     # the same calls now succeed from the old state
-    assert c.ok("task.update", **frm(BOT), task_id=T, state="in_progress") == {"state": "in_progress"}
-    r = c.ok("task.create", **frm(ALICE), assignee=BOT, kind="k", input={}, idempotency_key="B")
+    assert c.ok("task.update", frm=BOT, task_id=T, state="in_progress") == {"state": "in_progress"}
+    r = c.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={}, idempotency_key="B")
     assert c.describe()["task_count"] == 2 and r["state"] == "created"
     assert c.ok("audit.verify_chain")["entries_total"] == 6
 
@@ -545,8 +541,8 @@ def test_a_batch_keeps_the_workspaces_whose_write_succeeded():
     store.failing = True
     with pytest.raises(BatchWriteError) as info:
         with coord.batch():
-            kept = c.call("task.update", **frm(BOT), task_id=T, state="in_progress")
-            lost = d.call("participant.join", **frm(ALICE), type="human")
+            kept = c.call("task.update", frm=BOT, task_id=T, state="in_progress")
+            lost = d.call("participant.join", frm=ALICE, type="human")
     store.failing = False
     assert info.value.error.code == -32900 and info.value.error.data["workspace"] == "w2"
     assert kept == {"jsonrpc": "2.0", "id": kept["id"], "result": {"state": "in_progress"}}
@@ -566,10 +562,10 @@ def test_a_batch_that_conflicts_reruns_its_calls_on_the_fresh_state(database):
     second = make(database())
     c2 = Client(second)
     with first.batch():
-        r1 = c1.call("task.update", **frm(BOT), task_id=T, state="in_progress")
-        r2 = c1.call("participant.join", **frm(BOB), type="human")
+        r1 = c1.call("task.update", frm=BOT, task_id=T, state="in_progress")
+        r2 = c1.call("participant.join", frm=BOB, type="human")
         # another writer appends to the same workspace before the batch writes
-        c2.ok("participant.join", **frm("human:carol"), type="human")
+        c2.ok("participant.join", frm="human:carol", type="human")
     assert r1["result"] == {"state": "in_progress"} and r2["result"] == {"joined": True, "as": BOB}
     fresh = Client(make(database()))
     log = fresh.log()
@@ -589,7 +585,7 @@ def test_exception_inside_a_batch_undoes_it():
     before = visible(coord)
     with pytest.raises(KeyError):
         with coord.batch():
-            r = c.call("task.update", **frm(BOT), task_id=T, state="in_progress")
+            r = c.call("task.update", frm=BOT, task_id=T, state="in_progress")
             assert r["result"] == {"state": "in_progress"}
             raise KeyError("caller bug")
     assert "result" not in r and "abandoned" in r["error"]["data"]["detail"]
@@ -605,7 +601,7 @@ def test_unrecorded_calls_in_a_batch_write_nothing():
     store.applied.clear()
     with coord.batch():
         c.describe()
-        c.err("task.update", **frm("human:ghost"), task_id="x", state="in_progress")
+        c.err("task.update", frm="human:ghost", task_id="x", state="in_progress")
     assert store.applied == []
 
 
@@ -614,15 +610,15 @@ def test_mutating_responses_and_listener_entries_changes_nothing_held():
     coord = make(on_audit=lambda w, e: seen.append(e))
     c = Client(coord)
     T = s0(c)
-    c.ok("participant.join", **frm(BOB), type="human", capabilities={"kinds": ["k"]})
+    c.ok("participant.join", frm=BOB, type="human", capabilities={"kinds": ["k"]})
     before = visible(coord)
     described = c.describe()
     described["members"][-1]["capabilities"]["kinds"].append("forged")
     for entry in seen:
         entry.envelope["params"]["forged"] = True
-    c.ok("task.update", **frm(BOT), task_id=T, state="in_progress")
-    c.ok("review.request", **frm(BOT), task_id=T, to=[ALICE], artefact={"body": "b"})
-    applied = c.ok("decide.override", **frm(ALICE), task_id=T, rationale="r",
+    c.ok("task.update", frm=BOT, task_id=T, state="in_progress")
+    c.ok("review.request", frm=BOT, task_id=T, to=[ALICE], artefact={"body": "b"})
+    applied = c.ok("decide.override", frm=ALICE, task_id=T, rationale="r",
                    diff=[{"op": "replace", "path": "/body", "value": "c"}])["applied"]
     applied["body"] = "forged"
     snap = coord.snapshot(WS)
@@ -654,9 +650,9 @@ def test_a_batch_over_several_workspaces_commits_once(tmp_path):
     T = s0(c)
     store.calls.clear()
     with coord.batch():
-        c.ok("task.update", **frm(BOT), task_id=T, state="in_progress")
+        c.ok("task.update", frm=BOT, task_id=T, state="in_progress")
         d.ok("workspace.create")
-        d.ok("participant.join", **frm(ALICE), type="human")
+        d.ok("participant.join", frm=ALICE, type="human")
     assert store.calls == ["apply_many"]
     again = make(SqliteStore(path))
     assert Client(again).describe()["audit_count"] == 5
@@ -670,8 +666,8 @@ def test_values_that_would_not_load_again_are_refused(database):
     c = Client(make(database()))
     assert c.err("workspace.create", routing_policy_uri=5)["code"] == -32602
     c.ok("workspace.create")
-    assert c.err("participant.join", **frm(ALICE), type="human", role=7)["code"] == -32602
-    c.ok("participant.join", **frm(ALICE), type="human", role="reviewer")
+    assert c.err("participant.join", frm=ALICE, type="human", role=7)["code"] == -32602
+    c.ok("participant.join", frm=ALICE, type="human", role="reviewer")
     again = Client(make(database()))
     assert [m["role"] for m in again.describe()["members"]] == ["reviewer"]
 
@@ -684,9 +680,9 @@ def test_a_replay_in_a_failed_batch_is_answered_with_the_error():
     store.failing = True
     with pytest.raises(BatchWriteError):
         with coord.batch():
-            first = c.call("task.create", **frm(ALICE), assignee=BOT, kind="k", input={},
+            first = c.call("task.create", frm=ALICE, assignee=BOT, kind="k", input={},
                            idempotency_key="K")
-            replay = c.call("task.create", **frm(ALICE), assignee=BOT, kind="k", input={},
+            replay = c.call("task.create", frm=ALICE, assignee=BOT, kind="k", input={},
                             idempotency_key="K")
             read = c.call("workspace.describe")
             assert read["result"]["task_count"] == 2  # provisional
@@ -702,11 +698,11 @@ def test_a_replay_in_a_conflicting_batch_is_run_again(database):
     s0(c1)
     c2 = Client(make(database()))
     with one.batch():
-        first = c1.call("task.create", **frm(ALICE), assignee=BOT, kind="k", input={},
+        first = c1.call("task.create", frm=ALICE, assignee=BOT, kind="k", input={},
                         idempotency_key="K")
-        replay = c1.call("task.create", **frm(ALICE), assignee=BOT, kind="k", input={},
+        replay = c1.call("task.create", frm=ALICE, assignee=BOT, kind="k", input={},
                          idempotency_key="K")
-        c2.ok("participant.join", **frm(BOB), type="human")
+        c2.ok("participant.join", frm=BOB, type="human")
     assert first["result"]["task_id"] == replay["result"]["task_id"]
     fresh = make(database())
     assert fresh.snapshot(WS)["tasks"].keys() >= {first["result"]["task_id"]}
@@ -722,7 +718,7 @@ def test_a_join_in_a_batch_finds_a_workspace_another_writer_created(database):
     b = make(database(), ids=random_ids)
     theirs = Client(b, None).call("workspace.create", mode_ceiling="shadow")["result"]["workspace"]
     with a.batch():
-        r = Client(a, theirs).call("participant.join", **frm(ALICE), type="human")
+        r = Client(a, theirs).call("participant.join", frm=ALICE, type="human")
     assert r["result"]["joined"] is True
     assert Client(make(database()), theirs).describe()["mode_ceiling"] == "shadow"
 
@@ -733,7 +729,7 @@ def test_generated_ids_never_reuse_a_held_one(database):
     c = Client(make(database(), ids=CounterIds()))
     s0(c)
     again = Client(make(database(), ids=CounterIds()))
-    again.ok("task.create", **frm(ALICE), assignee=BOT, kind="k", input={})
+    again.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={})
     assert again.describe()["task_count"] == 2
 
 
@@ -782,14 +778,14 @@ def test_a_failed_batch_puts_back_what_it_added_and_deleted_in_order():
     coord = make(store)
     c = Client(coord)
     s0(c)
-    c.ok("participant.join", **frm(BOB), type="human")
+    c.ok("participant.join", frm=BOB, type="human")
     before = [m["uri"] for m in c.describe()["members"]]
     store.failing = True
     with pytest.raises(BatchWriteError):
         with coord.batch():
-            c.ok("participant.join", **frm("human:carol"), type="human")
-            c.ok("participant.leave", **frm(ALICE))
-            c.ok("participant.join", **frm(ALICE), type="human")
+            c.ok("participant.join", frm="human:carol", type="human")
+            c.ok("participant.leave", frm=ALICE)
+            c.ok("participant.join", frm=ALICE, type="human")
     store.failing = False
     assert [m["uri"] for m in c.describe()["members"]] == before == [ALICE, BOT, BOB]
     assert visible(make(store))["describe"]["members"] == c.describe()["members"]
@@ -799,11 +795,11 @@ def test_after_a_batch_memory_keeps_objects_in_the_stores_order(database):
     coord = make(database())
     c = Client(coord)
     s0(c)
-    c.ok("participant.join", **frm(BOB), type="human")
+    c.ok("participant.join", frm=BOB, type="human")
     with coord.batch():
-        c.ok("participant.leave", **frm(ALICE))
-        c.ok("participant.join", **frm(ALICE), type="human", role="admin")
-        c.ok("participant.join", **frm("human:carol"), type="human")
+        c.ok("participant.leave", frm=ALICE)
+        c.ok("participant.join", frm=ALICE, type="human", role="admin")
+        c.ok("participant.join", frm="human:carol", type="human")
     fresh = Client(make(database()))
     assert [m["uri"] for m in c.describe()["members"]] == [ALICE, BOT, BOB, "human:carol"]
     assert c.describe()["members"] == fresh.describe()["members"]
@@ -815,7 +811,7 @@ def test_restore_inside_a_batch_is_refused():
     s0(c)
     snap = coord.snapshot(WS)
     with coord.batch():
-        c.ok("participant.join", **frm(BOB), type="human")
+        c.ok("participant.join", frm=BOB, type="human")
         with pytest.raises(RestoreError, match="batch"):
             coord.restore(snap)
     assert Client(make(coord.store)).describe() == c.describe()

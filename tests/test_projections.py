@@ -771,12 +771,12 @@ def test_serve_runs_the_analytics_projection_and_catches_it_up_at_start(tmp_path
     db, target = tmp_path / "chap.db", tmp_path / "analytics.db"
     with Serve(db) as server, httpx.Client(base_url=server.base, timeout=60) as http:  # no projection
         for who in (wl.ALICE, wl.BOB):
-            Client(Http(http), "wsp_s").ok("participant.join", who, type="human")
+            Client(Http(http), "wsp_s").ok("participant.join", frm=who, type="human")
     with Serve(db, "--projection", f"analytics={target}") as server:
         assert f"projecting analytics into {target} (live)" in server.line
         with httpx.Client(base_url=server.base, timeout=60) as http:
             task_id = Client(Http(http), "wsp_s").ok(
-                "task.create", wl.ALICE, assignee=wl.BOB, kind="k", input={}
+                "task.create", frm=wl.ALICE, assignee=wl.BOB, kind="k", input={}
             )["task_id"]
     with sqlite3.connect(target) as connection:
         assert connection.execute("SELECT * FROM analytics_counts").fetchall() == [("wsp_s", 3, 3, 0)]

@@ -201,11 +201,11 @@ def test_an_unimplemented_privileged_method_refused_by_the_gate_is_recorded() ->
     c = Client(make())
     s0(c)
     before = c.describe()["audit_count"]
-    err = c.err("control.pause", **{"from": ALICE}, scope="workspace")
+    err = c.err("control.pause", frm=ALICE, scope="workspace")
     assert err["data"] == {"profile": "control/1.0", "advertised": ["core/1.0", "review/1.0"]}
     assert c.describe()["audit_count"] == before + 1
     # Not privileged: refused the same way, never recorded.
-    err = c.err("whisper.ask", **{"from": ALICE}, to=ALICE, question="?")
+    err = c.err("whisper.ask", frm=ALICE, to=ALICE, question="?")
     assert err["code"] == -32601
     assert c.describe()["audit_count"] == before + 1
     assert c.target.dispatch(env("nothing.here", {"workspace": WS}))["error"]["code"] == -32601

@@ -424,7 +424,7 @@ def test_hints_used_after_a_restart_from_sqlite_is_as_0_3_3_answers(tmp_path: An
     ):
         c = Client(restarted, W)
         used.append([
-            c.ok("task.route", A, task_id=task_id, candidates=[A])["rationale"]["hints_used"],
-            c.ok("review.depth", A, task_id=task_id, artefact_routing_hints={"b": 1, "a": 2})["rationale"]["hints_used"],
+            c.ok("task.route", frm=A, task_id=task_id, candidates=[A])["rationale"]["hints_used"],
+            c.ok("review.depth", frm=A, task_id=task_id, artefact_routing_hints={"b": 1, "a": 2})["rationale"]["hints_used"],
         ])
     assert used[0] == used[1] == [["confidence", "criticality"], ["confidence", "criticality", "b", "a"]]

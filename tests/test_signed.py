@@ -53,14 +53,14 @@ def reader(key: Any, kid: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
 
 
 def signed(side: Client, sender: str, method: str, params: dict[str, Any], key: Any = None, kid: str | None = None) -> dict[str, Any]:
-    envelope = side.envelope(method, sender, **side.build(params))
+    envelope = side.envelope(method, frm=sender, **side.build(params))
     return sign_envelope(envelope, key or KEYS[sender], kid or KID[sender])
 
 
 def setup(side: Client) -> None:
     assert "result" in side.send(side.envelope("workspace.create"))
     for uri, kind, role in ((ALICE, "human", "admin"), (BOT, "agent", "drafter"), (CAROL, "human", "reviewer")):
-        answer = side.send(side.envelope("participant.join", uri, type=kind, role=role,
+        answer = side.send(side.envelope("participant.join", frm=uri, type=kind, role=role,
                                          jwks={"keys": [public_jwk(KEYS[uri], KID[uri])]}))
         assert answer["result"] == {"joined": True, "as": uri}
 
@@ -79,7 +79,7 @@ def test_reference_accepts_our_helper_and_we_accept_its_signatures() -> None:
     a, b = both()
     answer = b.send(signed(b, ALICE, "task.create", TASK))
     assert answer["result"]["state"] == "created"
-    envelope = a.envelope("task.create", ALICE, **TASK)
+    envelope = a.envelope("task.create", frm=ALICE, **TASK)
     envelope["sig"] = chap_coordinator.sign(chap_coordinator.canonicalize(envelope), KEYS[ALICE], KID[ALICE])
     assert a.send(envelope)["result"]["state"] == "created"
     assert a.log()[-1]["envelope"]["sig"] == envelope["sig"]
@@ -264,7 +264,7 @@ def test_the_reference_options_turn_signatures_on() -> None:
         side = side_of(coord)
         setup(side)
         assert side.describe()["profiles"] == ["core/1.0", "review/1.0", "security-signed/1.0"]
-        unsigned = side.send(side.envelope("workspace.describe", ALICE))
+        unsigned = side.send(side.envelope("workspace.describe", frm=ALICE))
         assert unsigned["error"]["code"] == -32070
 
 

@@ -68,7 +68,7 @@ def test_server_restart_fails_calls_during_the_outage_then_recovers(own_server: 
     coord = make(PostgresStore(dsn))
     c = Client(coord)
     T = s0(c)
-    acknowledged = [c.ok("task.update", **{"from": BOT}, task_id=T, state="in_progress")]
+    acknowledged = [c.ok("task.update", frm=BOT, task_id=T, state="in_progress")]
     own_server.stop("immediate")
     for method, params in [
         ("task.create", {"from": ALICE, "assignee": BOT, "kind": "k", "input": {}}),
@@ -85,7 +85,7 @@ def test_server_restart_fails_calls_during_the_outage_then_recovers(own_server: 
     _no_secrets(str(caught.value), own_server)
     own_server.start()
     # the same coordinator, not restarted, carries on
-    created = c.ok("task.create", **{"from": ALICE}, assignee=BOT, kind="k", input={})
+    created = c.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={})
     acknowledged.append(created)
     assert c.ok("audit.verify_chain")["status"] == "verified"
     log = c.log()
@@ -109,7 +109,7 @@ def test_nothing_unacknowledged_is_claimed_and_nothing_acknowledged_lost(own_ser
         n = 0
         while not stop.is_set():
             n += 1
-            env = c.envelope("task.create", **{"from": ALICE}, assignee=BOT, kind="k", input={"n": n})
+            env = c.envelope("task.create", frm=ALICE, assignee=BOT, kind="k", input={"n": n})
             answered.append({"n": n, "response": coord.dispatch(env)})
 
     writer = threading.Thread(target=write)

@@ -43,9 +43,9 @@ def shared(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def start(target: str) -> Client:
     c = Client(Coordinator(open_store(target)), WS)
     c.ok("workspace.create", profiles=PROFILES, mode="production")
-    c.ok("participant.join", **{"from": ALICE}, type="human", role="admin")
+    c.ok("participant.join", frm=ALICE, type="human", role="admin")
     for agent in AGENTS:
-        c.ok("participant.join", **{"from": agent}, type="agent", role="worker")
+        c.ok("participant.join", frm=agent, type="agent", role="worker")
     return c
 
 
@@ -70,8 +70,8 @@ def test_four_processes_drain_one_plan_exactly_once_within_capacity(
 ) -> None:
     c = start(shared)
     tasks, edges = plan_tasks(30)
-    ids = c.ok("x-chapline.plan.submit", **{"from": ALICE}, plan="shared", tasks=tasks, edges=edges)["tasks"]
-    c.ok("x-chapline.work.set_capacity", **{"from": ALICE}, workspace_max=3, agent_max=1)
+    ids = c.ok("x-chapline.plan.submit", frm=ALICE, plan="shared", tasks=tasks, edges=edges)["tasks"]
+    c.ok("x-chapline.work.set_capacity", frm=ALICE, workspace_max=3, agent_max=1)
     before = c.target.snapshot(WS)
     c.target.close()
 
@@ -123,7 +123,7 @@ def test_a_killed_holder_loses_its_task_and_its_late_report(tmp_path: Path, shar
     c = start(shared)
     task = {"key": "only", "kind": "k", "input": {}, "role": "worker",
             "retry": {"max_attempts": 3, "backoff_ms": 50, "max_backoff_ms": 50}}
-    tid = c.ok("x-chapline.plan.submit", **{"from": ALICE}, plan="k", tasks=[task])["tasks"]["only"]
+    tid = c.ok("x-chapline.plan.submit", frm=ALICE, plan="k", tasks=[task])["tasks"]["only"]
     c.target.close()
     out = tmp_path / "held.json"
     holder = subprocess.Popen([sys.executable, WORKER, "hold", shared, WS, AGENTS[0], tid, str(out)])
@@ -141,13 +141,13 @@ def test_a_killed_holder_loses_its_task_and_its_late_report(tmp_path: Path, shar
     survivor = Client(Coordinator(open_store(shared)), WS)
     deadline = time.monotonic() + 60
     while True:  # held until the one-second lease ends, then the backoff
-        got = survivor.ok("x-chapline.work.claim", **{"from": AGENTS[1]}, task_id=tid)
+        got = survivor.ok("x-chapline.work.claim", frm=AGENTS[1], task_id=tid)
         if got["outcome"] == "claimed" or time.monotonic() > deadline:
             break
         assert got["outcome"] in ("held", "blocked")
         time.sleep(0.05)
     assert got["outcome"] == "claimed" and got["token"] == held["claim"]["token"] + 1
-    survivor.ok("x-chapline.work.report", **{"from": AGENTS[1]}, task_id=tid, token=got["token"],
+    survivor.ok("x-chapline.work.report", frm=AGENTS[1], task_id=tid, token=got["token"],
                 outcome="completed", output={"by": AGENTS[1]})
     late = survivor.send(held["late_report"])  # what the dead worker would have sent
     assert late["error"]["code"] == -32960
