@@ -28,7 +28,7 @@ from chap_google_adk import ChapConfirmationBridge
 from chap_langgraph import ChapBridge, hil_review
 from chap_llama_index import ChapHitlBridge
 from chap_pydantic_ai import ChapApprovalBridge
-from client import env
+from client import env, refused
 
 from coordinator import (
     Coordinator,
@@ -380,10 +380,10 @@ def test_from_coordinator_equals_from_sqlite(tmp_path: Path) -> None:
     ws = "wsp_langgraph"
     bridge = _lg_open(coord, ws)
     state = hil_review(bridge, DRAFT, kind="draft_response")
-    refused = coord.dispatch(env("decide.approve", {
+    refusal = coord.dispatch(env("decide.approve", {
         "workspace": ws, "from": AGENT, "task_id": state["chap_task_id"],
     }))
-    assert refused["error"]["code"] == -32011
+    refused(refusal, -32011)
     coord.dispatch(env("abstain.declare", {
         "workspace": ws, "from": ALICE, "task_id": state["chap_task_id"], "reason": "conflict",
     }))
@@ -456,7 +456,8 @@ def test_options_map_to_chapline_arguments_as_the_reference_reads_them() -> None
         mine = [coord.dispatch(c) for c in calls]
         theirs = [ref.dispatch(c) for c in calls]
         assert [_codes(r) for r in mine] == [_codes(r) for r in theirs]
-        assert mine[2]["error"]["code"] == -32011 and mine[4]["error"]["code"] == -32600
+        refused(mine[2], -32011)
+        refused(mine[4], -32600)
         assert mine[3]["result"]["profiles"] == ["core/1.0"] and "evidence_head" not in mine[3]["result"]
         assert heard == [("wsp_o", 0), ("wsp_o", 1)] * 2  # ours, then the reference
         assert isinstance(coord.store, MemoryStore)

@@ -24,7 +24,7 @@ def _workload(path: str) -> dict[str, dict]:
         T = s0(c)
         c.ok("task.update", frm=BOT, task_id=T, state="in_progress")
         c.ok("participant.join", frm=BOB, type="human")
-        c.err("workspace.set_profiles", frm=BOT, profiles=["core/1.0"])  # a recorded refusal
+        c.fail(-32011, "workspace.set_profiles", frm=BOT, profiles=["core/1.0"])  # a recorded refusal
         c.ok("task.complete", frm=BOT, task_id=T, output={"o": [1, "x"]})
     out = {ws: coord.snapshot(ws) for ws in ("wsp_a", "wsp_b")}
     coord.close()

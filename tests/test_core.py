@@ -14,7 +14,7 @@ import sqlite3
 
 import pytest
 import rfc8785
-from client import Client, env
+from client import Client, env, refused
 from support import (
     ALICE,
     BOB,
@@ -137,15 +137,15 @@ def test_create_without_params_key(coord):
 )
 def test_create_refusals_are_minus_32602_and_not_recorded(c, params, why):
     c.ok("workspace.create")
-    e = c.err("workspace.create", **params)
-    assert e["code"] == -32602 and why in e["message"]
+    e = c.fail(-32602, "workspace.create", **params)
+    assert why in e["message"]
     assert_not_recorded(c, 1)
     assert "w2" not in c.target.workspace_ids()
 
 
 def test_create_duplicate_is_refused_and_not_recorded(c, T):
-    e = c.err("workspace.create")
-    assert e["code"] == -32602 and "already exists" in e["message"]
+    e = c.fail(-32602, "workspace.create")
+    assert "already exists" in e["message"]
     assert_not_recorded(c, 4)
 
 
@@ -156,8 +156,8 @@ def test_create_without_chain():
     d = c.describe()
     assert "evidence_head" not in d  # A8: omitted, not null
     assert "prev_hash" not in c.log()[0]
-    e = c.err("audit.verify_chain")
-    assert e["code"] == -32602 and "not enabled" in e["message"]
+    e = c.fail(-32602, "audit.verify_chain")
+    assert "not enabled" in e["message"]
     assert plain.workspace_ids() == [WS]
 
 
@@ -198,15 +198,15 @@ def test_describe_publishes_max_envelope_bytes_option():
 
 @pytest.mark.parametrize("params", [{"workspace": "nope"}, {"workspace": 5}, {"workspace": None}])
 def test_describe_unknown_workspace(c, T, params):
-    assert c.code("workspace.describe", **params) == -32602
+    c.fail(-32602, "workspace.describe", **params)
 
 
 def test_describe_and_read_with_read_membership():
     c = Client(make(require_read_membership=True))
     s0(c)
-    assert c.code("workspace.describe") == -32011
-    assert c.code("workspace.describe", frm=GHOST) == -32011
-    assert c.code("audit.read", frm=GHOST) == -32011
+    c.fail(-32011, "workspace.describe")
+    c.fail(-32011, "workspace.describe", frm=GHOST)
+    c.fail(-32011, "audit.read", frm=GHOST)
     assert c.ok("workspace.describe", frm=BOT)["audit_count"] == 4
     assert len(c.ok("audit.read", frm=BOT)["entries"]) == 4
     assert c.ok("workspace.describe", frm=BOT)["audit_count"] == 4
@@ -228,15 +228,14 @@ def test_set_profiles_appends_core_and_is_recorded(c, T):
 
 def test_set_profiles_then_gate_uses_the_new_list(c, T):
     c.ok("workspace.set_profiles", frm=ALICE, profiles=["core/1.0"])
-    e = c.err("review.request", frm=ALICE, task_id=T, to=[ALICE], artefact={"a": 1})
-    assert e["code"] == -32601
+    e = c.fail(-32601, "review.request", frm=ALICE, task_id=T, to=[ALICE], artefact={"a": 1})
     assert e["data"] == {"profile": "review/1.0", "advertised": ["core/1.0"]}
 
 
 def test_set_profiles_by_non_admin_member_is_recorded(c, T):
     sent = c.envelope("workspace.set_profiles", frm=BOT, profiles=["core/1.0"])
-    e = c.send(sent)["error"]
-    assert e["code"] == -32011 and "admin" in e["message"]
+    e = refused(c.send(sent), -32011)
+    assert "admin" in e["message"]
     assert_refusal_recorded(c, 4, -32011, sent)
     assert c.describe()["profiles"] == ["core/1.0", "review/1.0"]
 
@@ -255,7 +254,7 @@ def test_set_profiles_by_non_admin_member_is_recorded(c, T):
     ],
 )
 def test_set_profiles_unrecorded_refusals(c, T, params, code):
-    assert c.code("workspace.set_profiles", **params) == code
+    c.fail(code, "workspace.set_profiles", **params)
     assert_not_recorded(c, 4)
 
 
@@ -320,7 +319,7 @@ def test_join_with_jwks_shows_keys(c, T):
     ],
 )
 def test_join_refusals_are_never_recorded(c, T, params):
-    assert c.code("participant.join", **params) == -32602
+    c.fail(-32602, "participant.join", **params)
     assert_not_recorded(c, 4)
 
 
@@ -330,7 +329,7 @@ def test_leave_removes_member_and_is_recorded(c, T):
     assert last(c)["envelope"] == sent
     assert [m["uri"] for m in c.describe()["members"]] == [ALICE]
     # the former member is now refused by the floor, unrecorded
-    assert c.code("participant.leave", frm=BOT) == -32011
+    c.fail(-32011, "participant.leave", frm=BOT)
     assert_not_recorded(c, 5)
 
 
@@ -344,8 +343,7 @@ def test_leave_removes_member_and_is_recorded(c, T):
     ],
 )
 def test_leave_refusals(c, T, params, code):
-    e = c.err("participant.leave", **params)
-    assert e["code"] == code
+    c.fail(code, "participant.leave", **params)
     assert_not_recorded(c, 4)
 
 
@@ -387,14 +385,14 @@ def test_rotate_key(c, K):
     ],
 )
 def test_rotate_key_refusals_are_not_recorded(c, K, params, code):
-    assert c.code("participant.rotate_key", **params) == code
+    c.fail(code, "participant.rotate_key", **params)
     assert_not_recorded(c, 5)
 
 
 def test_rotate_revoked_key(c, K):
     c.ok("participant.revoke_key", frm=BOB, target_uri=BOB, kid="k1")
-    e = c.err("participant.rotate_key", frm=BOB, old_kid="k1", new_jwk={})
-    assert e["code"] == -32072  # before the new_jwk check, as 0.3.3
+    # refused before the new_jwk check, as 0.3.3
+    c.fail(-32072, "participant.rotate_key", frm=BOB, old_kid="k1", new_jwk={})
     assert_not_recorded(c, 6)
 
 
@@ -414,7 +412,7 @@ def test_admin_revokes_another_members_key(c, K):
 
 def test_non_admin_revoking_another_members_key_is_recorded(c, K):
     sent = c.envelope("participant.revoke_key", frm=BOT, target_uri=BOB, kid="k1")
-    assert c.send(sent)["error"]["code"] == -32011
+    refused(c.send(sent), -32011)
     assert_refusal_recorded(c, 5, -32011, sent)
 
 
@@ -431,7 +429,7 @@ def test_non_admin_revoking_another_members_key_is_recorded(c, K):
     ],
 )
 def test_revoke_key_unrecorded_refusals(c, K, params, code):
-    assert c.code("participant.revoke_key", **params) == code
+    c.fail(code, "participant.revoke_key", **params)
     assert_not_recorded(c, 5)
 
 
@@ -490,7 +488,7 @@ def test_trial_forces_review_under_modes():
     ],
 )
 def test_task_create_unrecorded_refusals(c, T, params, code):
-    assert c.code("task.create", **params) == code
+    c.fail(code, "task.create", **params)
     assert_not_recorded(c, 4)
     assert c.describe()["task_count"] == 1
 
@@ -501,8 +499,8 @@ def test_task_create_over_the_ceiling_is_recorded():
     c.ok("participant.join", frm=ALICE, type="human")
     c.ok("participant.join", frm=BOT, type="agent")
     sent = c.envelope("task.create", frm=ALICE, assignee=BOT, kind="k", input={}, mode="production")
-    e = c.send(sent)["error"]
-    assert e["code"] == -32040 and "ceiling" in e["message"]
+    e = refused(c.send(sent), -32040)
+    assert "ceiling" in e["message"]
     assert_refusal_recorded(c, 3, -32040, sent)
     assert c.describe()["task_count"] == 0
 
@@ -513,7 +511,7 @@ def test_task_create_for_a_paused_assignee(coord, c, T):
 
     edit_workspace(coord, WS, pause_bot)
     sent = c.envelope("task.create", frm=ALICE, assignee=BOT, kind="k", input={})
-    assert c.send(sent)["error"]["code"] == -32063
+    refused(c.send(sent), -32063)
     assert_refusal_recorded(c, 4, -32063, sent)
 
 
@@ -604,7 +602,7 @@ def test_update_transition_table(source):
             }
             assert c.describe()["audit_count"] == before + 1
         else:
-            assert r["error"]["code"] == -32602, (source, target, r)
+            refused(r, -32602)
             assert "Illegal transition" in r["error"]["message"]
             assert c.describe()["audit_count"] == before
             assert task_of(coord, tid)["state"] == source
@@ -613,8 +611,8 @@ def test_update_transition_table(source):
 def test_update_to_completed_refused_when_review_required(c, T):
     tid = c.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={}, review_required=True)["task_id"]
     c.ok("task.update", frm=BOT, task_id=tid, state="in_progress")
-    e = c.err("task.update", frm=BOT, task_id=tid, state="completed")
-    assert e["code"] == -32602 and "task.complete" in e["message"]
+    e = c.fail(-32602, "task.update", frm=BOT, task_id=tid, state="completed")
+    assert "task.complete" in e["message"]
     assert_not_recorded(c, 6)
 
 
@@ -631,7 +629,7 @@ def test_update_to_completed_refused_when_review_required(c, T):
 )
 def test_update_unrecorded_refusals(c, T, params, code):
     params = {k: (T if v == "$T" else v) for k, v in params.items()}
-    assert c.code("task.update", **params) == code
+    c.fail(code, "task.update", **params)
     assert_not_recorded(c, 4)
 
 
@@ -664,7 +662,7 @@ def test_complete(c, T, start):
 )
 def test_complete_unrecorded_refusals(c, T, params, code):
     params = {k: (T if v == "$T" else v) for k, v in params.items()}
-    assert c.code("task.complete", **params) == code
+    c.fail(code, "task.complete", **params)
     assert_not_recorded(c, 4)
 
 
@@ -673,8 +671,8 @@ def test_complete_from_other_states_refused_unrecorded(coord, c, T, state):
     c.ok("participant.join", frm=BOB, type="human")
     tid = _task_in(coord, c, state)
     n = c.describe()["audit_count"]
-    e = c.err("task.complete", frm=BOT, task_id=tid)
-    assert e["code"] == -32602 and state in e["message"]
+    e = c.fail(-32602, "task.complete", frm=BOT, task_id=tid)
+    assert state in e["message"]
     assert_not_recorded(c, n)
 
 
@@ -711,8 +709,8 @@ def test_complete_reuses_an_existing_review(c, T):
 def test_complete_without_an_eligible_reviewer_is_recorded(c, T):
     tid = c.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={}, review_required=True)["task_id"]
     sent = c.envelope("task.complete", frm=ALICE, task_id=tid)
-    e = c.send(sent)["error"]
-    assert e["code"] == -32011 and "review" in e["message"]
+    e = refused(c.send(sent), -32011)
+    assert "review" in e["message"]
     assert_refusal_recorded(c, 5, -32011, sent)
     assert task_of(c.target, tid)["state"] == "created"
 
@@ -728,9 +726,9 @@ def mixed(c, T):
     0 create, 1-2 joins, 3 T, 4 update (bot), 5 refused set_profiles (bot),
     6 complete (bot), 7 refused set_profiles (bot)."""
     c.ok("task.update", frm=BOT, task_id=T, state="in_progress")
-    c.err("workspace.set_profiles", frm=BOT, profiles=["core/1.0"])
+    c.fail(-32011, "workspace.set_profiles", frm=BOT, profiles=["core/1.0"])
     c.ok("task.complete", frm=BOT, task_id=T, output={})
-    c.err("workspace.set_profiles", frm=BOT, profiles=["core/1.0"])
+    c.fail(-32011, "workspace.set_profiles", frm=BOT, profiles=["core/1.0"])
     assert c.describe()["audit_count"] == 8
     return T
 
@@ -809,7 +807,7 @@ def test_read_filter_with_range(c, mixed):
     ],
 )
 def test_read_refusals(c, mixed, params):
-    assert c.code("audit.read", **params) == -32602
+    c.fail(-32602, "audit.read", **params)
     assert_not_recorded(c, 8)
 
 
@@ -836,7 +834,7 @@ def test_verify_chain_verified(c, mixed):
 
 @pytest.mark.parametrize("params", [{"from_seq": 0}, {"to_seq": 3}, {"workspace": "nope"}])
 def test_verify_chain_refusals(c, mixed, params):
-    assert c.code("audit.verify_chain", **params) == -32602
+    c.fail(-32602, "audit.verify_chain", **params)
 
 
 def test_verify_chain_not_evaluated_for_an_unchained_prefix():
@@ -846,7 +844,7 @@ def test_verify_chain_not_evaluated_for_an_unchained_prefix():
     c = Client(plain)
     T = s0(c)
     c.ok("task.update", frm=BOT, task_id=T, state="in_progress")
-    c.err("workspace.set_profiles", frm=BOT, profiles=["core/1.0"])
+    c.fail(-32011, "workspace.set_profiles", frm=BOT, profiles=["core/1.0"])
     data = plain.snapshot(WS)
     head = ZERO
     for entry in data["audit"][3:]:
@@ -888,8 +886,8 @@ def test_verify_chain_broken_by_an_edited_middle_entry(tmp_path):
         "UPDATE chap_entries SET data = replace(data, '\"role\":\"drafter\"', '\"role\":\"admin\"') "
         "WHERE seq = 2",
     )
-    e = c.err("audit.verify_chain")
-    assert e["code"] == -32602 and "seq 3: prev_hash mismatch" in e["message"]
+    e = c.fail(-32602, "audit.verify_chain")
+    assert "seq 3: prev_hash mismatch" in e["message"]
 
 
 def test_verify_chain_broken_by_an_edited_last_entry(tmp_path):
@@ -897,8 +895,8 @@ def test_verify_chain_broken_by_an_edited_last_entry(tmp_path):
         tmp_path,
         "UPDATE chap_entries SET data = replace(data, '\"in_progress\"', '\"declined\"') WHERE seq = 4",
     )
-    e = c.err("audit.verify_chain")
-    assert e["code"] == -32602 and "chain_head mismatch" in e["message"]
+    e = c.fail(-32602, "audit.verify_chain")
+    assert "chain_head mismatch" in e["message"]
 
 
 def test_verify_chain_broken_by_a_malformed_entry(tmp_path):
@@ -907,8 +905,8 @@ def test_verify_chain_broken_by_a_malformed_entry(tmp_path):
         tmp_path,
         "UPDATE chap_entries SET data = json_remove(data, '$.envelope.jsonrpc') WHERE seq = 1",
     )
-    e = c.err("audit.verify_chain")
-    assert e["code"] == -32602 and "seq 1: malformed entry" in e["message"]
+    e = c.fail(-32602, "audit.verify_chain")
+    assert "seq 1: malformed entry" in e["message"]
 
 
 # =============================================================================
@@ -958,7 +956,8 @@ def test_text_and_bytes_envelopes_are_dispatched(coord):
 def test_invalid_request(c, T, envelope, req_id):
     r = c.send(envelope)
     assert r["id"] == req_id
-    assert r["error"]["code"] == -32600 and set(r["error"]) == {"code", "message"}
+    refused(r, -32600)
+    assert set(r["error"]) == {"code", "message"}
     # each fault has its own words after the common start (tests/test_hostile.py checks them)
     assert r["error"]["message"].startswith("Invalid JSON-RPC 2.0 request: ")
     assert_not_recorded(c, 4)
@@ -973,14 +972,14 @@ def test_nesting_boundary_is_64_levels(c, T):
     ok = _task_env(c, T, x=nest(61))
     assert c.send(ok)["result"] == {"state": "in_progress"}
     deep = _task_env(c, T, x=nest(62))
-    e = c.send(deep)["error"]
-    assert e["code"] == -32600 and "64" in e["message"]
+    e = refused(c.send(deep), -32600)
+    assert "64" in e["message"]
     assert_not_recorded(c, 5)
 
 
 def test_nesting_is_checked_before_params_and_method(c, T):
     deep = {"jsonrpc": "2.0", "id": 1, "method": "nope.nope", "params": [nest(70), 0.5]}
-    assert c.send(deep)["error"]["code"] == -32600
+    refused(c.send(deep), -32600)
 
 
 def test_size_limit_boundary():
@@ -996,8 +995,7 @@ def test_size_limit_boundary():
     over = dict(at_limit, params={**at_limit["params"], "pad": pad + "x"})
     size = len(rfc8785.dumps(over))
     assert size == 301
-    e = c.send(over)["error"]
-    assert e["code"] == -32600
+    e = refused(c.send(over), -32600)
     assert "301" in e["message"] and "300" in e["message"]
     assert_not_recorded(c, 5)
 
@@ -1006,14 +1004,14 @@ def test_size_is_checked_before_params_and_method():
     c = Client(make(max_envelope_bytes=100))
     c.ok("workspace.create")
     big = {"jsonrpc": "2.0", "id": 1, "method": "nope.nope", "params": ["x" * 200]}
-    assert c.send(big)["error"]["code"] == -32600
+    refused(c.send(big), -32600)
 
 
 def test_non_canonical_envelope_counts_as_size_zero():
     c = Client(make(max_envelope_bytes=100))
     c.ok("workspace.create")
-    e = c.err("participant.join", frm=BOB, type="human", pad="x" * 200, n=0.5)
-    assert e["code"] == -32602 and "integers" in e["message"]
+    e = c.fail(-32602, "participant.join", frm=BOB, type="human", pad="x" * 200, n=0.5)
+    assert "integers" in e["message"]
 
 
 @pytest.mark.parametrize(
@@ -1040,12 +1038,12 @@ def test_null_params_are_no_params_as_in_the_reference():
 
 def test_params_checked_before_unknown_method(c, T):
     r = c.send({"jsonrpc": "2.0", "id": 9, "method": "nope.nope", "params": [1]})
-    assert r["error"]["code"] == -32602
+    refused(r, -32602)
 
 
 def test_unknown_method_comes_before_the_canonical_check(c, T):
-    e = c.err("does.not_exist", frm=ALICE, n=0.5)
-    assert e["code"] == -32601 and e["message"].startswith("Unknown method: does.not_exist; ")
+    e = c.fail(-32601, "does.not_exist", frm=ALICE, n=0.5)
+    assert e["message"].startswith("Unknown method: does.not_exist; ")
     assert_not_recorded(c, 4)
 
 
@@ -1055,19 +1053,19 @@ def test_unknown_method_comes_before_the_canonical_check(c, T):
     ids=["half", "tiny", "2^53", "surrogate", "surrogate-key"],
 )
 def test_non_canonical_values(c, T, bad):
-    e = c.err("task.update", frm=BOT, task_id=T, state="in_progress", note=bad)
-    assert e["code"] == -32602
+    c.fail(-32602, "task.update", frm=BOT, task_id=T, state="in_progress", note=bad)
     assert_not_recorded(c, 4)
 
 
 def test_non_canonical_id_is_refused(c, T):
     r = c.send({"jsonrpc": "2.0", "id": 1.5, "method": "workspace.describe", "params": {"workspace": WS}})
-    assert r["id"] == 1.5 and r["error"]["code"] == -32602
+    refused(r, -32602)
+    assert r["id"] == 1.5
 
 
 def test_canonical_check_comes_before_the_gate_and_membership(c, T):
-    assert c.code("whisper.ask", frm=GHOST, n=0.5) == -32602
-    assert c.code("participant.leave", frm=GHOST, n=0.5) == -32602
+    c.fail(-32602, "whisper.ask", frm=GHOST, n=0.5)
+    c.fail(-32602, "participant.leave", frm=GHOST, n=0.5)
 
 
 def test_integral_float_is_accepted_and_recorded_as_integer(c, T):
@@ -1078,7 +1076,7 @@ def test_integral_float_is_accepted_and_recorded_as_integer(c, T):
 
 
 def test_profile_gate(c, T):
-    e = c.err("whisper.ask", frm=ALICE, to=[BOT], task_id=T, question="q")
+    e = c.fail(-32601, "whisper.ask", frm=ALICE, to=[BOT], task_id=T, question="q")
     assert e == {
         "code": -32601,
         "message": "Unknown method: whisper.ask",
@@ -1086,23 +1084,22 @@ def test_profile_gate(c, T):
     }
     assert_not_recorded(c, 4)
     # the gate comes before the membership floor
-    e = c.err("control.pause", frm=GHOST, scope="workspace")
-    assert e["code"] == -32601 and e["data"]["profile"] == "control/1.0"
-    e = c.err("audit.submit_to_scitt", frm=ALICE)
+    e = c.fail(-32601, "control.pause", frm=GHOST, scope="workspace")
+    assert e["data"]["profile"] == "control/1.0"
+    e = c.fail(-32601, "audit.submit_to_scitt", frm=ALICE)
     assert e["data"]["profile"] == "audit-scitt/1.0"
     assert_not_recorded(c, 4)
 
 
 def test_gated_privileged_method_from_a_member_is_recorded(c, T):
     sent = c.envelope("control.pause", frm=ALICE, scope="task", task_id=T)
-    assert c.send(sent)["error"]["code"] == -32601
+    refused(c.send(sent), -32601)
     assert_refusal_recorded(c, 4, -32601, sent)
 
 
 def test_gate_is_skipped_for_an_unknown_workspace(c, T):
     # no workspace, no gate: the method is known, so the handler's answer wins
-    e = c.err("workspace.describe", workspace="nope")
-    assert e["code"] == -32602
+    c.fail(-32602, "workspace.describe", workspace="nope")
 
 
 def test_gate_and_reads_never_gated(c, T):
@@ -1111,8 +1108,7 @@ def test_gate_and_reads_never_gated(c, T):
 
 
 def test_membership_floor(c, T):
-    e = c.err("participant.leave", frm=GHOST)
-    assert e["code"] == -32011
+    c.fail(-32011, "participant.leave", frm=GHOST)
     assert_not_recorded(c, 4)
 
 
@@ -1123,22 +1119,22 @@ def test_paused_workspace(coord, c, T):
     edit_workspace(coord, WS, pause)
     assert c.describe()["state"] == "paused"
     sent = c.envelope("task.create", frm=ALICE, assignee=BOT, kind="k", input={})
-    e = c.send(sent)["error"]
-    assert e["code"] == -32063 and WS in e["message"]
+    e = refused(c.send(sent), -32063)
+    assert WS in e["message"]
     assert_refusal_recorded(c, 4, -32063, sent)
     # a non-member's paused refusal is not recorded
-    assert c.code("task.update", frm=GHOST, task_id=T, state="in_progress") == -32063
-    assert c.code("workspace.set_profiles", frm=ALICE, profiles=["core/1.0"]) == -32063
+    c.fail(-32063, "task.update", frm=GHOST, task_id=T, state="in_progress")
+    c.fail(-32063, "workspace.set_profiles", frm=ALICE, profiles=["core/1.0"])
     assert c.describe()["audit_count"] == 6
     # earlier steps still win over the paused gate
-    assert c.code("does.not_exist", frm=ALICE) == -32601
-    assert c.code("task.create", frm=ALICE, assignee=BOT, kind="k", input={"x": 0.5}) == -32602
+    c.fail(-32601, "does.not_exist", frm=ALICE)
+    c.fail(-32602, "task.create", frm=ALICE, assignee=BOT, kind="k", input={"x": 0.5})
     # reads that are exempt, and join/leave
     assert c.ok("audit.read", range={"from_seq": 6})["entries"] == []
     c.ok("participant.join", frm=BOB, type="human")
     c.ok("participant.leave", frm=BOB)
     # audit.verify_chain is not exempt (0.3.3), and is not recorded
-    assert c.code("audit.verify_chain") == -32063
+    c.fail(-32063, "audit.verify_chain")
     assert c.describe()["audit_count"] == 8
 
 
@@ -1168,8 +1164,8 @@ def test_internal_error_has_no_traceback(caplog):
         sent = c.envelope("audit.read")
         r = c.send(sent)
     assert r["id"] == sent["id"]
-    e = r["error"]
-    assert e["code"] == -32603 and e["message"].startswith("Internal error")
+    e = refused(r, -32603)
+    assert e["message"].startswith("Internal error")
     text = repr(e)
     assert "Traceback" not in text and 'File "' not in text and ".py" not in text
     assert "/srv/secret" not in text and "read failed" not in text  # the store's words stay in the log
@@ -1199,7 +1195,7 @@ def test_refusal_entry_links_into_the_chain(c, T):
 def test_refusal_without_chain_has_no_prev_hash():
     c = Client(make(enable_chain=False))
     s0(c)
-    c.err("workspace.set_profiles", frm=BOT, profiles=["core/1.0"])
+    c.fail(-32011, "workspace.set_profiles", frm=BOT, profiles=["core/1.0"])
     entry = last(c)
     assert set(entry) == {"seq", "arrived", "request", "outcome"}
 
@@ -1210,7 +1206,7 @@ def test_recorded_request_is_exactly_as_sent(c, T):
         "params": {"workspace": WS, "from": BOT, "profiles": ["core/1.0"], "extra": [None, True]},
         "sig": "ed25519:k:AAAA", "meta": {"ü": "\U0001f600"},
     }
-    assert c.send(sent)["error"]["code"] == -32011
+    refused(c.send(sent), -32011)
     assert last(c)["request"] == sent
 
 
@@ -1230,13 +1226,13 @@ def test_recorded_request_is_exactly_as_sent(c, T):
 )
 def test_unrecorded_refusals(c, T, method, params, code):
     params = {k: (T if v == "$T" else v) for k, v in params.items()}
-    assert c.code(method, **params) == code
+    c.fail(code, method, **params)
     assert_not_recorded(c, 4)
 
 
 def test_unrecorded_when_from_is_not_a_string(c, T):
     # 0.3.3: a non-string from is never "a current member"
-    assert c.code("workspace.set_profiles", frm=[BOT], profiles=["core/1.0"]) == -32011
+    c.fail(-32011, "workspace.set_profiles", frm=[BOT], profiles=["core/1.0"])
     assert_not_recorded(c, 4)
 
 
@@ -1245,12 +1241,12 @@ def test_signed_refusal_is_answered_from_the_log(c, T):
     evaluated or recorded again."""
     sent = c.envelope("workspace.set_profiles", frm=BOT, profiles=["core/1.0"])
     sent["sig"] = "ed25519:k:AAAA"
-    assert c.send(sent)["error"]["code"] == -32011
+    refused(c.send(sent), -32011)
     assert c.describe()["audit_count"] == 5
     c.ok("participant.join", frm=BOT, type="agent")  # (role unchanged: still refused)
     again = dict(sent, sig="ed25519:k:BBBB")
-    e = c.send(again)["error"]
-    assert e["code"] == -32011 and e["data"] == {"refused_at_seq": 4}
+    e = refused(c.send(again), -32011)
+    assert e["data"] == {"refused_at_seq": 4}
     assert c.describe()["audit_count"] == 6
 
 
@@ -1284,7 +1280,7 @@ def test_listeners_called_after_durability_in_order():
     # a recorded refusal is heard, with request and outcome set
     entries = []
     coord.add_audit_listener(lambda w, e: entries.append(e))
-    c.err("workspace.set_profiles", frm=BOT, profiles=["core/1.0"])
+    c.fail(-32011, "workspace.set_profiles", frm=BOT, profiles=["core/1.0"])
     assert len(entries) == 1
     e = entries[0]
     assert e.envelope is None and e.outcome == {"status": "refused", "code": -32011}
@@ -1295,9 +1291,9 @@ def test_listeners_called_after_durability_in_order():
     c.describe()
     c.log()
     c.ok("audit.verify_chain")
-    c.err("task.update", frm=GHOST, task_id=T, state="in_progress")
-    c.err("task.update", frm=ALICE, task_id=T, state="paused")
-    c.err("does.not_exist")
+    c.fail(-32011, "task.update", frm=GHOST, task_id=T, state="in_progress")
+    c.fail(-32602, "task.update", frm=ALICE, task_id=T, state="paused")
+    c.fail(-32601, "does.not_exist")
     c.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={}, idempotency_key="I")
     n += 3
     c.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={}, idempotency_key="I")
@@ -1312,7 +1308,7 @@ def test_listener_not_called_when_the_write_fails():
     s0(c)
     assert heard == [0, 1, 2, 3]
     store.failing = True
-    assert c.code("participant.join", frm=BOB, type="human") == -32900
+    c.fail(-32900, "participant.join", frm=BOB, type="human")
     assert heard == [0, 1, 2, 3]
 
 

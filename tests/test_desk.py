@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from client import Client, Http
+from client import Client, Http, refused
 from servers import LiveServer
 
 from coordinator import Coordinator
@@ -66,7 +66,8 @@ def test_the_desk_reads(served: tuple[httpx.Client, Coordinator, LiveServer]) ->
     snapshot = http.get(f"/desk/api/snapshot?workspace={WS}").json()
     assert snapshot == json.loads(json.dumps(coord.snapshot(WS)))
     missing = http.get("/desk/api/snapshot?workspace=wsp_nope")
-    assert missing.status_code == 404 and missing.json()["error"]["code"] == -32602
+    refused(missing.json(), -32602)
+    assert missing.status_code == 404
     unnamed = http.get("/desk/api/snapshot")
     assert unnamed.status_code == 400 and "workspace=" in unnamed.json()["error"]["message"]
 
@@ -100,9 +101,9 @@ def test_each_recorded_entry_reaches_every_open_stream(
     call(http, "workspace.describe")
     http.post("/chap", json={"jsonrpc": "2.0", "id": 9, "method": "task.complete",
                              "params": {"workspace": WS, "from": BOT}})
-    refused = http.post("/chap", json={"jsonrpc": "2.0", "id": 10, "method": "decide.approve",
+    refusal = http.post("/chap", json={"jsonrpc": "2.0", "id": 10, "method": "decide.approve",
                                        "params": {"workspace": WS, "from": ALICE, "task_id": task}})
-    assert refused.json()["error"]["code"] == -32010
+    refused(refusal.json(), -32010)
     log = call(http, "audit.read")["entries"]
     assert len(log) == 4 and log[-1]["outcome"]["code"] == -32010
     for out in streams[:2]:

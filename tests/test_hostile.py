@@ -17,7 +17,7 @@ from typing import Any
 import chap_coordinator
 import msgspec
 import pytest
-from client import Client
+from client import Client, refused
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -200,7 +200,8 @@ def test_reads_of_a_workspace_with_no_entries(chap: Client) -> None:
 
 def test_quoted_values_with_lone_surrogates_are_sent_escaped(chap: Client) -> None:
     r = chap.send({"jsonrpc": "2.0", "id": 3, "method": "x\udfffy"})
-    assert r["id"] == 3 and r["error"]["code"] == -32601 and "\\udfff" in r["error"]["message"]
+    refused(r, -32601)
+    assert r["id"] == 3 and "\\udfff" in r["error"]["message"]
 
 
 DESCRIBE = '"method": "workspace.describe", "params": {"workspace": "w"}'
@@ -228,7 +229,8 @@ def test_an_id_nested_1000_deep_is_answered_never_raised(chap: Client, form: str
     dict_form = {**json.loads("{" + DESCRIBE + "}"), "jsonrpc": "2.0", "id": value}
     r = chap.send(dict_form if form == "dict" else text if form == "str" else text.encode())
     # too deep to read back: the id is null, the error says why
-    assert r["id"] is None and r["error"]["code"] == -32600 and "64" in r["error"]["message"]
+    refused(r, -32600)
+    assert r["id"] is None and "64" in r["error"]["message"]
 
 
 @pytest.mark.parametrize("form", ["dict", "str", "bytes"])
@@ -236,7 +238,8 @@ def test_an_id_nested_1000_deep_is_answered_never_raised(chap: Client, form: str
 def test_an_id_with_a_lone_surrogate_is_echoed_as_the_client_sent_it(chap: Client, form: str, spelling: str) -> None:
     surrogate = "\\ud800" if spelling == "escaped" else "\ud800"
     r = chap.send(_forms('{"jsonrpc": "2.0", "id": "' + surrogate + '", ' + DESCRIBE + "}")[form])
-    assert r["error"]["code"] == -32602 and "surrogate" in r["error"]["message"]
+    refused(r, -32602)
+    assert "surrogate" in r["error"]["message"]
     assert _wire_id(r) == "\ud800"  # the very id: JSON escapes the surrogate
 
 
@@ -251,15 +254,17 @@ def test_a_lone_surrogate_in_a_body_is_invalid_params_not_a_parse_error(
     text = '{"jsonrpc": "2.0", "id": 7, "method": "task.create", "params": {"workspace": "w", "kind": "' + value + '"}}'
     forms = _forms(text)
     r = chap.send(forms[form])
-    assert r["id"] == 7 and r["error"]["code"] == -32602 and "surrogate" in r["error"]["message"], r
+    refused(r, -32602)
+    assert r["id"] == 7 and "surrogate" in r["error"]["message"], r
     assert chap.target.dispatch(forms["dict"])["error"] == r["error"]
-    assert chap_coordinator.Coordinator().dispatch(forms["dict"])["error"]["code"] == -32602
+    refused(chap_coordinator.Coordinator().dispatch(forms["dict"]), -32602)
 
 
 def test_bytes_that_are_not_utf8_are_a_parse_error_naming_the_byte(chap: Client) -> None:
     body = b'{"jsonrpc": "2.0", "id": 7, "method": "task.create", "params": {"kind": "\xff"}}'
     r = chap.send(body)
-    assert r["id"] is None and r["error"]["code"] == -32700
+    refused(r, -32700)
+    assert r["id"] is None
     assert "not UTF-8" in r["error"]["message"] and f"byte {body.index(0xff)} (0xff)" in r["error"]["message"]
 
 
@@ -267,7 +272,8 @@ def test_bytes_that_are_not_utf8_are_a_parse_error_naming_the_byte(chap: Client)
 @pytest.mark.parametrize("form", ["str", "bytes"])
 def test_truncated_json_is_a_parse_error_that_says_where_it_ends(chap: Client, body: str, form: str) -> None:
     r = chap.send(body if form == "str" else body.encode())
-    assert r["id"] is None and r["error"]["code"] == -32700
+    refused(r, -32700)
+    assert r["id"] is None
     message = r["error"]["message"]
     assert f"{'character' if form == 'str' else 'byte'} {len(body)}" in message and "cut off" in message
 
@@ -292,7 +298,8 @@ def test_a_store_down_or_a_defect_keeps_the_id_of_a_body_given_as_text(tmp_path:
     envelope = _forms('{"jsonrpc": "2.0", "id": "down-1", "method": "workspace.describe", '
                       '"params": {"workspace": "not-held"}}')[form]
     r = coord.dispatch(envelope)
-    assert r["id"] == "down-1" and r["error"]["code"] == -32900
+    refused(r, -32900)
+    assert r["id"] == "down-1"
     store.down = False
 
     def broken() -> int:
@@ -300,7 +307,8 @@ def test_a_store_down_or_a_defect_keeps_the_id_of_a_body_given_as_text(tmp_path:
 
     coord._clock = broken
     r = coord.dispatch(envelope)
-    assert r["id"] == "down-1" and r["error"]["code"] == -32603
+    refused(r, -32603)
+    assert r["id"] == "down-1"
     coord.close()
 
 
@@ -321,7 +329,8 @@ def test_over_http_a_defect_keeps_the_id_and_a_surrogate_id_comes_back_as_sent(t
 
         coord._clock = broken
         answer = http.post("/chap", content=b'{"jsonrpc": "2.0", "id": "h1", ' + DESCRIBE.encode() + b"}")
-        assert answer.json()["id"] == "h1" and answer.json()["error"]["code"] == -32603
+        refused(answer.json(), -32603)
+        assert answer.json()["id"] == "h1"
     coord.close()
 
 
@@ -503,13 +512,17 @@ def test_unknown_method_hints(method: str, words: str) -> None:
 def test_envelope_faults_are_answered_with_their_own_message_through_dispatch(chap: Client) -> None:
     for body in (b"", b"  \n", ""):
         r = chap.send(body)
-        assert r["id"] is None and r["error"]["code"] == -32700 and "the body is empty" in r["error"]["message"]
+        refused(r, -32700)
+        assert r["id"] is None and "the body is empty" in r["error"]["message"]
     r = chap.send(b"[]")
-    assert r["error"]["code"] == -32600 and "batches (arrays) are not supported" in r["error"]["message"]
+    refused(r, -32600)
+    assert "batches (arrays) are not supported" in r["error"]["message"]
     r = chap.send({"id": 4, "method": "workspace.describe"})
-    assert r["id"] == 4 and r["error"]["code"] == -32600 and 'missing "jsonrpc"' in r["error"]["message"]
+    refused(r, -32600)
+    assert r["id"] == 4 and 'missing "jsonrpc"' in r["error"]["message"]
     r = chap.send({"jsonrpc": "2.0", "id": 5, "method": "task.creat", "params": {}})
-    assert r["error"]["code"] == -32601 and "did you mean task.create?" in r["error"]["message"]
+    refused(r, -32601)
+    assert "did you mean task.create?" in r["error"]["message"]
 
 
 # --- what a client is told about faults it cannot fix ------------------------------
@@ -546,8 +559,7 @@ def test_a_store_failure_over_http_names_no_path_only_a_log_id(tmp_path: Path, c
         store.broken = True
         body = http.post("/chap", json=_env("participant.join", workspace="w", **{"from": "human:a"},
                                             type="human")).json()
-    error = body["error"]
-    assert error["code"] == -32900
+    error = refused(body, -32900)
     text = json.dumps(body)
     for secret in ("secret-dir", "chap.db", "hunter2", "disk I/O", "OperationalError", str(tmp_path)):
         assert secret not in text
@@ -563,8 +575,8 @@ def test_a_defect_is_answered_with_a_log_id_and_no_exception_text(tmp_path: Path
 
     coord = Coordinator(SqliteStore(str(tmp_path / "c.db")), clock=clock)
     r = coord.dispatch(_env("workspace.describe", workspace="w"))
-    error = r["error"]
-    assert r["id"] == 1 and error["code"] == -32603 and set(error["data"]) == {"log_id"}
+    error = refused(r, -32603)
+    assert r["id"] == 1 and set(error["data"]) == {"log_id"}
     assert "secret" not in json.dumps(r) and error["data"]["log_id"] in error["message"]
     assert any(error["data"]["log_id"] in rec.getMessage() for rec in caplog.records)
     coord.close()
@@ -584,7 +596,8 @@ def test_two_coordinators_with_the_same_id_source_never_share_a_created_workspac
         first.dispatch(_env("workspace.create", workspace="w", mode="shadow"))
     # second's calls were run again on the fresh state: a new id, and a refusal
     assert late_generated["result"]["workspace"] != early_generated
-    assert late_named["error"]["code"] == -32602 and "already exists" in late_named["error"]["message"]
+    refused(late_named, -32602)
+    assert "already exists" in late_named["error"]["message"]
     again = Coordinator(SqliteStore(path))
     assert again.snapshot(early_generated)["created"] == "2023-11-14T22:13:21.000Z"  # first's, kept
     assert again.snapshot("w")["mode"] == "shadow"

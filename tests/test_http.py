@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import pytest
 import rfc8785
-from client import Client, Http, now
+from client import Client, Http, now, refused
 from pgserver import PgServer
 from servers import ROOT, LiveServer, Serve
 
@@ -118,18 +118,18 @@ def test_wf01_malformed_json_is_a_parse_error(http: httpx.Client) -> None:
     reply = http.post("/chap", content=b"{ not json", headers={"Content-Type": "application/json"})
     assert reply.status_code == 400
     body = reply.json()
-    assert body["error"]["code"] == -32700
+    refused(body, -32700)
     assert body["id"] is None
 
 
 def test_wf02_body_without_jsonrpc_is_an_invalid_request(http: httpx.Client) -> None:
     reply = http.post("/chap", json={"no_jsonrpc_field": "here"})
     assert reply.status_code == 400
-    assert reply.json()["error"]["code"] == -32600
+    refused(reply.json(), -32600)
 
 
 def test_wf03_unknown_method(ws: Client) -> None:
-    assert ws.err("does.not.exist")["code"] == -32601
+    ws.fail(-32601, "does.not.exist")
 
 
 def test_cm01_join_admits_a_human(ws: Client) -> None:
@@ -168,10 +168,9 @@ def test_cm04_task_create_assigns_to_a_member(core_ws: Client) -> None:
 
 
 def test_cm05_task_create_refuses_a_non_member_assignee(core_ws: Client) -> None:
-    error = core_ws.err(
-        "task.create", frm=ALICE, to=NEVER_JOINED, kind="test_task", assignee=NEVER_JOINED, input={}
+    core_ws.fail(
+        -32602, "task.create", frm=ALICE, to=NEVER_JOINED, kind="test_task", assignee=NEVER_JOINED, input={}
     )
-    assert error["code"] == -32602
 
 
 def test_cm06_task_update_to_in_progress(core_ws: Client) -> None:
@@ -183,8 +182,7 @@ def test_cm06_task_update_to_in_progress(core_ws: Client) -> None:
 def test_cm07_task_update_refuses_an_illegal_transition(core_ws: Client) -> None:
     task_id = _create(core_ws)["task_id"]
     core_ws.ok("task.update", frm=BOT, to=ALICE, task_id=task_id, state="in_progress")
-    error = core_ws.err("task.update", frm=BOT, to=ALICE, task_id=task_id, state="created")
-    assert error["code"] == -32602
+    core_ws.fail(-32602, "task.update", frm=BOT, to=ALICE, task_id=task_id, state="created")
 
 
 def _completed(ws: Client) -> str:
@@ -209,8 +207,8 @@ def test_cm08_task_complete_finishes_the_task(core_ws: Client) -> None:
     ]
     assert _methods_of(core_ws, filter={"method": "task.create"}) == ["task.create"]
     # Completed is terminal: it cannot be moved back to work.
-    error = core_ws.err("task.update", frm=BOT, to=ALICE, task_id=task_id, state="in_progress")
-    assert error["code"] == -32602 and "completed" in error["message"]
+    error = core_ws.fail(-32602, "task.update", frm=BOT, to=ALICE, task_id=task_id, state="in_progress")
+    assert "completed" in error["message"]
 
 
 def test_cm08_on_a_workspace_that_the_first_join_created(http: httpx.Client) -> None:
@@ -227,8 +225,7 @@ def test_cm08_on_a_workspace_that_the_first_join_created(http: httpx.Client) -> 
 def test_cm09_task_complete_on_a_terminal_task_fails(core_ws: Client) -> None:
     task_id = _completed(core_ws)
     before = core_ws.ok("workspace.describe", frm=ALICE)["audit_count"]
-    error = core_ws.err("task.complete", frm=BOT, to=ALICE, task_id=task_id, output={"result": "again"})
-    assert error["code"] == -32602
+    error = core_ws.fail(-32602, "task.complete", frm=BOT, to=ALICE, task_id=task_id, output={"result": "again"})
     assert error["message"] == "Cannot complete task in state: completed"
     # A -32602 is never recorded.
     assert core_ws.ok("workspace.describe", frm=ALICE)["audit_count"] == before
@@ -348,14 +345,14 @@ def test_rv06_reject_with_request_revision_returns_to_in_progress(review_ws: Cli
 def test_rv07_decide_by_a_non_member_is_refused(review_ws: Client) -> None:
     task_id = task_in_progress(review_ws)
     request_review(review_ws, task_id, {"body": "x"})
-    assert review_ws.err("decide.approve", frm=GHOST, task_id=task_id)["code"] == -32011
+    review_ws.fail(-32011, "decide.approve", frm=GHOST, task_id=task_id)
 
 
 def test_rv08_decide_by_a_member_outside_the_reviewer_set_is_refused(review_ws: Client) -> None:
     task_id = task_in_progress(review_ws)
     request_review(review_ws, task_id, {"body": "x"})
     join(review_ws, BYSTANDER, "human", "observer")
-    assert review_ws.err("decide.approve", frm=BYSTANDER, task_id=task_id)["code"] == -32011
+    review_ws.fail(-32011, "decide.approve", frm=BYSTANDER, task_id=task_id)
     assert review_ws.ok("decide.approve", frm=ALICE, task_id=task_id)["state"] == "completed"
 
 
@@ -374,8 +371,7 @@ def test_rv10_approve_with_a_mismatched_digest_changes_nothing(review_ws: Client
     task_id = task_in_progress(review_ws)
     request_review(review_ws, task_id, artefact, rule="any_one_approves")
     swapped = digest({**artefact, "body": "swapped body"})
-    error = review_ws.err("decide.approve", frm=ALICE, task_id=task_id, approved_artefact_digest=swapped)
-    assert error["code"] == -32074
+    review_ws.fail(-32074, "decide.approve", frm=ALICE, task_id=task_id, approved_artefact_digest=swapped)
     # The review is still open: the addressed reviewer can decide normally.
     assert review_ws.ok("decide.approve", frm=ALICE, task_id=task_id)["state"] == "completed"
 
@@ -384,7 +380,8 @@ def test_rv11_re_request_substitution_is_refused_and_identical_amends(review_ws:
     artefact = {"subject": "swap", "body": "first body", "severity": "low"}
     task_id = task_in_progress(review_ws)
     request_review(review_ws, task_id, artefact, rule="any_one_approves")
-    error = review_ws.err(
+    review_ws.fail(
+        -32014,
         "review.request",
         frm=DRAFTER,
         to=[ALICE],
@@ -392,7 +389,6 @@ def test_rv11_re_request_substitution_is_refused_and_identical_amends(review_ws:
         artefact={**artefact, "body": "substituted body"},
         rule="any_one_approves",
     )
-    assert error["code"] == -32014
     result = review_ws.ok(
         "review.request", frm=DRAFTER, to=[BYSTANDER], task_id=task_id, artefact=artefact, rule="any_one_approves"
     )
@@ -413,7 +409,7 @@ def _is_rpc_error(reply: httpx.Response, status: int, code: int) -> dict[str, An
     assert reply.headers["content-type"] == "application/json"
     body = reply.json()
     assert body["jsonrpc"] == "2.0"
-    assert body["error"]["code"] == code
+    refused(body, code)
     assert "Traceback" not in reply.text
     return body
 
@@ -636,7 +632,7 @@ def test_start_up_line_says_where_it_listens_and_what_it_writes(tmp_path: Path) 
         assert ", ".join(DEFAULT_PROFILES) in server.line
         with httpx.Client(timeout=60) as http:
             reply = http.post(server.url, json={"jsonrpc": "2.0", "id": 1, "method": "x.y", "params": {}})
-            assert reply.json()["error"]["code"] == -32601
+            refused(reply.json(), -32601)
     finally:
         code, err = server.stop()
     assert code == 0, err
@@ -797,7 +793,7 @@ def test_serve_require_signatures(tmp_path: Path) -> None:
             assert joined["result"]["joined"] is True
             describe = {"jsonrpc": "2.0", "id": "d", "method": "workspace.describe",
                         "params": {"workspace": "wsp_sig", "from": ALICE}}
-            assert post(describe)["error"]["code"] == -32070
+            refused(post(describe), -32070)
             profiles = post(sign_envelope(describe, key, "a1"))["result"]["profiles"]
     finally:
         code, err = server.stop()

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import rfc8785
-from client import Client
+from client import Client, refused
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -456,7 +456,7 @@ def signed_workload(path: Path, *, chained: bool = True) -> dict[str, Any]:
     c.ok("decide.approve", frm=ALICE, task_id=task)
     c.fail(-32010, "decide.approve", frm=ALICE, task_id=task)  # a recorded refusal
     unsigned = c.envelope("task.create", frm=ALICE, kind="k", assignee=BOT, input={})
-    assert c.send(unsigned)["error"]["code"] == -32070  # signatures were enforced
+    refused(c.send(unsigned), -32070)  # signatures were enforced
     assert "security-signed/1.0" in c.ok("workspace.describe", frm=ALICE)["profiles"]
     snapshot = coord.snapshot(WS)
     coord.close()

@@ -8,7 +8,7 @@ import copy
 import random
 
 import pytest
-from client import Client, env
+from client import Client, env, refused
 from support import (
     ALICE,
     BOB,
@@ -81,8 +81,7 @@ def test_failed_write_is_an_error_and_changes_nothing(failing, method, params, c
     sent = c.envelope(method, **params(T))
     r = c.send(sent)
     assert r["id"] == sent["id"] and "result" not in r
-    e = r["error"]
-    assert e["code"] == -32900
+    e = refused(r, -32900)
     # the store's own words go to the log under the id the answer carries
     log_id = e["data"]["log_id"]
     assert e["data"] == {"workspace": WS, "log_id": log_id} and log_id.startswith("log_")
@@ -107,7 +106,7 @@ def test_failed_write_is_an_error_and_changes_nothing(failing, method, params, c
 def test_failed_idempotent_create_leaves_no_key(failing):
     store, coord, c, T = failing
     store.failing = True
-    c.err("task.create", frm=ALICE, assignee=BOT, kind="k", input={}, idempotency_key="K")
+    c.fail(-32900, "task.create", frm=ALICE, assignee=BOT, kind="k", input={}, idempotency_key="K")
     store.failing = False
     r1 = c.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={}, idempotency_key="K")
     r2 = c.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={}, idempotency_key="K")
@@ -118,10 +117,10 @@ def test_failed_workspace_create_and_join_create_nothing():
     store = FailingStore()
     coord = make(store)
     store.failing = True
-    assert Client(coord, "w1").code("workspace.create") == -32900
-    assert Client(coord, "w2").code("participant.join", frm=ALICE, type="human") == -32900
+    Client(coord, "w1").fail(-32900, "workspace.create")
+    Client(coord, "w2").fail(-32900, "participant.join", frm=ALICE, type="human")
     assert coord.workspace_ids() == []
-    assert Client(coord, "w1").code("workspace.describe") == -32602
+    Client(coord, "w1").fail(-32602, "workspace.describe")
     assert store.load() == []
     store.failing = False
     c = Client(coord, "w2")
@@ -134,7 +133,7 @@ def test_failed_write_in_one_workspace_leaves_others_alone(failing):
     other = Client(coord, "w2")
     other.ok("workspace.create")
     store.fail_next = 1
-    assert c.code("task.update", frm=BOT, task_id=T, state="in_progress") == -32900
+    c.fail(-32900, "task.update", frm=BOT, task_id=T, state="in_progress")
     other.ok("participant.join", frm=ALICE, type="human")
     assert other.describe()["audit_count"] == 2
     assert c.describe()["audit_count"] == 4
@@ -158,8 +157,7 @@ def test_persistent_conflict_is_an_error_and_changes_nothing():
     T = s0(c)
     before = visible(coord)
     store.conflicting = True
-    e = c.err("task.update", frm=BOT, task_id=T, state="in_progress")
-    assert e["code"] == -32901
+    e = c.fail(-32901, "task.update", frm=BOT, task_id=T, state="in_progress")
     assert "Retry" in e["message"] and e["data"]["workspace"] == WS
     store.conflicting = False
     assert visible(coord) == before
@@ -175,7 +173,7 @@ def _workload(c: Client) -> None:
     c.ok("task.update", frm=BOT, task_id=T, state="in_progress")
     c.ok("participant.join", frm="human:kim", type="human", jwks={"keys": [public_jwk(bytes([1]) * 32, "b1")]})
     c.ok("participant.rotate_key", frm="human:kim", old_kid="b1", new_jwk=public_jwk(bytes([2]) * 32, "b2"))
-    c.err("workspace.set_profiles", frm=BOT, profiles=["core/1.0"])  # recorded refusal
+    c.fail(-32011, "workspace.set_profiles", frm=BOT, profiles=["core/1.0"])  # recorded refusal
     R = c.ok("task.create", frm=ALICE, assignee=BOT, kind="r", input={"a": [1]}, review_required=True,
              idempotency_key="idem")["task_id"]
     c.ok("task.complete", frm=BOT, task_id=R, output={"o": "x"})
@@ -222,8 +220,7 @@ def test_an_unreadable_stored_object_fails_only_the_calls_that_use_it(tmp_path):
     db.close()
     again = Client(make(SqliteStore(path)))
     assert again.describe()["task_count"] == 2  # objects are read when used
-    err = again.err("task.update", frm=BOT, task_id=T, state="in_progress")
-    assert err["code"] == -32903
+    err = again.fail(-32903, "task.update", frm=BOT, task_id=T, state="in_progress")
     assert "cannot be read" in err["message"] and "repair or delete" in err["message"]
     assert err["data"] == {"workspace": WS, "collection": "tasks", "key": T}
     assert "Traceback" not in str(err)
@@ -391,7 +388,7 @@ def test_two_coordinators_interleaving_lose_nothing(database):
             if kind == "create":
                 tasks.append(r["result"]["task_id"])
         else:
-            assert r["error"]["code"] in (-32011, -32602), r
+            refused(r, (-32011, -32602))
             if r["error"]["code"] == -32011:
                 refused_ids.append(sent["id"])
     log = Client(make(database())).log()
@@ -422,8 +419,8 @@ def test_second_coordinator_sees_the_other_writers_state_after_a_conflict(databa
     a.ok("task.complete", frm=BOT, task_id=T, output={})
     # b still holds T as created; its call conflicts, reloads, and is re-run on
     # the fresh state, where T is completed
-    e = b.err("task.complete", frm=BOT, task_id=T)
-    assert e["code"] == -32602 and "completed" in e["message"]
+    e = b.fail(-32602, "task.complete", frm=BOT, task_id=T)
+    assert "completed" in e["message"]
     assert b.describe()["audit_count"] == 6
     b.ok("participant.join", frm=BOB, type="human")
     # a is now the stale one: its next write conflicts, and after the reload
@@ -504,7 +501,7 @@ def test_failed_batch_undoes_every_call_and_rewrites_responses():
     store.failing = False
     assert info.value.error.code == -32900
     for r in responses:
-        assert "result" not in r and r["error"]["code"] == -32900, r
+        refused(r, -32900)
     assert visible(coord) == before
     assert stored(store) == held
     assert coord.workspace_ids() == [WS]
@@ -546,7 +543,7 @@ def test_a_batch_keeps_the_workspaces_whose_write_succeeded():
     store.failing = False
     assert info.value.error.code == -32900 and info.value.error.data["workspace"] == "w2"
     assert kept == {"jsonrpc": "2.0", "id": kept["id"], "result": {"state": "in_progress"}}
-    assert lost["error"]["code"] == -32900 and "result" not in lost
+    refused(lost, -32900)
     assert heard == [(WS, 4)]
     # what was answered with a result is durable; what was not left no trace
     again = make(store)
@@ -601,7 +598,7 @@ def test_unrecorded_calls_in_a_batch_write_nothing():
     store.applied.clear()
     with coord.batch():
         c.describe()
-        c.err("task.update", frm="human:ghost", task_id="x", state="in_progress")
+        c.fail(-32011, "task.update", frm="human:ghost", task_id="x", state="in_progress")
     assert store.applied == []
 
 
@@ -664,9 +661,9 @@ def test_a_batch_over_several_workspaces_commits_once(tmp_path):
 
 def test_values_that_would_not_load_again_are_refused(database):
     c = Client(make(database()))
-    assert c.err("workspace.create", routing_policy_uri=5)["code"] == -32602
+    c.fail(-32602, "workspace.create", routing_policy_uri=5)
     c.ok("workspace.create")
-    assert c.err("participant.join", frm=ALICE, type="human", role=7)["code"] == -32602
+    c.fail(-32602, "participant.join", frm=ALICE, type="human", role=7)
     c.ok("participant.join", frm=ALICE, type="human", role="reviewer")
     again = Client(make(database()))
     assert [m["role"] for m in again.describe()["members"]] == ["reviewer"]
@@ -688,7 +685,7 @@ def test_a_replay_in_a_failed_batch_is_answered_with_the_error():
             assert read["result"]["task_count"] == 2  # provisional
     store.failing = False
     for r in (first, replay, read):
-        assert "result" not in r and r["error"]["code"] == -32900, r
+        refused(r, -32900)
     assert c.describe()["task_count"] == 1
 
 
@@ -761,15 +758,16 @@ def test_dispatch_never_raises_and_answers_deep_or_broken_input():
         {"jsonrpc": "2.0", "id": 1, "method": "workspace.create", "params": {"workspace": "w"}}
     )
     deep = b'{"jsonrpc":"2.0","id":1,"method":"workspace.describe","params":{"x":' + b"[" * 5000 + b"]" * 5000 + b"}}"
-    assert coord.dispatch(deep)["error"]["code"] == -32600
+    refused(coord.dispatch(deep), -32600)
     nested: dict = {"a": 1}
     for _ in range(5000):
         nested = {"a": nested}
     r = coord.dispatch({"jsonrpc": "2.0", "id": 1, "method": "workspace.describe", "params": {"x": nested}})
-    assert r["error"]["code"] == -32600
+    refused(r, -32600)
     # a raw lone surrogate in JSON text is read as in the dict: an unknown method
     r = coord.dispatch('{"jsonrpc":"2.0","id":1,"method":"a\ud800"}')
-    assert r["id"] == 1 and r["error"]["code"] == -32601
+    refused(r, -32601)
+    assert r["id"] == 1
     assert r["error"] == coord.dispatch({"jsonrpc": "2.0", "id": 1, "method": "a\ud800"})["error"]
 
 
@@ -823,7 +821,8 @@ def test_dispatch_answers_even_when_the_envelope_misbehaves():
             raise RuntimeError("boom")
 
     r = make().dispatch(Hostile(jsonrpc="2.0", id=7, method="workspace.describe"))
-    assert r["error"]["code"] == -32603 and r["id"] == 7
+    refused(r, -32603)
+    assert r["id"] == 7
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])

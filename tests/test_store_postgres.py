@@ -74,8 +74,7 @@ def test_server_restart_fails_calls_during_the_outage_then_recovers(own_server: 
         ("task.create", {"from": ALICE, "assignee": BOT, "kind": "k", "input": {}}),
         ("audit.read", {}),  # the log is read from the store
     ]:
-        err = c.err(method, **params)
-        assert err["code"] == -32900, err
+        err = c.fail(-32900, method, **params)
         _no_secrets(json.dumps(err), own_server)
         assert "retry" in err["message"] and "log_id" in err["data"]
     # what memory holds is still answered

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from client import Client, Http
+from client import Client, Http, refused
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from servers import Serve
 from support import ALICE, BOT
@@ -49,8 +49,7 @@ def test_a_sweep_reclaims_expired_leases_as_a_write_would() -> None:
     assert [x["outcome"] for x in described["a"]["attempts"]] == ["expired"]
     assert described["b"]["holder"] == BOT2  # its lease runs on
     # The old holder's token is stale, as after a write's own reclaim.
-    err = c.err("x-chapline.work.heartbeat", frm=BOT, task_id=ids["a"], token=first["token"])
-    assert err["code"] == -32960
+    c.fail(-32960, "x-chapline.work.heartbeat", frm=BOT, task_id=ids["a"], token=first["token"])
     count = len(c.log())
     assert c.target.sweep() == []  # already done: nothing more
     assert len(c.log()) == count
@@ -216,7 +215,7 @@ def test_serve_reclaims_a_silent_holders_lease_and_lapses_a_whisper_without_a_ca
     assert described["holder"] is None and [x["outcome"] for x in described["attempts"]] == ["expired"]
     late = s.call("x-chapline.work.report", frm=BOT, task_id=ids["a"],
                   token=got["token"], outcome="completed")
-    assert late["error"]["code"] == -32960
+    refused(late, -32960)
 
 
 def test_serve_without_a_timer_leaves_the_lease_for_the_next_write(serve: Start) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from chap_coordinator import Coordinator as Reference
 from chap_coordinator.storage.sqlite import SqliteStore as ReferenceStore
-from client import Client
+from client import Client, refused
 from support import ALICE, BOT, make
 
 from coordinator import Coordinator, CounterIds
@@ -98,8 +98,8 @@ def test_the_profile_answers_only_where_advertised() -> None:
     c = Client(make())
     c.ok("workspace.create", profiles=["core/1.0"])
     c.ok("participant.join", frm=ALICE, type="human", role="admin")
-    err = c.err("x-chapline.plan.submit", frm=ALICE, plan="p", tasks=[task("a")])
-    assert err["code"] == -32601 and err["data"]["profile"] == "x-chapline-work/1.0"
+    err = c.fail(-32601, "x-chapline.plan.submit", frm=ALICE, plan="p", tasks=[task("a")])
+    assert err["data"]["profile"] == "x-chapline-work/1.0"
 
 
 # -- plans --------------------------------------------------------------------
@@ -121,18 +121,17 @@ def test_resubmission_is_a_no_op_and_a_redefinition_or_a_cycle_is_refused() -> N
                  tasks=[*tasks, task("c")], edges=[{"from": "a", "to": "b"}, {"from": "b", "to": "c"}])
     assert grown["added"] == ["c"] and {k: grown["tasks"][k] for k in ids} == ids
     before = c.describe()["audit_count"]
-    err = c.err("x-chapline.plan.submit", frm=ALICE, plan="p",
+    err = c.fail(-32961, "x-chapline.plan.submit", frm=ALICE, plan="p",
                 tasks=[tasks[0], {**tasks[1], "priority": 4}], edges=[{"from": "a", "to": "b"}])
-    assert err["code"] == -32961
     assert err["data"] == {"plan": "p", "key": "b", "task_id": ids["b"]}
     # A changed edge redefines the task it points at.
-    err = c.err("x-chapline.plan.submit", frm=ALICE, plan="p", tasks=tasks,
+    err = c.fail(-32961, "x-chapline.plan.submit", frm=ALICE, plan="p", tasks=tasks,
                 edges=[{"from": "a", "to": "b", "type": "weak"}])
-    assert err["code"] == -32961 and err["data"]["key"] == "b"
-    err = c.err("x-chapline.plan.submit", frm=ALICE, plan="q",
+    assert err["data"]["key"] == "b"
+    err = c.fail(-32962, "x-chapline.plan.submit", frm=ALICE, plan="q",
                 tasks=[task("x"), task("y"), task("z")],
                 edges=[{"from": "x", "to": "y"}, {"from": "y", "to": "z"}, {"from": "z", "to": "x"}])
-    assert err["code"] == -32962 and err["data"]["cycle"] == ["x", "y", "z", "x"]
+    assert err["data"]["cycle"] == ["x", "y", "z", "x"]
     assert "x -> y -> z -> x" in err["message"]
     # Refusals are recorded and change nothing else.
     assert c.describe()["task_count"] == count + 1
@@ -155,8 +154,8 @@ def test_bad_plans_are_invalid_params_and_change_nothing(
 ) -> None:
     c, _ = setup()
     before = c.describe()
-    err = c.err("x-chapline.plan.submit", frm=ALICE, plan="p", tasks=tasks, edges=edges)
-    assert err["code"] == -32602 and words in err["message"], err
+    err = c.fail(-32602, "x-chapline.plan.submit", frm=ALICE, plan="p", tasks=tasks, edges=edges)
+    assert words in err["message"], err
     assert c.describe() == before
 
 
@@ -201,8 +200,8 @@ def test_a_stale_token_is_refused_after_expiry_and_reclaim() -> None:
     first = claim(c, BOT, ids["a"], lease_ms=10_000)
     clock.now += 10_000
     # The lease is over: the holder's heartbeat is refused, nothing changes.
-    err = c.err("x-chapline.work.heartbeat", frm=BOT, task_id=ids["a"], token=first["token"])
-    assert err["code"] == -32960 and err["data"]["task_id"] == ids["a"]
+    err = c.fail(-32960, "x-chapline.work.heartbeat", frm=BOT, task_id=ids["a"], token=first["token"])
+    assert err["data"]["task_id"] == ids["a"]
     # Reclaimed on the next write (recorded), then after the backoff by another.
     assert claim(c, BOT2, ids["a"])["outcome"] == "blocked"
     clock.now += 1_000
@@ -210,12 +209,11 @@ def test_a_stale_token_is_refused_after_expiry_and_reclaim() -> None:
     assert second["outcome"] == "claimed" and second["token"] == first["token"] + 1
     for method, extra in (("x-chapline.work.report", {"outcome": "completed"}),
                           ("x-chapline.work.heartbeat", {}), ("x-chapline.work.release", {})):
-        err = c.err(method, frm=BOT, task_id=ids["a"], token=first["token"], **extra)
-        assert err["code"] == -32960 and err["data"]["current_token"] == second["token"]
+        err = c.fail(-32960, method, frm=BOT, task_id=ids["a"], token=first["token"], **extra)
+        assert err["data"]["current_token"] == second["token"]
         assert "claimed again since" in err["message"]
     # CHAP's own writes to a plan task are fenced too.
-    assert c.code("task.update", frm=BOT, task_id=ids["a"], state="in_progress",
-                  token=first["token"]) == -32960
+    c.fail(-32960, "task.update", frm=BOT, task_id=ids["a"], state="in_progress", token=first["token"])
     c.ok("task.update", frm=BOT2, task_id=ids["a"], state="in_progress", token=second["token"])
     c.ok("task.complete", frm=BOT2, task_id=ids["a"], token=second["token"], output=1)
     described = c.ok("x-chapline.plan.describe", plan="p")["tasks"][0]
@@ -228,8 +226,8 @@ def test_a_stale_token_is_refused_after_expiry_and_reclaim() -> None:
 def test_a_plan_task_needs_its_claim_for_chap_writes() -> None:
     c, _ = setup()
     ids = submit(c, [task("a")])
-    err = c.err("task.update", frm=BOT, task_id=ids["a"], state="in_progress")
-    assert err["code"] == -32963 and "x-chapline.work.claim" in err["message"]
+    err = c.fail(-32963, "task.update", frm=BOT, task_id=ids["a"], state="in_progress")
+    assert "x-chapline.work.claim" in err["message"]
 
 
 def test_retries_back_off_then_fail_for_good_and_block_strong_dependents() -> None:
@@ -282,7 +280,7 @@ def test_a_claim_sees_the_leases_its_own_sweep_just_ended() -> None:
 def test_capacity_is_counted_in_the_write_and_never_refuses_a_refresh() -> None:
     c, _ = setup()
     ids = submit(c, [task(k) for k in "abcd"])
-    assert c.code("x-chapline.work.set_capacity", frm=BOT, workspace_max=1) == -32011
+    c.fail(-32011, "x-chapline.work.set_capacity", frm=BOT, workspace_max=1)
     c.ok("x-chapline.work.set_capacity", frm=ALICE, workspace_max=2, agent_max=1)
     assert claim(c, BOT, ids["a"])["outcome"] == "claimed"
     full = claim(c, BOT, ids["b"])
@@ -301,7 +299,7 @@ def test_blocked_on_a_human_then_unblocked() -> None:
     c.ok("x-chapline.work.report", frm=BOT, task_id=ids["a"], token=got["token"],
          outcome="blocked", question="which licence?")
     assert claim(c, BOT, ids["a"])["reason"].startswith("it waits for a human")
-    assert c.code("x-chapline.work.unblock", frm=BOT, task_id=ids["a"]) == -32011
+    c.fail(-32011, "x-chapline.work.unblock", frm=BOT, task_id=ids["a"])
     c.ok("x-chapline.work.unblock", frm=ALICE, task_id=ids["a"], answer="MIT")
     assert claim(c, BOT2, ids["a"])["token"] == 2
 
@@ -311,8 +309,7 @@ def test_cancel_ends_a_held_task_and_its_token() -> None:
     ids = submit(c, [task("a"), task("b")], [{"from": "a", "to": "b", "type": "weak"}])
     got = claim(c, BOT, ids["a"])
     c.ok("control.cancel", frm=ALICE, task_id=ids["a"], reason="not needed")
-    assert c.code("x-chapline.work.report", frm=BOT, task_id=ids["a"], token=got["token"],
-                  outcome="completed") == -32960
+    c.fail(-32960, "x-chapline.work.report", frm=BOT, task_id=ids["a"], token=got["token"], outcome="completed")
     assert [r["key"] for r in c.ok("x-chapline.work.ready")["ready"]] == ["b"]
 
 
@@ -372,7 +369,7 @@ def test_the_reference_opens_a_file_holding_work_workspaces(tmp_path: Path) -> N
     # 0.3.3 does not know the extension's methods, and does not fence plan tasks.
     unknown = ref.dispatch({"jsonrpc": "2.0", "id": "q", "method": "x-chapline.work.ready",
                             "params": {"workspace": "work"}})
-    assert unknown["error"]["code"] == -32601
+    refused(unknown, -32601)
     done = ref.dispatch({"jsonrpc": "2.0", "id": "q", "method": "task.update", "params": {
         "workspace": "work", "from": BOT, "task_id": ids["a"], "state": "completed"}})
     assert done["result"] == {"state": "completed"}
@@ -497,16 +494,15 @@ def test_the_root_holds_every_path_and_slashes_do_not_hide_a_path(
 def test_a_dot_segment_in_a_resource_path_is_refused(path: str) -> None:
     c, _ = setup()
     before = c.describe()
-    err = c.err("x-chapline.plan.submit", frm=ALICE, plan="p", tasks=[task("a", writes=[path])])
-    assert err["code"] == -32602 and "'.' or '..'" in err["message"], err
+    err = c.fail(-32602, "x-chapline.plan.submit", frm=ALICE, plan="p", tasks=[task("a", writes=[path])])
+    assert "'.' or '..'" in err["message"], err
     assert c.describe()["task_count"] == before["task_count"]
 
 
 def test_a_self_edge_is_a_cycle_of_the_named_plan() -> None:
     c, _ = setup()
-    err = c.err("x-chapline.plan.submit", frm=ALICE, plan="p", tasks=[task("a"), task("b")],
+    err = c.fail(-32962, "x-chapline.plan.submit", frm=ALICE, plan="p", tasks=[task("a"), task("b")],
                 edges=[{"from": "a", "to": "b"}, {"from": "b", "to": "b"}])
-    assert err["code"] == -32962
     assert err["data"] == {"plan": "p", "cycle": ["b", "b"]}
     assert "Plan 'p'" in err["message"] and "b -> b" in err["message"]
 
@@ -558,8 +554,8 @@ def test_a_chap_write_meets_a_plan_task_as_its_expired_lease_left_it() -> None:
     claim(c, BOT2, ids["again"], lease_ms=1_000)
     clock.now += 1_000
     assert statuses(c)["last"] == "failed"  # what a read shows, a write finds
-    err = c.err("control.cancel", frm=ALICE, task_id=ids["last"], reason="late")
-    assert err["code"] == -32061 and "declined" in err["message"], err
+    err = c.fail(-32061, "control.cancel", frm=ALICE, task_id=ids["last"], reason="late")
+    assert "declined" in err["message"], err
     assert statuses(c)["last"] == "failed"
     # Reclaimed by the cancel itself: the expired attempt, then the cancel.
     c.ok("control.cancel", frm=ALICE, task_id=ids["again"], reason="not needed")
@@ -576,7 +572,6 @@ def test_a_token_whose_lease_was_reclaimed_is_stale_not_absent() -> None:
     gone = claim(c, BOT, ids["a"], lease_ms=1_000)
     clock.now += 1_000
     assert c.ok("x-chapline.work.sweep")["reclaimed"] == [ids["a"]]
-    err = c.err("task.update", frm=BOT, task_id=ids["a"], state="in_progress", token=gone["token"])
-    assert err["code"] == -32960 and "has ended" in err["message"], err
-    err = c.err("task.update", frm=BOT, task_id=ids["a"], state="in_progress")
-    assert err["code"] == -32963
+    err = c.fail(-32960, "task.update", frm=BOT, task_id=ids["a"], state="in_progress", token=gone["token"])
+    assert "has ended" in err["message"], err
+    c.fail(-32963, "task.update", frm=BOT, task_id=ids["a"], state="in_progress")

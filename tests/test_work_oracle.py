@@ -334,7 +334,7 @@ class OracleMachine(RuleBasedStateMachine):
         # An own end is a final CHAP state (a lease that ran out included:
         # the cancel reclaims it first); a blocked task keeps its CHAP state.
         if status in CHAP_END or self.chap.task(tid)["state"] == "cancelled":
-            assert self.chap.code("control.cancel", frm=HUMAN, task_id=tid, reason="t") == -32061
+            self.chap.fail(-32061, "control.cancel", frm=HUMAN, task_id=tid, reason="t")
             return
         self.chap.ok("control.cancel", frm=HUMAN, task_id=tid, reason="test")
         if status != "blocked":  # an end is final: a blocked task stays blocked

@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from typing import Any
 
-from client import Client
+from client import Client, refused
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -150,7 +150,7 @@ class WorkMachine(RuleBasedStateMachine):
         tasks[i]["input"] = {"changed": True}
         before = self.chap.ok("workspace.describe")["task_count"]
         r = self.chap.call("x-chapline.plan.submit", frm=HUMAN, plan=name, tasks=tasks, edges=params["edges"])
-        assert r["error"]["code"] == -32961
+        refused(r, -32961)
         assert r["error"]["data"]["key"] == tasks[i]["key"]
         assert self.chap.ok("workspace.describe")["task_count"] == before
 
@@ -161,7 +161,7 @@ class WorkMachine(RuleBasedStateMachine):
         back = [(keys[(i + 1) % len(keys)], k) for i, k in enumerate(keys)]
         edges = [*plan["edges"], *({"from": a, "to": b} for a, b in back if (a, b) not in given)]
         r = self.chap.call("x-chapline.plan.submit", frm=HUMAN, plan=name, tasks=plan["tasks"], edges=edges)
-        assert r["error"]["code"] == -32962, r
+        refused(r, -32962)
         cycle = r["error"]["data"]["cycle"]
         assert cycle[0] == cycle[-1] and set(cycle) <= set(keys)
 
@@ -209,7 +209,7 @@ class WorkMachine(RuleBasedStateMachine):
             tid, holder, token = data.draw(st.sampled_from(self.dead))
             if tid in live and live[tid][:2] == (holder, token):
                 return
-            assert self.chap.code(method, frm=holder, task_id=tid, token=token, **params) == -32960
+            self.chap.fail(-32960, method, frm=holder, task_id=tid, token=token, **params)
             event(f"{method}: stale token refused")
             return
         if not live:
