@@ -5,8 +5,10 @@ client.py)."""
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 from dataclasses import asdict, is_dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import chap_coordinator
 import msgspec
@@ -19,6 +21,8 @@ ALICE = "human:alice"
 BOT = "agent:bot"
 BOB = "human:bob"
 
+T = TypeVar("T")
+
 
 def make(store: Any = None, **kw: Any) -> Coordinator:
     """A deterministic coordinator: StepClock and CounterIds, as the reference's
@@ -26,6 +30,21 @@ def make(store: Any = None, **kw: Any) -> Coordinator:
     kw.setdefault("clock", StepClock())
     kw.setdefault("ids", CounterIds())
     return Coordinator(store, **kw)
+
+
+def eventually(check: Callable[[], T], what: str, timeout: float = 60) -> T:
+    """The first true value `check()` returns, asked every 20 ms for up to
+    `timeout` seconds: for what another process does in its own time (a
+    server's timer, PostgreSQL's asynchronous notification, a worker's first
+    output). A test that asserts that nothing happens drives the clock
+    instead (tests/test_suite_shape.py)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"no {what} within {timeout} s"
+        time.sleep(0.02)
 
 
 def s0(c: Client, *, profiles: list[str] | None = None, extra_humans: tuple[str, ...] = ()) -> str:

@@ -10,7 +10,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -681,7 +680,19 @@ tasks = list(coord.workspaces[wl.WS].tasks)
 print("ready", flush=True)
 while True:
     wl.run_one(coord, wl.WS, tasks, rng.choice(wl.ACTIONS), rng.randrange(8), rng.randrange(3))
+    print("called", flush=True)
 """
+
+
+def kill_after_some_calls(proc: subprocess.Popen[str], rng: random.Random) -> None:
+    """SIGKILL `proc` (a _WORKER) once it has made a random number of calls
+    more: it is then in the middle of its next one."""
+    assert proc.stdout is not None
+    for _ in range(rng.randrange(5, 60)):
+        assert proc.stdout.readline() == "called\n", proc.stderr.read() if proc.stderr else ""
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
 
 
 @pytest.mark.parametrize("same_file", [False, True])
@@ -700,10 +711,7 @@ def test_a_projection_killed_at_random_moments_equals_one_rebuilt_from_the_log(
         )
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready", proc.stderr.read() if proc.stderr else ""
-        time.sleep(rng.uniform(0.05, 0.4))
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-        assert proc.returncode == -signal.SIGKILL
+        kill_after_some_calls(proc, rng)
     coord = Coordinator(SqliteStore(db))
     resumed = coord.attach(AnalyticsProjection(target))  # catches up what the last kill left
     rebuilt = coord.attach(AnalyticsProjection(str(tmp_path / "rebuilt.db")))

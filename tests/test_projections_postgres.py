@@ -12,13 +12,10 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import os
 import random
-import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,6 +36,7 @@ from test_projections import (
     TWICE_ESCALATED,
     assert_matches_chap_analytics,
     fold,
+    kill_after_some_calls,
     make,
     tables,
 )
@@ -276,10 +274,7 @@ def test_two_processes_killed_at_random_moments_equal_a_rebuilt_projection(
             assert proc.stdout is not None
             assert proc.stdout.readline().strip() == "ready", proc.stderr.read() if proc.stderr else ""
         for proc in procs:
-            time.sleep(rng.uniform(0.05, 0.4))
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
-            assert proc.returncode == -signal.SIGKILL
+            kill_after_some_calls(proc, rng)
     with Coordinator(PostgresStore(fresh_database)) as coord:
         resumed = coord.attach(AnalyticsProjection(fresh_database))
         rebuilt = coord.attach(AnalyticsProjection(new_target()))

@@ -12,13 +12,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from client import Client, refused
-from support import ALICE, make
+from support import ALICE, eventually, make
+from test_work import ManualClock
 
 from coordinator import Coordinator
 from coordinator.engine.clock import epoch_ms
@@ -55,14 +55,6 @@ def plan_tasks(n: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     edges = [{"from": f"t{i}", "to": f"t{i + 7}", "type": "strong" if i % 2 else "weak"}
              for i in range(0, n - 7, 3)]
     return tasks, edges
-
-
-class ReplayClock:
-    def __init__(self) -> None:
-        self.now = 0
-
-    def __call__(self) -> int:
-        return self.now
 
 
 def test_four_processes_drain_one_plan_exactly_once_within_capacity(
@@ -102,7 +94,7 @@ def test_four_processes_drain_one_plan_exactly_once_within_capacity(
                            "params": {"workspace": WS}})["result"]["ok"] is True
     # Replay the log from before the workers: the same decisions, and never
     # more than three live claims (one per agent) after any entry.
-    clock = ReplayClock()
+    clock = ManualClock()
     replay = make(clock=clock)
     replay.restore(before)
     entries = final.dispatch({"jsonrpc": "2.0", "id": 2, "method": "audit.read",
@@ -128,24 +120,20 @@ def test_a_killed_holder_loses_its_task_and_its_late_report(tmp_path: Path, shar
     out = tmp_path / "held.json"
     holder = subprocess.Popen([sys.executable, WORKER, "hold", shared, WS, AGENTS[0], tid, str(out)])
     try:
-        deadline = time.monotonic() + 60
-        while not out.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        held = json.loads(out.read_text())
+        held = json.loads(eventually(lambda: out.exists() and out.read_text(), "the holder's claim"))
         assert held["claim"]["outcome"] == "claimed"
     finally:
         os.kill(holder.pid, signal.SIGKILL)
         holder.wait()
     assert holder.returncode == -signal.SIGKILL
 
-    survivor = Client(Coordinator(open_store(shared)), WS)
-    deadline = time.monotonic() + 60
-    while True:  # held until the one-second lease ends, then the backoff
-        got = survivor.ok("x-chapline.work.claim", frm=AGENTS[1], task_id=tid)
-        if got["outcome"] == "claimed" or time.monotonic() > deadline:
-            break
-        assert got["outcome"] in ("held", "blocked")
-        time.sleep(0.05)
+    # The survivor's clock, driven: the lease has just ended, then the backoff.
+    clock = ManualClock()
+    clock.now = epoch_ms(held["claim"]["lease_expires_at"])
+    survivor = Client(Coordinator(open_store(shared), clock=clock), WS)
+    assert survivor.ok("x-chapline.work.claim", frm=AGENTS[1], task_id=tid)["outcome"] == "blocked"
+    clock.now += 50
+    got = survivor.ok("x-chapline.work.claim", frm=AGENTS[1], task_id=tid)
     assert got["outcome"] == "claimed" and got["token"] == held["claim"]["token"] + 1
     survivor.ok("x-chapline.work.report", frm=AGENTS[1], task_id=tid, token=got["token"],
                 outcome="completed", output={"by": AGENTS[1]})
