@@ -48,8 +48,8 @@ def eventually(check: Callable[[], T], what: str, timeout: float = 60) -> T:
 
 
 def s0(c: Client, *, profiles: list[str] | None = None, extra_humans: tuple[str, ...] = ()) -> str:
-    """The delta's S0: workspace, alice (human, admin reviewer), bot (agent),
-    then task T (alice -> bot). Returns T's id."""
+    """The usual start: workspace, alice (human, admin reviewer), bot
+    (agent), then task T (alice -> bot). Returns T's id."""
     params: dict[str, Any] = {}
     if profiles is not None:
         params["profiles"] = profiles

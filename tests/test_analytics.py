@@ -504,19 +504,19 @@ class Run:
 
 
 @pytest.fixture(scope="module")
-def where(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def runs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("analytics")
 
 
 @pytest.fixture(scope="module")
-def served_run(where: Path) -> Run:
-    tally, verified, live = run_served(where / "served.db")
-    return Run(tally, where / "served.db", verified, live)
+def served_run(runs_dir: Path) -> Run:
+    tally, verified, live = run_served(runs_dir / "served.db")
+    return Run(tally, runs_dir / "served.db", verified, live)
 
 
 @pytest.fixture(scope="module")
-def reference_run(where: Path) -> Run:
-    return Run(run_reference(where / "reference.db"), where / "reference.db")
+def reference_run(runs_dir: Path) -> Run:
+    return Run(run_reference(runs_dir / "reference.db"), runs_dir / "reference.db")
 
 
 @pytest.fixture(params=["served", "reference"])
@@ -577,12 +577,12 @@ def test_entries_and_hash_links(loaded: tuple[Tally, chap_analytics.Frames]) -> 
     assert int(assurance["signed"].sum()) == 0
 
 
-def test_the_chain_verifies(served_run: Run, where: Path) -> None:
+def test_the_chain_verifies(served_run: Run, runs_dir: Path) -> None:
     tally = served_run.tally
     assert served_run.verified is not None
     assert served_run.verified["ok"] is True
     assert served_run.verified["entries_checked"] == tally.entries
-    by_reference = verify_with_reference(served_run.db, where / "copy.db")
+    by_reference = verify_with_reference(served_run.db, runs_dir / "copy.db")
     assert by_reference["ok"] is True and by_reference["status"] == "verified", (
         by_reference
     )

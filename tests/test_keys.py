@@ -1,4 +1,4 @@
-"""Keys and signatures fail closed (issue 25).
+"""Keys and signatures fail closed (SPECIFICATION.md, "Key lifecycle").
 
 - Strict Ed25519 verification: on vectors built here from the eight
   small-order points and their non-canonical encodings (the edge cases of

@@ -25,7 +25,7 @@ from storage import MemoryStore, PostgresStore, SqliteStore, StoreChange, StoreC
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-def database(request, tmp_path):
+def open_store(request, tmp_path):
     """Opens a new store handle on one empty database per test (a SQLite file
     or a PostgreSQL schema): each call is another connection, as another
     process or a restart would have."""
@@ -52,7 +52,9 @@ def visible(coord, ws=WS):
 
 
 @pytest.fixture
-def failing():
+def on_failing_store():
+    """The usual start (support.s0) on a FailingStore: the store, the
+    coordinator, a client and task T's id."""
     store = FailingStore()
     coord = make(store)
     c = Client(coord)
@@ -73,8 +75,8 @@ CALLS = [
 
 
 @pytest.mark.parametrize("method, params", CALLS, ids=[f"{m}-{i}" for i, (m, _) in enumerate(CALLS)])
-def test_failed_write_is_an_error_and_changes_nothing(failing, method, params, caplog):
-    store, coord, c, T = failing
+def test_failed_write_is_an_error_and_changes_nothing(on_failing_store, method, params, caplog):
+    store, coord, c, T = on_failing_store
     before = visible(coord)
     held = stored(store)
     store.failing = True
@@ -103,8 +105,8 @@ def test_failed_write_is_an_error_and_changes_nothing(failing, method, params, c
     assert visible(make(store)) == visible(coord)
 
 
-def test_failed_idempotent_create_leaves_no_key(failing):
-    store, coord, c, T = failing
+def test_failed_idempotent_create_leaves_no_key(on_failing_store):
+    store, coord, c, T = on_failing_store
     store.failing = True
     c.fail(-32900, "task.create", frm=ALICE, assignee=BOT, kind="k", input={}, idempotency_key="K")
     store.failing = False
@@ -128,8 +130,8 @@ def test_failed_workspace_create_and_join_create_nothing():
     assert c.describe()["audit_count"] == 1
 
 
-def test_failed_write_in_one_workspace_leaves_others_alone(failing):
-    store, coord, c, T = failing
+def test_failed_write_in_one_workspace_leaves_others_alone(on_failing_store):
+    store, coord, c, T = on_failing_store
     other = Client(coord, "w2")
     other.ok("workspace.create")
     store.fail_next = 1
@@ -181,15 +183,15 @@ def _workload(c: Client) -> None:
     c.ok("participant.leave", frm=BOB)
 
 
-def test_restart_from_the_store_gives_the_same_workspaces(database):
-    coord = make(database())
+def test_restart_from_the_store_gives_the_same_workspaces(open_store):
+    coord = make(open_store())
     _workload(Client(coord))
     second = Client(coord, "w2")
     second.ok("participant.join", frm=ALICE, type="human")
     before = {ws: visible(coord, ws) for ws in (WS, "w2")}
     coord.close()
 
-    again = make(database())
+    again = make(open_store())
     assert sorted(again.workspace_ids()) == sorted([WS, "w2"])
     for ws in (WS, "w2"):
         assert visible(again, ws) == before[ws]
@@ -228,9 +230,9 @@ def test_an_unreadable_stored_object_fails_only_the_calls_that_use_it(tmp_path):
     assert again.describe()["audit_count"] == 6
 
 
-def test_memory_and_durable_stores_hold_the_same(database):
+def test_memory_and_durable_stores_hold_the_same(open_store):
     mem = MemoryStore()
-    sql = database()
+    sql = open_store()
     _workload(Client(make(mem)))
     _workload(Client(make(sql)))
     assert stored(mem) == stored(sql)
@@ -360,11 +362,11 @@ def test_restore_refuses_bad_data_and_writes_nothing(source):
 # =============================================================================
 
 
-def test_two_coordinators_interleaving_lose_nothing(database):
-    first = make(database())
+def test_two_coordinators_interleaving_lose_nothing(open_store):
+    first = make(open_store())
     a = Client(first)
     T = s0(a, extra_humans=(BOB,))
-    second = make(database())  # loads the workspace as it is now
+    second = make(open_store())  # loads the workspace as it is now
     b = Client(second)
     b.n = 1000
     rng = random.Random(7)
@@ -391,7 +393,7 @@ def test_two_coordinators_interleaving_lose_nothing(database):
             refused(r, (-32011, -32602))
             if r["error"]["code"] == -32011:
                 refused_ids.append(sent["id"])
-    log = Client(make(database())).log()
+    log = Client(make(open_store())).log()
     ids = [(e.get("envelope") or e.get("request"))["id"] for e in log]
     assert [e["seq"] for e in log] == list(range(len(log)))
     # every acknowledged call is in the log exactly once, and so is every
@@ -399,20 +401,20 @@ def test_two_coordinators_interleaving_lose_nothing(database):
     setup_ids = ids[:5]
     assert sorted(ids[5:]) == sorted(acknowledged + refused_ids)
     assert len(set(ids)) == len(ids) and len(setup_ids) == 5
-    for coord in (first, second, make(database())):
+    for coord in (first, second, make(open_store())):
         c = Client(coord)
         c.ok("participant.join", frm=ALICE, type="human")  # catches up on conflict
         v = c.ok("audit.verify_chain")
         assert v["status"] == "verified"
-    final = Client(make(database()))
+    final = Client(make(open_store()))
     assert final.ok("audit.verify_chain")["entries_total"] == len(log) + 3
 
 
-def test_second_coordinator_sees_the_other_writers_state_after_a_conflict(database):
-    first = make(database())
+def test_second_coordinator_sees_the_other_writers_state_after_a_conflict(open_store):
+    first = make(open_store())
     a = Client(first)
     T = s0(a)
-    second = make(database())
+    second = make(open_store())
     b = Client(second)
     b.n = 100
     a.ok("task.update", frm=BOT, task_id=T, state="in_progress")
@@ -430,16 +432,16 @@ def test_second_coordinator_sees_the_other_writers_state_after_a_conflict(databa
     assert a.describe()["audit_count"] == 8
 
 
-def test_join_auto_create_race(database):
-    first, second = make(database()), make(database())
+def test_join_auto_create_race(open_store):
+    first, second = make(open_store()), make(open_store())
     a, b = Client(first, "wnew"), Client(second, "wnew")
     b.n = 50
     a.ok("participant.join", frm=ALICE, type="human")
     # b did not know wnew: its create conflicts, it reloads and re-runs the join
     b.ok("participant.join", frm=BOB, type="human")
-    d = Client(make(database()), "wnew").describe()
+    d = Client(make(open_store()), "wnew").describe()
     assert [m["uri"] for m in d["members"]] == [ALICE, BOB] and d["audit_count"] == 2
-    assert Client(make(database()), "wnew").ok("audit.verify_chain")["status"] == "verified"
+    assert Client(make(open_store()), "wnew").ok("audit.verify_chain")["status"] == "verified"
 
 
 # =============================================================================
@@ -552,11 +554,11 @@ def test_a_batch_keeps_the_workspaces_whose_write_succeeded():
     assert d.describe()["members"] == []
 
 
-def test_a_batch_that_conflicts_reruns_its_calls_on_the_fresh_state(database):
-    first = make(database())
+def test_a_batch_that_conflicts_reruns_its_calls_on_the_fresh_state(open_store):
+    first = make(open_store())
     c1 = Client(first)
     T = s0(c1)
-    second = make(database())
+    second = make(open_store())
     c2 = Client(second)
     with first.batch():
         r1 = c1.call("task.update", frm=BOT, task_id=T, state="in_progress")
@@ -564,7 +566,7 @@ def test_a_batch_that_conflicts_reruns_its_calls_on_the_fresh_state(database):
         # another writer appends to the same workspace before the batch writes
         c2.ok("participant.join", frm="human:carol", type="human")
     assert r1["result"] == {"state": "in_progress"} and r2["result"] == {"joined": True, "as": BOB}
-    fresh = Client(make(database()))
+    fresh = Client(make(open_store()))
     log = fresh.log()
     assert [e["envelope"]["method"] for e in log[-3:]] == [
         "participant.join", "task.update", "participant.join",
@@ -659,13 +661,13 @@ def test_a_batch_over_several_workspaces_commits_once(tmp_path):
 # -- findings of the whole-repository review -----------------------------------
 
 
-def test_values_that_would_not_load_again_are_refused(database):
-    c = Client(make(database()))
+def test_values_that_would_not_load_again_are_refused(open_store):
+    c = Client(make(open_store()))
     c.fail(-32602, "workspace.create", routing_policy_uri=5)
     c.ok("workspace.create")
     c.fail(-32602, "participant.join", frm=ALICE, type="human", role=7)
     c.ok("participant.join", frm=ALICE, type="human", role="reviewer")
-    again = Client(make(database()))
+    again = Client(make(open_store()))
     assert [m["role"] for m in again.describe()["members"]] == ["reviewer"]
 
 
@@ -689,11 +691,11 @@ def test_a_replay_in_a_failed_batch_is_answered_with_the_error():
     assert c.describe()["task_count"] == 1
 
 
-def test_a_replay_in_a_conflicting_batch_is_run_again(database):
-    one = make(database())
+def test_a_replay_in_a_conflicting_batch_is_run_again(open_store):
+    one = make(open_store())
     c1 = Client(one)
     s0(c1)
-    c2 = Client(make(database()))
+    c2 = Client(make(open_store()))
     with one.batch():
         first = c1.call("task.create", frm=ALICE, assignee=BOT, kind="k", input={},
                         idempotency_key="K")
@@ -701,31 +703,31 @@ def test_a_replay_in_a_conflicting_batch_is_run_again(database):
                          idempotency_key="K")
         c2.ok("participant.join", frm=BOB, type="human")
     assert first["result"]["task_id"] == replay["result"]["task_id"]
-    fresh = make(database())
+    fresh = make(open_store())
     assert fresh.snapshot(WS)["tasks"].keys() >= {first["result"]["task_id"]}
     assert Client(fresh).describe()["task_count"] == 2
 
 
-def test_a_join_in_a_batch_finds_a_workspace_another_writer_created(database):
+def test_a_join_in_a_batch_finds_a_workspace_another_writer_created(open_store):
     from coordinator.engine.ids import random_ids
 
-    a = make(database())
+    a = make(open_store())
     # a generated id: the workspace is stored with no entries, so only a
     # lookup (not the base check) can tell that it exists
-    b = make(database(), ids=random_ids)
+    b = make(open_store(), ids=random_ids)
     theirs = Client(b, None).call("workspace.create", mode_ceiling="shadow")["result"]["workspace"]
     with a.batch():
         r = Client(a, theirs).call("participant.join", frm=ALICE, type="human")
     assert r["result"]["joined"] is True
-    assert Client(make(database()), theirs).describe()["mode_ceiling"] == "shadow"
+    assert Client(make(open_store()), theirs).describe()["mode_ceiling"] == "shadow"
 
 
-def test_generated_ids_never_reuse_a_held_one(database):
+def test_generated_ids_never_reuse_a_held_one(open_store):
     from coordinator import CounterIds
 
-    c = Client(make(database(), ids=CounterIds()))
+    c = Client(make(open_store(), ids=CounterIds()))
     s0(c)
-    again = Client(make(database(), ids=CounterIds()))
+    again = Client(make(open_store(), ids=CounterIds()))
     again.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={})
     assert again.describe()["task_count"] == 2
 
@@ -789,8 +791,8 @@ def test_a_failed_batch_puts_back_what_it_added_and_deleted_in_order():
     assert visible(make(store))["describe"]["members"] == c.describe()["members"]
 
 
-def test_after_a_batch_memory_keeps_objects_in_the_stores_order(database):
-    coord = make(database())
+def test_after_a_batch_memory_keeps_objects_in_the_stores_order(open_store):
+    coord = make(open_store())
     c = Client(coord)
     s0(c)
     c.ok("participant.join", frm=BOB, type="human")
@@ -798,7 +800,7 @@ def test_after_a_batch_memory_keeps_objects_in_the_stores_order(database):
         c.ok("participant.leave", frm=ALICE)
         c.ok("participant.join", frm=ALICE, type="human", role="admin")
         c.ok("participant.join", frm="human:carol", type="human")
-    fresh = Client(make(database()))
+    fresh = Client(make(open_store()))
     assert [m["uri"] for m in c.describe()["members"]] == [ALICE, BOT, BOB, "human:carol"]
     assert c.describe()["members"] == fresh.describe()["members"]
 

@@ -422,7 +422,7 @@ def test_chapline_inspect_and_verify_show_work_workspaces(tmp_path: Path, capsys
     assert main(["verify", str(path)]) == 0  # replaying the log gives the stored objects
 
 
-# -- issue 25: fail closed ------------------------------------------------------
+# -- edges of plans, failures and leases (SPECIFICATION.md, "x-chapline-work/1.0")
 
 
 def statuses(c: Client, plan: str = "p") -> dict[str, str]:

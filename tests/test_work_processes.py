@@ -31,7 +31,7 @@ PROFILES = ["core/1.0", "review/1.0", "x-chapline-work/1.0"]
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def shared(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def shared_database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The database the processes share: a SQLite file, or a fresh database
     on the test suite's PostgreSQL server."""
     if request.param == "sqlite":
@@ -58,9 +58,9 @@ def plan_tasks(n: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 
 def test_four_processes_drain_one_plan_exactly_once_within_capacity(
-    tmp_path: Path, shared: str
+    tmp_path: Path, shared_database: str
 ) -> None:
-    c = start(shared)
+    c = start(shared_database)
     tasks, edges = plan_tasks(30)
     ids = c.ok("x-chapline.plan.submit", frm=ALICE, plan="shared", tasks=tasks, edges=edges)["tasks"]
     c.ok("x-chapline.work.set_capacity", frm=ALICE, workspace_max=3, agent_max=1)
@@ -68,7 +68,7 @@ def test_four_processes_drain_one_plan_exactly_once_within_capacity(
     c.target.close()
 
     outs = [tmp_path / f"{agent[6:]}.json" for agent in AGENTS]
-    procs = [subprocess.Popen([sys.executable, WORKER, "drain", shared, WS, agent, str(out)])
+    procs = [subprocess.Popen([sys.executable, WORKER, "drain", shared_database, WS, agent, str(out)])
              for agent, out in zip(AGENTS, outs, strict=True)]
     try:
         for p in procs:
@@ -82,7 +82,7 @@ def test_four_processes_drain_one_plan_exactly_once_within_capacity(
              for d in json.loads(out.read_text())["done"]]
     # Every task completed exactly once, by the worker whose report was acknowledged.
     assert sorted(d["task_id"] for d in acked) == sorted(ids.values())
-    final = Coordinator(open_store(shared))
+    final = Coordinator(open_store(shared_database))
     snap = final.snapshot(WS)
     for d in acked:
         task = snap["tasks"][d["task_id"]]
@@ -111,14 +111,14 @@ def test_four_processes_drain_one_plan_exactly_once_within_capacity(
     assert replayed["x_chapline_work"] == snap["x_chapline_work"]
 
 
-def test_a_killed_holder_loses_its_task_and_its_late_report(tmp_path: Path, shared: str) -> None:
-    c = start(shared)
+def test_a_killed_holder_loses_its_task_and_its_late_report(tmp_path: Path, shared_database: str) -> None:
+    c = start(shared_database)
     task = {"key": "only", "kind": "k", "input": {}, "role": "worker",
             "retry": {"max_attempts": 3, "backoff_ms": 50, "max_backoff_ms": 50}}
     tid = c.ok("x-chapline.plan.submit", frm=ALICE, plan="k", tasks=[task])["tasks"]["only"]
     c.target.close()
     out = tmp_path / "held.json"
-    holder = subprocess.Popen([sys.executable, WORKER, "hold", shared, WS, AGENTS[0], tid, str(out)])
+    holder = subprocess.Popen([sys.executable, WORKER, "hold", shared_database, WS, AGENTS[0], tid, str(out)])
     try:
         held = json.loads(eventually(lambda: out.exists() and out.read_text(), "the holder's claim"))
         assert held["claim"]["outcome"] == "claimed"
@@ -130,7 +130,7 @@ def test_a_killed_holder_loses_its_task_and_its_late_report(tmp_path: Path, shar
     # The survivor's clock, driven: the lease has just ended, then the backoff.
     clock = ManualClock()
     clock.now = epoch_ms(held["claim"]["lease_expires_at"])
-    survivor = Client(Coordinator(open_store(shared), clock=clock), WS)
+    survivor = Client(Coordinator(open_store(shared_database), clock=clock), WS)
     assert survivor.ok("x-chapline.work.claim", frm=AGENTS[1], task_id=tid)["outcome"] == "blocked"
     clock.now += 50
     got = survivor.ok("x-chapline.work.claim", frm=AGENTS[1], task_id=tid)
