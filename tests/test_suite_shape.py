@@ -103,7 +103,7 @@ def _error_bound(function: ast.AST) -> set[str]:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             value = node.value
             if (
-                _key(value) == "error"
+                _is_error(value)
                 or isinstance(value, ast.Call)
                 and (
                     isinstance(value.func, ast.Attribute) and value.func.attr == "fail"
@@ -120,13 +120,39 @@ def _key(node: ast.AST) -> object:
     return None
 
 
+def _get(node: ast.AST) -> object:
+    """`key` of `<x>.get(key, ...)`."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "get"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+    ):
+        return node.args[0].value
+    return None
+
+
+def _is_error(node: ast.AST) -> bool:
+    """`<response>["error"]`, `<response>.get("error", ...)` or `(... or {})` of one."""
+    if isinstance(node, ast.BoolOp):
+        return _is_error(node.values[0])
+    return _key(node) == "error" or _get(node) == "error"
+
+
 def _is_error_code(node: ast.AST, errors: set[str]) -> bool:
-    """`<response>["error"]["code"]` or `<error>["code"]` (an exception's or
-    a change's `.error` is not a response: asserting on it is not this)."""
-    if _key(node) != "code":
+    """An error's code: `["code"]` or `.get("code")` of an error or of a name
+    bound to one (an exception's or a change's `.error` is not a response:
+    asserting on it is not this)."""
+    if _key(node) == "code":
+        assert isinstance(node, ast.Subscript)
+        of = node.value
+    elif _get(node) == "code":
+        assert isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+        of = node.func.value
+    else:
         return False
-    assert isinstance(node, ast.Subscript)
-    return _key(node.value) == "error" or isinstance(node.value, ast.Name) and node.value.id in errors
+    return _is_error(of) or isinstance(of, ast.Name) and of.id in errors
 
 
 def test_a_refusal_is_asserted_in_one_place() -> None:
