@@ -285,8 +285,7 @@ def test_ours_loads_and_continues_a_file_the_reference_wrote(tmp_path: Path):
     # and the reference reads what we appended
     again = chap_coordinator.Coordinator(store=ReferenceStore(str(path)), **options())
     assert reads(again)["audit.read"] == reads(Coordinator(SqliteStore(path)))["audit.read"]
-    assert again.dispatch({"jsonrpc": "2.0", "id": "v", "method": "audit.verify_chain",
-                           "params": {"workspace": W}})["result"]["status"] == "verified"
+    assert Client(again, W).ok("audit.verify_chain")["status"] == "verified"
 
 
 def test_the_reference_loads_and_continues_a_file_we_wrote(tmp_path: Path):

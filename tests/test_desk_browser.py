@@ -378,8 +378,7 @@ def test_without_auth_the_desk_asks_whom_to_act_as(
     live = LiveServer(create_app(coord))
     try:
         for who, kind in ((ALICE, "human"), (BOT, "agent")):
-            coord.dispatch({"jsonrpc": "2.0", "id": 1, "method": "participant.join",
-                            "params": {"workspace": "wsp_open", "from": who, "type": kind}})
+            Client(coord, "wsp_open").ok("participant.join", frm=who, type=kind)
         browser.switch_to.new_window("tab")
         browser.get(live.url + "/")
         field = wait(browser, lambda d: d.find_element(By.ID, "act-as").is_displayed()

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from chap_coordinator import Coordinator as Reference
-from client import refused
+from client import Client
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from joserfc import jwt
 from joserfc.jwk import OKPKey, RSAKey
@@ -101,12 +101,9 @@ def test_hooks_behave_as_in_the_reference() -> None:
 
 def test_identity_oidc_is_advertised_only_with_a_verifier() -> None:
     for coord in (Coordinator(), Reference()):
-        answer = coord.dispatch({"jsonrpc": "2.0", "id": "c", "method": "workspace.create",
-                                 "params": {"workspace": W, "profiles": ["core/1.0", "identity-oidc/1.0"]}})
-        refused(answer, -32602)
-    vc_only = Coordinator().dispatch({"jsonrpc": "2.0", "id": "c", "method": "workspace.create",
-                                      "params": {"workspace": W, "profiles": ["core/1.0", "identity-vc/1.0"]}})
-    assert vc_only["result"]["workspace"] == W
+        Client(coord, W).fail(-32602, "workspace.create", profiles=["core/1.0", "identity-oidc/1.0"])
+    vc_only = Client(Coordinator(), W).ok("workspace.create", profiles=["core/1.0", "identity-vc/1.0"])
+    assert vc_only["workspace"] == W
 
 
 # -- the ready verifiers, end to end --------------------------------------------------

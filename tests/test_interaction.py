@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from client import Client, env, refused
+from client import Client, refused
 from interaction_diff import B2, BOT, INTERACTION, MEMBERS, A, B, C, W, pair, reference_ids
 from support import FailingStore, make
 
@@ -83,13 +83,13 @@ def test_deliberate_differences_in_whispers_deliberations_and_handoffs(method: s
     params = {k: [{"task_id": t, **{x: y for x, y in e.items() if x != "task_id"}} for e in v]
               if k == "tasks" else v for k, v in params.items()}
     frm = {"whisper.answer": A, "handoff.accept": B2}.get(method, BOT if "handoff" in method else A)
-    count = p.target.ours.dispatch(env("workspace.describe", {"workspace": W}))["result"]["audit_count"]
+    ours = Client(p.target.ours, W)
+    count = ours.count()
     x, y = p.target.both(p.envelope(method, frm=frm, **params))
     refused(x, -32602)
     assert "Traceback" not in x["error"]["message"]
     assert (y["error"]["code"] if "error" in y else "ok") == theirs, y
-    after = p.target.ours.dispatch(env("workspace.describe", {"workspace": W}))["result"]["audit_count"]
-    assert after == count  # ours recorded nothing
+    assert ours.count() == count  # ours recorded nothing
 
 
 def test_a_held_id_is_never_overwritten():

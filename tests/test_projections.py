@@ -20,7 +20,7 @@ import msgspec
 import pandas as pd
 import pytest
 from chap_analytics import watch
-from client import Client, Http, env, refused
+from client import Client, Http
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from servers import Serve
@@ -56,8 +56,7 @@ def make(store: Any = None) -> Coordinator:
 
 
 def join(coord: Coordinator, who: str, ws: str = "wsp_l") -> dict[str, Any]:
-    kind = who.split(":")[0]
-    return coord.dispatch(env("participant.join", {"workspace": ws, "from": who, "type": kind}))
+    return Client(coord, ws).call("participant.join", frm=who, type=who.split(":")[0])
 
 
 # -- listeners that see the change ------------------------------------------
@@ -70,24 +69,15 @@ def test_a_change_listener_sees_the_entry_the_objects_and_the_result() -> None:
     coord.add_change_listener(lambda c: seen.append((c, len(store.read_entries(c.workspace)))))
     join(coord, wl.ALICE)
     join(coord, wl.BOT)
-    created = coord.dispatch(env("task.create", {
-        "workspace": "wsp_l", "from": wl.ALICE, "assignee": wl.BOT, "kind": "k", "input": {"a": [1]},
-    }))["result"]
+    chap = Client(coord, "wsp_l")
+    created = chap.ok("task.create", frm=wl.ALICE, assignee=wl.BOT, kind="k", input={"a": [1]})
     task_id = created["task_id"]
-    coord.dispatch(env("workspace.describe", {"workspace": "wsp_l"}))  # a read: nothing
-    refusal = coord.dispatch(env("task.update", {
-        "workspace": "wsp_l", "from": wl.BOT, "task_id": task_id, "state": "completed",
-    }))
-    refused(refusal, -32602)  # not recorded: nothing told
-    coord.dispatch(env("decide.approve", {"workspace": "wsp_l", "from": wl.BOT, "task_id": task_id}))
-    again = coord.dispatch(env("task.create", {  # an idempotent replay: nothing
-        "workspace": "wsp_l", "from": wl.ALICE, "assignee": wl.BOT, "kind": "k", "input": {},
-        "idempotency_key": "once",
-    }))
-    coord.dispatch(env("task.create", {
-        "workspace": "wsp_l", "from": wl.ALICE, "assignee": wl.BOT, "kind": "k", "input": {},
-        "idempotency_key": "once",
-    }))
+    chap.describe()  # a read: nothing
+    chap.fail(-32602, "task.update", frm=wl.BOT, task_id=task_id, state="completed")  # not recorded: nothing told
+    chap.fail(-32010, "decide.approve", frm=wl.BOT, task_id=task_id)
+    again = chap.ok("task.create", frm=wl.ALICE, assignee=wl.BOT, kind="k", input={}, idempotency_key="once")
+    chap.ok("task.create", frm=wl.ALICE, assignee=wl.BOT, kind="k", input={},  # an idempotent replay: nothing
+            idempotency_key="once")
     changes = [c for c, _ in seen]
     assert [c.entry.seq for c in changes] == [0, 1, 2, 3, 4]
     # each was told after its entry was in the store
@@ -100,8 +90,8 @@ def test_a_change_listener_sees_the_entry_the_objects_and_the_result() -> None:
     refusal = changes[3]
     assert refusal.result is None and refusal.error["code"] == -32010
     assert refusal.entry.outcome == {"status": "refused", "code": -32010} and refusal.objects == {}
-    assert changes[4].result == again["result"]
-    assert changes[4].objects["idempotency_keys"] == {"once": again["result"]["task_id"]}
+    assert changes[4].result == again
+    assert changes[4].objects["idempotency_keys"] == {"once": again["task_id"]}
     # the values are the listener's own: changing them changes nothing held
     task.input["a"].append(2)
     made.objects["tasks"].clear()
@@ -607,9 +597,9 @@ def test_a_projection_of_the_earlier_schema_is_refused_until_cleared(tmp_path: P
     old.execute("INSERT INTO chapline_cursors VALUES ('analytics', 'wsp_desk', 40)")
     old.execute("CREATE VIEW analytics_decisions AS SELECT 1 AS seq")
     old.commit()
-    with pytest.raises(ProjectionError, match="no column created_seq") as refused:
+    with pytest.raises(ProjectionError, match="no column created_seq") as caught:
         AnalyticsProjection(target)
-    statements = str(refused.value).split("(", 1)[1].rsplit(")", 1)[0]
+    statements = str(caught.value).split("(", 1)[1].rsplit(")", 1)[0]
     assert "DROP TABLE analytics_tasks" in statements
     # doing what the message says clears it; the next attach rebuilds from the log
     for statement in statements.split("; "):

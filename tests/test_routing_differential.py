@@ -280,8 +280,7 @@ def test_a_malformed_hook_answer_is_32515_here(hook, answer, method, params):
     refused(y, -32603)
     refused(x, -32515)
     assert "policy" in x["error"]["message"]
-    log = a.dispatch({"jsonrpc": "2.0", "id": "l", "method": "audit.read", "params": {"workspace": W}})
-    assert log["result"]["entries"][-1]["outcome"] == {"status": "refused", "code": -32515}
+    assert Client(a, W).last()["outcome"] == {"status": "refused", "code": -32515}
     assert len(a.snapshot(W)["route_decisions"]) == 0
 
 

@@ -270,9 +270,7 @@ def test_the_reference_options_turn_signatures_on() -> None:
 
 def test_security_signed_is_advertised_only_when_enforced() -> None:
     for coord in (Coordinator(), Reference()):
-        answer = coord.dispatch({"jsonrpc": "2.0", "id": "c", "method": "workspace.create",
-                                 "params": {"workspace": W, "profiles": ["core/1.0", "security-signed/1.0"]}})
-        refused(answer, -32602)
+        Client(coord, W).fail(-32602, "workspace.create", profiles=["core/1.0", "security-signed/1.0"])
     with pytest.raises(ValueError, match="require_signatures"):
         Coordinator(default_profiles=["core/1.0", "security-signed/1.0"])
 

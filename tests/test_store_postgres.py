@@ -20,7 +20,7 @@ from client import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pgserver import PgServer
-from support import ALICE, BOT, make, s0
+from support import ALICE, BOT, eventually, make, s0
 from test_store_contract import PostgresFactory
 
 from storage import EntryFilter, PostgresStore, StoreChange, StoreError
@@ -114,15 +114,13 @@ def test_nothing_unacknowledged_is_claimed_and_nothing_acknowledged_lost(own_ser
     writer = threading.Thread(target=write)
     writer.start()
     try:
-        while len(answered) < 20:
-            threading.Event().wait(0.01)
+        eventually(lambda: len(answered) >= 20, "20 answers before the stop")
         own_server.stop("immediate")
         failed_before = len(answered)
-        while len(answered) < failed_before + 5:
-            threading.Event().wait(0.01)
+        eventually(lambda: len(answered) >= failed_before + 5, "5 answers while the server is down")
         own_server.start()
-        while not any("result" in a["response"] for a in answered[failed_before + 5:]):
-            threading.Event().wait(0.01)
+        eventually(lambda: any("result" in a["response"] for a in answered[failed_before + 5:]),
+                   "a result once the server is back")
     finally:
         stop.set()
         writer.join()
@@ -367,15 +365,12 @@ def test_a_watching_store_hears_of_a_non_ascii_workspace_in_sql_ascii(
     watching, writer = PostgresStore(dsn, watch=True), PostgresStore(dsn)
     try:
         writer.apply(change("wsp_☕", 0, 1))
-        heard: set[str] = set()
-        for _ in range(200):  # the notification arrives within the listener's poll
+        def heard() -> set[str]:
             got = watching.changed()
             assert got is not None  # the listening connection was never lost
-            heard |= got
-            if heard:
-                break
-            threading.Event().wait(0.05)
-        assert heard == {"wsp_☕"}
+            return got
+
+        assert eventually(heard, "the notification") == {"wsp_☕"}
     finally:
         watching.close()
         writer.close()

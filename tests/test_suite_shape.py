@@ -69,9 +69,14 @@ def test_no_test_name_is_defined_in_two_files() -> None:
 
 
 def _is_sleep(call: ast.Call, sleep_names: set[str]) -> bool:
+    """`time.sleep`, `asyncio.sleep`, a `sleep` imported from either, or a
+    new Event's `wait` (`threading.Event().wait(t)` sleeps `t`)."""
     f = call.func
     if isinstance(f, ast.Attribute) and f.attr == "sleep":
         return isinstance(f.value, ast.Name) and f.value.id in ("time", "asyncio")
+    if isinstance(f, ast.Attribute) and f.attr == "wait" and isinstance(f.value, ast.Call):
+        made = f.value.func
+        return isinstance(made, ast.Name) and made.id == "Event" or isinstance(made, ast.Attribute) and made.attr == "Event"
     return isinstance(f, ast.Name) and f.id in sleep_names
 
 

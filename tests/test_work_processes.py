@@ -90,17 +90,15 @@ def test_four_processes_drain_one_plan_exactly_once_within_capacity(
         attempts = snap["x_chapline_work"][d["task_id"]]["attempts"]
         assert [a["outcome"] for a in attempts] == ["completed"]
         assert attempts[0]["holder"] == d["by"] and attempts[0]["token"] == d["token"]
-    assert final.dispatch({"jsonrpc": "2.0", "id": 1, "method": "audit.verify_chain",
-                           "params": {"workspace": WS}})["result"]["ok"] is True
+    assert Client(final, WS).ok("audit.verify_chain")["ok"] is True
     # Replay the log from before the workers: the same decisions, and never
     # more than three live claims (one per agent) after any entry.
     clock = ManualClock()
     replay = make(clock=clock)
     replay.restore(before)
-    entries = final.dispatch({"jsonrpc": "2.0", "id": 2, "method": "audit.read",
-                              "params": {"workspace": WS, "range": {"from_seq": len(before["audit"])}}})
+    entries = Client(final, WS).log(range={"from_seq": len(before["audit"])})
     final.close()
-    for entry in entries["result"]["entries"]:
+    for entry in entries:
         clock.now = epoch_ms(entry["arrived"])
         replay.dispatch(entry.get("envelope") or entry["request"])
         held = replay.snapshot(WS).get("x_chapline_claims", {})
