@@ -404,7 +404,9 @@ CORS = {
 }
 
 
-def _is_rpc_error(reply: httpx.Response, status: int, code: int) -> dict[str, Any]:
+def _refused_over_http(reply: httpx.Response, status: int, code: int) -> dict[str, Any]:
+    """The body of `reply`, asserting a JSON-RPC refusal with `code` (see
+    client.refused) answered with `status`, as JSON, without a traceback."""
     assert reply.status_code == status
     assert reply.headers["content-type"] == "application/json"
     body = reply.json()
@@ -416,7 +418,7 @@ def _is_rpc_error(reply: httpx.Response, status: int, code: int) -> dict[str, An
 
 def test_root_path_serves_chap_as_well(http: httpx.Client) -> None:
     reply = http.post("/", json={"jsonrpc": "2.0", "id": 1, "method": "does.not.exist", "params": {}})
-    assert _is_rpc_error(reply, 400, -32601)["id"] == 1
+    assert _refused_over_http(reply, 400, -32601)["id"] == 1
 
 
 def test_a_result_is_200_with_cors_headers(ws: Client) -> None:
@@ -427,11 +429,11 @@ def test_a_result_is_200_with_cors_headers(ws: Client) -> None:
 
 
 def test_a_body_that_is_not_utf8_is_a_parse_error(http: httpx.Client) -> None:
-    _is_rpc_error(http.post("/chap", content=b'{"jsonrpc": "2.0", "id": "\xff\xfe"}'), 400, -32700)
+    _refused_over_http(http.post("/chap", content=b'{"jsonrpc": "2.0", "id": "\xff\xfe"}'), 400, -32700)
 
 
 def test_a_body_over_the_limit_is_refused_without_a_traceback(http: httpx.Client) -> None:
-    body = _is_rpc_error(http.post("/chap", content=b" " * (MAX_BODY_BYTES + 1)), 400, -32700)
+    body = _refused_over_http(http.post("/chap", content=b" " * (MAX_BODY_BYTES + 1)), 400, -32700)
     assert body["id"] is None
     assert str(MAX_BODY_BYTES) in body["error"]["message"]
 
@@ -444,7 +446,7 @@ def test_a_chunked_body_over_the_limit_is_refused(http: httpx.Client) -> None:
         for _ in range(MAX_BODY_BYTES // len(chunk) + 2):
             yield chunk
 
-    _is_rpc_error(http.post("/chap", content=chunks()), 400, -32700)
+    _refused_over_http(http.post("/chap", content=chunks()), 400, -32700)
 
 
 def test_an_envelope_of_exactly_the_limit_is_served(ws: Client) -> None:
@@ -467,20 +469,20 @@ def test_an_envelope_nested_too_deep_is_an_invalid_request(ws: Client) -> None:
     deep: dict[str, Any] = {}
     for _ in range(100):
         deep = {"d": deep}
-    _is_rpc_error(ws.target.http.post("/chap", json=ws.envelope("workspace.describe", note=deep)), 400, -32600)
+    _refused_over_http(ws.target.http.post("/chap", json=ws.envelope("workspace.describe", note=deep)), 400, -32600)
 
 
 @pytest.mark.parametrize("path", ["/elsewhere", "/chap/", "/chap/inbox"])
 def test_another_path_is_404_json(http: httpx.Client, path: str) -> None:
     reply = http.post(path, json={"jsonrpc": "2.0", "id": 1, "method": "x.y"})
-    body = _is_rpc_error(reply, 404, -32600)
+    body = _refused_over_http(reply, 404, -32600)
     assert "POST /chap" in body["error"]["message"]
 
 
 @pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"])
 def test_another_method_is_405_json(http: httpx.Client, method: str) -> None:
     reply = http.request(method, "/chap")
-    _is_rpc_error(reply, 405, -32600)
+    _refused_over_http(reply, 405, -32600)
     assert set(reply.headers["allow"].replace(" ", "").split(",")) == {"POST", "OPTIONS"}
 
 
@@ -559,7 +561,7 @@ def test_a_defect_is_500_with_a_log_id_and_no_detail(caplog: pytest.LogCaptureFi
     finally:
         server.stop()
         coord.close()
-    body = _is_rpc_error(reply, 500, -32603)
+    body = _refused_over_http(reply, 500, -32603)
     log_id = body["error"]["data"]["log_id"]
     assert log_id in body["error"]["message"] and "secret" not in reply.text
     assert any(log_id in r.getMessage() for r in caplog.records)
@@ -582,7 +584,7 @@ def test_a_store_that_cannot_be_reached_is_503_and_nothing_is_applied() -> None:
         server.stop()
         coord.close()
         pg.remove()
-    body = _is_rpc_error(down, 503, -32900)
+    body = _refused_over_http(down, 503, -32900)
     assert "retry" in body["error"]["message"] and "log_id" in body["error"]["data"]
     assert back.status_code == 200
     assert [e["envelope"]["params"]["from"] for e in back.json()["result"]["entries"]] == [ALICE]
@@ -605,7 +607,7 @@ def test_a_stored_object_that_cannot_be_read_is_500(tmp_path: Path) -> None:
     finally:
         server.stop()
         coord.close()
-    _is_rpc_error(reply, 500, -32903)
+    _refused_over_http(reply, 500, -32903)
 
 
 def test_a_refusal_in_chaplines_own_band_stays_400(http: httpx.Client) -> None:
@@ -618,7 +620,7 @@ def test_a_refusal_in_chaplines_own_band_stays_400(http: httpx.Client) -> None:
         "x-chapline.plan.submit", frm=ALICE, plan="p", tasks=tasks,
         edges=[{"from": "x", "to": "y"}, {"from": "y", "to": "x"}],
     ))
-    _is_rpc_error(reply, 400, -32962)
+    _refused_over_http(reply, 400, -32962)
 
 
 # -- part three: `chapline serve` as a process ---------------------------------
