@@ -47,6 +47,19 @@ def eventually(check: Callable[[], T], what: str, timeout: float = 60) -> T:
         time.sleep(0.02)
 
 
+def recorded_refusal(c: Client, before: int, code: int) -> dict[str, Any]:
+    """The entry a refused call added to a log of `before` entries, asserting
+    that it is the only one and records the refusal with `code` as 0.3.3
+    does: the request and the outcome, no envelope (SPECIFICATION.md,
+    "Audit entries and the chain")."""
+    log = c.log()
+    assert len(log) == before + 1, log[before:]
+    entry: dict[str, Any] = log[-1]
+    assert entry["seq"] == before and "envelope" not in entry, entry
+    assert entry["outcome"] == {"status": "refused", "code": code}, entry
+    return entry
+
+
 def s0(c: Client, *, profiles: list[str] | None = None, extra_humans: tuple[str, ...] = ()) -> str:
     """The usual start: workspace, alice (human, admin reviewer), bot
     (agent), then task T (alice -> bot). Returns T's id."""

@@ -14,7 +14,7 @@ import pytest
 from client import Client
 from hypothesis import given
 from hypothesis import strategies as st
-from support import ours, run_both
+from support import ours, recorded_refusal, run_both
 
 from coordinator import canonical_bytes
 
@@ -62,20 +62,6 @@ def set_state(client: Client, mutate: Any) -> None:
     snapshot = client.target.snapshot(client.workspace)
     mutate(snapshot)
     client.target.restore(snapshot)
-
-
-def refusal(entry: dict[str, Any]) -> int | None:
-    """The code of a recorded refusal entry, None for an accepted call."""
-    if "outcome" in entry:
-        assert "envelope" not in entry and entry["outcome"]["status"] == "refused"
-        return entry["outcome"]["code"]
-    return None
-
-
-def assert_recorded_refusal(client: Client, before: int, code: int, method: str) -> None:
-    log = client.log()
-    assert len(log) == before + 1
-    assert refusal(log[-1]) == code and log[-1]["request"]["method"] == method
 
 
 # -- review.request ----------------------------------------------------------
@@ -191,7 +177,7 @@ def test_open_review_refuses_a_different_artefact_or_rule(client: Client) -> Non
     ):
         before = client.count()
         client.fail(-32014, "review.request", frm=BOT, task_id=task, **params)
-        assert_recorded_refusal(client, before, -32014, "review.request")
+        assert recorded_refusal(client, before, -32014)["request"]["method"] == "review.request"
     assert client.task(task) == before_task
 
 
@@ -206,7 +192,7 @@ def test_review_request_refused_on_stopped_tasks(client: Client, state: str) -> 
     before = client.count()
     # -32010 comes before the rule check.
     client.fail(-32010, "review.request", frm=BOT, task_id=task, artefact=ART, to=[ALICE], rule="bogus")
-    assert_recorded_refusal(client, before, -32010, "review.request")
+    assert recorded_refusal(client, before, -32010)["request"]["method"] == "review.request"
     assert client.task(task)["state"] == state
 
 
@@ -290,7 +276,7 @@ def test_only_addressed_reviewers_decide(client: Client) -> None:
         before = client.count()
         # The reviewer check comes before the digest check.
         client.fail(-32011, method, frm=BOB, task_id=task, approved_artefact_digest="sha256:00", **extra)
-        assert_recorded_refusal(client, before, -32011, method)
+        assert recorded_refusal(client, before, -32011)["request"]["method"] == method
         before = client.count()
         client.fail(-32011, method, frm="human:ghost", task_id=task, **extra)
         assert client.count() == before  # a non-member's refusal is not recorded
@@ -307,7 +293,7 @@ def test_decisions_need_an_open_review(client: Client) -> None:
     ):
         before = client.count()
         client.fail(-32010, method, frm=ALICE, task_id=task, **extra)
-        assert_recorded_refusal(client, before, -32010, method)
+        assert recorded_refusal(client, before, -32010)["request"]["method"] == method
 
 
 def test_decide_argument_checks(client: Client) -> None:
@@ -330,7 +316,7 @@ def test_approved_artefact_digest_binds_the_artefact(client: Client) -> None:
         before = client.count()
         error = client.fail(-32074, method, frm=ALICE, task_id=task, approved_artefact_digest=wrong)
         assert error["data"] == {"declared": wrong, "actual": sha(ART)}
-        assert_recorded_refusal(client, before, -32074, method)
+        assert recorded_refusal(client, before, -32074)["request"]["method"] == method
     # Case matters: the digest is lowercase hex.
     client.fail(-32074, "decide.approve", frm=ALICE, task_id=task, approved_artefact_digest=sha(ART).upper())
     assert client.task(task)["state"] == "review_requested" and client.task(task)["review"]["decisions"] == []
@@ -455,7 +441,7 @@ def test_override_patch_failure_changes_nothing(client: Client, diff: list[Any])
     before = client.count()
     error = client.fail(-32012, "decide.override", frm=ALICE, task_id=task, diff=diff, rationale="r")
     assert isinstance(error["data"]["op_index"], int)  # where it failed
-    assert_recorded_refusal(client, before, -32012, "decide.override")
+    assert recorded_refusal(client, before, -32012)["request"]["method"] == "decide.override"
     assert client.task(task) == before_task and client.overrides() == {}
 
 
@@ -581,7 +567,7 @@ def test_escalate_to_a_paused_assignee(client: Client) -> None:
     set_state(client, pause)
     before = client.count()
     client.fail(-32063, "escalate.raise", frm=ALICE, original_task_id=task, new_task={"assignee": BOB})
-    assert_recorded_refusal(client, before, -32063, "escalate.raise")
+    assert recorded_refusal(client, before, -32063)["request"]["method"] == "escalate.raise"
     assert client.task(task)["state"] == "created"
 
 
@@ -594,7 +580,7 @@ def test_escalate_respects_the_current_ceiling(modes_client: Client) -> None:
     set_state(modes_client, lower)
     before = modes_client.count()
     modes_client.fail(-32040, "escalate.raise", frm=ALICE, original_task_id=task, new_task={"assignee": BOT})
-    assert_recorded_refusal(modes_client, before, -32040, "escalate.raise")
+    assert recorded_refusal(modes_client, before, -32040)["request"]["method"] == "escalate.raise"
     new = modes_client.ok("escalate.raise", frm=ALICE, original_task_id=task,
                           new_task={"assignee": BOT, "mode": "shadow"})["new_task_id"]
     # Inherited: the original required review.
@@ -654,7 +640,7 @@ def test_complete_without_an_eligible_reviewer_is_refused() -> None:
     task = modes_client.new_task()
     before = modes_client.count()
     modes_client.fail(-32011, "task.complete", frm=ALICE, task_id=task, output={"o": 1})
-    assert_recorded_refusal(modes_client, before, -32011, "task.complete")
+    assert recorded_refusal(modes_client, before, -32011)["request"]["method"] == "task.complete"
     assert modes_client.task(task)["state"] == "created"
     modes_client.ok("task.complete", frm="agent:x", task_id=task, output={"o": 1})
     assert modes_client.task(task)["review"]["requested_to"] == [ALICE]
@@ -701,7 +687,7 @@ def test_mode_ceiling(profiles: tuple[str, ...]) -> None:
         before = client.count()
         error = client.fail(-32040, "task.create", frm=ALICE, assignee=BOT, kind="k", input={}, mode=mode)
         assert "trial" in error["message"]
-        assert_recorded_refusal(client, before, -32040, "task.create")
+        assert recorded_refusal(client, before, -32040)["request"]["method"] == "task.create"
     client.fail(-32602, "task.create", frm=ALICE, assignee=BOT, kind="k", input={}, mode=5)
     client.fail(-32602, "task.create", frm=ALICE, assignee=BOT, kind="k", input={}, review_required="yes")
     assert client.task(client.new_task(mode="shadow"))["mode"] == "shadow"
