@@ -1,6 +1,7 @@
-"""Shared test helpers: envelopes, deterministic coordinators, the standard
-setup, the differential runner, and real store subclasses (the client is in
-client.py)."""
+"""Shared test helpers: deterministic coordinators, the standard setup, the
+recorded-refusal assertion, a bounded wait for another process, the
+differential runner, and real store subclasses (the client, and the refusal
+assertion, are in client.py)."""
 
 from __future__ import annotations
 
@@ -34,10 +35,10 @@ def make(store: Any = None, **kw: Any) -> Coordinator:
 
 def eventually(check: Callable[[], T], what: str, timeout: float = 60) -> T:
     """The first true value `check()` returns, asked every 20 ms for up to
-    `timeout` seconds: for what another process does in its own time (a
-    server's timer, PostgreSQL's asynchronous notification, a worker's first
-    output). A test that asserts that nothing happens drives the clock
-    instead (tests/test_suite_shape.py)."""
+    `timeout` seconds: for what another process or thread does in its own
+    time (a server's timer, PostgreSQL's asynchronous notification, a
+    worker's first output). A test that asserts that nothing happens drives
+    the clock instead (tests/test_suite_shape.py)."""
     deadline = time.monotonic() + timeout
     while True:
         value = check()

@@ -2,10 +2,10 @@
 reading like the specification they check:
 
 - one file per behaviour: no test name is defined in two files;
-- no `time.sleep` in a test: a test that asserts that nothing happens
-  drives the injected clock, and a test that waits for another process
-  waits for a positive signal; only the helpers in `MAY_SLEEP` sleep, each
-  for the reason given there;
+- no sleep in a test (`time.sleep`, or one in disguise): a test that
+  asserts that nothing happens drives the injected clock, and a test that
+  waits for another process waits for a positive signal; only the helpers
+  in `MAY_SLEEP` sleep, each for the reason given there;
 - one refusal assertion: a JSON-RPC refusal is asserted by
   `client.refused` (or `Client.fail`, which calls it), never by an
   `assert` of its own on an error's code.
@@ -22,8 +22,8 @@ TESTS = Path(__file__).resolve().parent
 
 # (module, function) -> why it may sleep.
 MAY_SLEEP = {
-    ("support.py", "eventually"): "polls, bounded, for a positive signal from another process "
-    "(a server's timer, PostgreSQL's asynchronous notification, a worker's first output)",
+    ("support.py", "eventually"): "polls, bounded, for a positive signal from another process or "
+    "thread (a server's timer, PostgreSQL's asynchronous notification, a worker's first output)",
     ("work_worker.py", "drain"): "not a test but a worker program run as its own process: it holds "
     "each claim a moment so that the other workers claim meanwhile, and waits between polls for work",
 }
