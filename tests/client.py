@@ -9,13 +9,13 @@ checks that the status mirrors the body).
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
-__all__ = ["WS", "Client", "Http", "env", "now"]
+__all__ = ["WS", "Client", "Http", "env", "now", "refused"]
 
 WS = "wsp_t"
 
@@ -30,6 +30,16 @@ def env(method: str, params: Any = None, id: Any = "r1") -> dict[str, Any]:
     if params is not None:
         out["params"] = params
     return out
+
+
+def refused(response: dict[str, Any], code: int | Collection[int]) -> dict[str, Any]:
+    """The error of `response`, asserting that it is a JSON-RPC refusal
+    (an error and no result) with `code` (or one of the codes given). The
+    suite's one refusal assertion (tests/test_suite_shape.py holds it to that)."""
+    assert "error" in response and "result" not in response, response
+    error: dict[str, Any] = response["error"]
+    assert error["code"] in ((code,) if isinstance(code, int) else code), (code, response)
+    return error
 
 
 def now() -> str:
@@ -65,9 +75,9 @@ class Client:
       and `ts` set, a call that has a sender also gets those (as the
       conformance harness sends them) unless it names its own.
     - `call` returns the whole response, `ok` the result (asserting no
-      error), `err` the error (asserting one), `fail(code, ...)` the error
-      (asserting its code), `code` only the code; with `sign` set, each
-      of these passes its envelope through it first (`send` does not).
+      error), `fail(code, ...)` the error (asserting the refusal, see
+      `refused`); with `sign` set, each of these passes its envelope
+      through it first (`send` does not).
     - `names` is the differential scripts' table: `run(step)` replaces any
       `"$name"` in the step's params by the id this side saved under that
       name (`(method, params, ("result key", "$name"))` saves one).
@@ -131,20 +141,8 @@ class Client:
         assert "error" not in response, (method, params, response)
         return response["result"]
 
-    def err(self, method: str, /, frm: str | None = None, **params: Any) -> dict[str, Any]:
-        response = self.call(method, frm, **params)
-        assert "error" in response, (method, params, response)
-        error: dict[str, Any] = response["error"]
-        return error
-
     def fail(self, code: int, method: str, /, frm: str | None = None, **params: Any) -> dict[str, Any]:
-        error = self.err(method, frm, **params)
-        assert error["code"] == code, (method, params, error)
-        return error
-
-    def code(self, method: str, /, frm: str | None = None, **params: Any) -> int:
-        code: int = self.err(method, frm, **params)["code"]
-        return code
+        return refused(self.call(method, frm, **params), code)
 
     # -- reads --------------------------------------------------------------
 

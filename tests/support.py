@@ -1,12 +1,15 @@
-"""Shared test helpers: envelopes, deterministic coordinators, the standard
-setup, the differential runner, and real store subclasses (the client is in
-client.py)."""
+"""Shared test helpers: deterministic coordinators, the standard setup, the
+recorded-refusal assertion, a bounded wait for another process, the
+differential runner, and real store subclasses (the client, and the refusal
+assertion, are in client.py)."""
 
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 from dataclasses import asdict, is_dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import chap_coordinator
 import msgspec
@@ -19,6 +22,8 @@ ALICE = "human:alice"
 BOT = "agent:bot"
 BOB = "human:bob"
 
+T = TypeVar("T")
+
 
 def make(store: Any = None, **kw: Any) -> Coordinator:
     """A deterministic coordinator: StepClock and CounterIds, as the reference's
@@ -28,18 +33,46 @@ def make(store: Any = None, **kw: Any) -> Coordinator:
     return Coordinator(store, **kw)
 
 
+def eventually(check: Callable[[], T], what: str, timeout: float = 60) -> T:
+    """The first true value `check()` returns, asked every 20 ms for up to
+    `timeout` seconds: for what another process or thread does in its own
+    time (a server's timer, PostgreSQL's asynchronous notification, a
+    worker's first output). A test that asserts that nothing happens drives
+    the clock instead (tests/test_suite_shape.py)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"no {what} within {timeout} s"
+        time.sleep(0.02)
+
+
+def recorded_refusal(c: Client, before: int, code: int) -> dict[str, Any]:
+    """The entry a refused call added to a log of `before` entries, asserting
+    that it is the only one and records the refusal with `code` as 0.3.3
+    does: the request and the outcome, no envelope (SPECIFICATION.md,
+    "Audit entries and the chain")."""
+    log = c.log()
+    assert len(log) == before + 1, log[before:]
+    entry: dict[str, Any] = log[-1]
+    assert entry["seq"] == before and "envelope" not in entry, entry
+    assert entry["outcome"] == {"status": "refused", "code": code}, entry
+    return entry
+
+
 def s0(c: Client, *, profiles: list[str] | None = None, extra_humans: tuple[str, ...] = ()) -> str:
-    """The standard setup: workspace, alice (human, admin reviewer), bot
+    """The usual start: workspace, alice (human, admin reviewer), bot
     (agent), then task T (alice -> bot). Returns T's id."""
     params: dict[str, Any] = {}
     if profiles is not None:
         params["profiles"] = profiles
     c.ok("workspace.create", **params)
-    c.ok("participant.join", **{"from": ALICE}, type="human", role="admin")
-    c.ok("participant.join", **{"from": BOT}, type="agent", role="drafter")
+    c.ok("participant.join", frm=ALICE, type="human", role="admin")
+    c.ok("participant.join", frm=BOT, type="agent", role="drafter")
     for h in extra_humans:
-        c.ok("participant.join", **{"from": h}, type="human", role="reviewer")
-    return c.ok("task.create", **{"from": ALICE}, assignee=BOT, kind="k", input={})["task_id"]
+        c.ok("participant.join", frm=h, type="human", role="reviewer")
+    return c.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={})["task_id"]
 
 
 class FailingStore(MemoryStore):

@@ -13,6 +13,7 @@ import pytest
 from a2a.client import A2ACardResolver, ClientConfig, create_client
 from a2a.helpers.proto_helpers import new_data_message
 from a2a.types import SendMessageRequest
+from client import refused
 from google.protobuf.json_format import MessageToDict
 from servers import Served
 from starlette.applications import Starlette
@@ -161,8 +162,8 @@ def test_a_message_json_cannot_carry_is_refused_and_tasks_stay_listable(served: 
                   {"A2A-Version": "1.0"})
     assert joined["result"]["message"]["parts"][0]["data"]["joined"] is True, joined
     answer = _rpc(served.url, _send_text(workspace, value), {"A2A-Version": "1.0"})
-    error = answer["error"]
-    assert error["code"] == -32700 and says in error["message"], error
+    error = refused(answer, -32700)
+    assert says in error["message"], error
     assert not any(word in json.dumps(answer) for word in SDK_WORDS)
     listed = _rpc(served.url, json.dumps({"jsonrpc": "2.0", "id": 2, "method": "ListTasks", "params": {}}),
                   {"A2A-Version": "1.0"})
@@ -278,4 +279,5 @@ def test_with_auth_a_0_3_message_acts_only_as_its_token(served_with_auth: Served
 
 def test_a_body_over_the_limit_is_refused_before_it_is_read(served: Served) -> None:
     answer = _rpc(served.url, b" " * (MAX_BODY_BYTES + 1), {"A2A-Version": "1.0"})
-    assert answer["error"]["code"] == -32600 and str(MAX_BODY_BYTES) in answer["error"]["message"]
+    refused(answer, -32600)
+    assert str(MAX_BODY_BYTES) in answer["error"]["message"]

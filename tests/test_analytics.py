@@ -88,7 +88,7 @@ class Desk:
         self.tally = Tally()
 
     def ok(self, method: str, sender: str | None = None, **params: Any) -> Any:
-        result = self.chap.ok(method, sender, **params)
+        result = self.chap.ok(method, frm=sender, **params)
         self.tally.entries += 1
         kind = {"abstain.declare": "abstain"}.get(
             method, method.removeprefix("decide.")
@@ -106,7 +106,7 @@ class Desk:
         recorded: bool = True,
         **params: Any,
     ) -> None:
-        self.chap.fail(code, method, sender, **params)
+        self.chap.fail(code, method, frm=sender, **params)
         if recorded:
             self.tally.entries += 1
             self.tally.refusals[(method, code)] += 1
@@ -262,7 +262,7 @@ def review_desk(target: Any) -> Tally:
     # 3. Created with an idempotency key and replayed; two reviewers must both approve.
     create = desk.chap.envelope(
         "task.create",
-        ALICE,
+        frm=ALICE,
         assignee=DRAFTER,
         kind="reply",
         input={"ticket": 103},
@@ -504,19 +504,19 @@ class Run:
 
 
 @pytest.fixture(scope="module")
-def where(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def runs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("analytics")
 
 
 @pytest.fixture(scope="module")
-def served_run(where: Path) -> Run:
-    tally, verified, live = run_served(where / "served.db")
-    return Run(tally, where / "served.db", verified, live)
+def served_run(runs_dir: Path) -> Run:
+    tally, verified, live = run_served(runs_dir / "served.db")
+    return Run(tally, runs_dir / "served.db", verified, live)
 
 
 @pytest.fixture(scope="module")
-def reference_run(where: Path) -> Run:
-    return Run(run_reference(where / "reference.db"), where / "reference.db")
+def reference_run(runs_dir: Path) -> Run:
+    return Run(run_reference(runs_dir / "reference.db"), runs_dir / "reference.db")
 
 
 @pytest.fixture(params=["served", "reference"])
@@ -577,12 +577,12 @@ def test_entries_and_hash_links(loaded: tuple[Tally, chap_analytics.Frames]) -> 
     assert int(assurance["signed"].sum()) == 0
 
 
-def test_the_chain_verifies(served_run: Run, where: Path) -> None:
+def test_the_chain_verifies(served_run: Run, runs_dir: Path) -> None:
     tally = served_run.tally
     assert served_run.verified is not None
     assert served_run.verified["ok"] is True
     assert served_run.verified["entries_checked"] == tally.entries
-    by_reference = verify_with_reference(served_run.db, where / "copy.db")
+    by_reference = verify_with_reference(served_run.db, runs_dir / "copy.db")
     assert by_reference["ok"] is True and by_reference["status"] == "verified", (
         by_reference
     )

@@ -7,7 +7,7 @@ from typing import Any
 
 import chap_analytics
 import pandas as pd
-from client import env
+from client import Client
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -61,14 +61,12 @@ def chap_analytics_times(values: list[Any]) -> tuple[list[Any], list[str]]:
     """Each value as params.ts of one task.create; the created_at
     chap-analytics gives each task, and each entry's arrival."""
     coord = Coordinator(clock=StepClock(ARRIVALS_FROM), ids=CounterIds())
-    coord.dispatch(env("workspace.create", {"workspace": "wsp_t"}))
+    chap = Client(coord, "wsp_t")
+    chap.ok("workspace.create")
     for who, kind in (("human:a", "human"), ("agent:x", "agent")):
-        coord.dispatch(env("participant.join", {"workspace": "wsp_t", "from": who, "type": kind}))
-    ids = []
-    for n, value in enumerate(values):
-        params = {"workspace": "wsp_t", "from": "human:a", "assignee": "agent:x", "kind": "k",
-                  "input": {"n": n}, "ts": value}
-        ids.append(coord.dispatch(env("task.create", params))["result"]["task_id"])
+        chap.ok("participant.join", frm=who, type=kind)
+    ids = [chap.ok("task.create", frm="human:a", assignee="agent:x", kind="k", input={"n": n}, ts=value)["task_id"]
+           for n, value in enumerate(values)]
     frames = chap_analytics.frames(chap_analytics.from_coordinator(coord, "wsp_t"))
     created = dict(zip(frames.tasks["task_id"], frames.tasks["created_at"], strict=True))
     tasks = coord.snapshot("wsp_t")["tasks"]

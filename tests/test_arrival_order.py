@@ -62,8 +62,8 @@ class Pair:
         self.ca, self.cb = Clock(T), Clock(T)
         self.a = Client(Coordinator(SqliteStore(self.path), clock=self.ca), W)
         self.a.ok("workspace.create", profiles=PROFILES)
-        self.a.ok("participant.join", ALICE, type="human", role="admin")
-        self.a.ok("participant.join", BOT, type="agent", role="writer")
+        self.a.ok("participant.join", frm=ALICE, type="human", role="admin")
+        self.a.ok("participant.join", frm=BOT, type="agent", role="writer")
         self.b = Client(Coordinator(SqliteStore(self.path, watch=True), clock=self.cb), W)
 
     def log(self) -> list[dict[str, Any]]:
@@ -139,7 +139,7 @@ def test_a_batch_run_again_after_a_conflict_reads_the_clock_again(tmp_path: Path
 def test_a_lapse_notice_is_never_stamped_before_the_log(tmp_path: Path) -> None:
     p = Pair(tmp_path / "chap.db")
     task = p.a.new_task()
-    p.a.ok("whisper.ask", BOT, task_id=task, question="q", to=ALICE, deadline_ms=1000,
+    p.a.ok("whisper.ask", frm=BOT, task_id=task, question="q", to=ALICE, deadline_ms=1000,
            default_if_lapsed="d", whisper_id="wh")
     p.ca.set(T + 5000)
     p.a.new_task()
@@ -152,12 +152,12 @@ def test_a_lapse_notice_is_never_stamped_before_the_log(tmp_path: Path) -> None:
 
 def test_a_claim_is_never_granted_with_a_lease_already_over_by_the_log(tmp_path: Path) -> None:
     p = Pair(tmp_path / "chap.db")
-    tid = p.a.ok("x-chapline.plan.submit", ALICE, plan="p", edges=[],
+    tid = p.a.ok("x-chapline.plan.submit", frm=ALICE, plan="p", edges=[],
                  tasks=[{"key": "k", "kind": "k", "input": {}, "role": "writer"}])["tasks"]["k"]
     p.ca.set(T + 200)
     p.cb.set(T, T + 1)
     p.cb.then = p.a.new_task  # a writes at T+200 while b claims
-    claimed = p.b.ok("x-chapline.work.claim", BOT, task_id=tid, lease_ms=100)
+    claimed = p.b.ok("x-chapline.work.claim", frm=BOT, task_id=tid, lease_ms=100)
     assert claimed["outcome"] == "claimed"
     latest = max(p.arrivals())
     assert claimed["lease_expires_at"] > latest
@@ -200,7 +200,7 @@ def test_two_writers_with_wandering_clocks_keep_the_log_in_time_order(steps: lis
                     them.new_task()
                     me.new_task()
             else:
-                me.ok("whisper.ask", BOT, task_id=task, question="q", to=ALICE, deadline_ms=1,
+                me.ok("whisper.ask", frm=BOT, task_id=task, question="q", to=ALICE, deadline_ms=1,
                       default_if_lapsed="d", whisper_id=f"wh{n}")
                 them.target.sweep()
         assert _non_decreasing(p.arrivals()), p.arrivals()

@@ -22,7 +22,7 @@ import chap_analytics
 import httpx
 import pytest
 from chap_coordinator.storage.sqlite import SqliteStore as ReferenceStore
-from client import Client, Http
+from client import Client, Http, refused
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from joserfc import jwt
 from joserfc.jwk import RSAKey
@@ -124,7 +124,7 @@ def stored_entries(db: Path) -> list[dict[str, Any]]:
 def joined(server: Server, db: Path) -> dict[str, str]:
     tokens = {who: new_token(db, who)[0] for who in (ALICE, BOB, BOT)}
     for who, kind in ((ALICE, "human"), (BOB, "human"), (BOT, "agent")):
-        server.ok(tokens[who], "participant.join", **{"from": who}, type=kind, role="reviewer")
+        server.ok(tokens[who], "participant.join", frm=who, type=kind, role="reviewer")
     return tokens
 
 
@@ -132,20 +132,20 @@ def test_a_token_cannot_act_as_another_participant(server: Server, db: Path) -> 
     tokens = joined(server, db)
     before = stored_entries(db)
     reply = server.post(
-        tokens[ALICE], "task.create", **{"from": BOB}, assignee=BOT, kind="k", input={}
+        tokens[ALICE], "task.create", frm=BOB, assignee=BOT, kind="k", input={}
     )
     assert reply.status_code == 403
     body = reply.json()
     assert body["id"] == f"c{server.chap.n}"
-    assert body["error"]["code"] == -32011
+    refused(body, -32011)
     assert body["error"]["data"] == {"from": BOB, "principal": ALICE}
     assert BOB in body["error"]["message"] and ALICE in body["error"]["message"]
     # A non-string `from` is not the principal either.
-    reply = server.post(tokens[ALICE], "task.create", **{"from": [ALICE]}, assignee=BOT, kind="k")
+    reply = server.post(tokens[ALICE], "task.create", frm=[ALICE], assignee=BOT, kind="k")
     assert reply.status_code == 403
     assert stored_entries(db) == before
     # The same call as herself goes through and is recorded.
-    server.ok(tokens[ALICE], "task.create", **{"from": ALICE}, assignee=BOT, kind="k", input={})
+    server.ok(tokens[ALICE], "task.create", frm=ALICE, assignee=BOT, kind="k", input={})
     after = stored_entries(db)
     assert len(after) == len(before) + 1
     assert after[-1]["envelope"]["params"]["from"] == ALICE
@@ -166,7 +166,7 @@ def test_an_unauthenticated_call_is_refused_when_auth_is_on(server: Server, db: 
         assert reply.headers["www-authenticate"].startswith("Bearer")
         body = reply.json()
         assert body["jsonrpc"] == "2.0" and body["id"] is None
-        assert body["error"]["code"] == AUTHENTICATION_REQUIRED
+        refused(body, AUTHENTICATION_REQUIRED)
         assert "chapline token create" in body["error"]["message"]
     # Neither the log nor the members changed.
     assert stored_entries(db) == before
@@ -187,13 +187,13 @@ def test_a_revoked_token_is_refused(server: Server, db: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert f"token {token_id} ({ALICE}) revoked" in done.stdout
     before = stored_entries(db)
-    reply = server.post(token, "task.create", **{"from": ALICE}, assignee=BOT, kind="k", input={})
+    reply = server.post(token, "task.create", frm=ALICE, assignee=BOT, kind="k", input={})
     assert reply.status_code == 401
-    assert reply.json()["error"]["code"] == AUTHENTICATION_REQUIRED
+    refused(reply.json(), AUTHENTICATION_REQUIRED)
     assert "revoked" in reply.json()["error"]["message"]
     assert stored_entries(db) == before
     # Her other token still works: revocation is per token.
-    server.ok(tokens[ALICE], "task.create", **{"from": ALICE}, assignee=BOT, kind="k", input={})
+    server.ok(tokens[ALICE], "task.create", frm=ALICE, assignee=BOT, kind="k", input={})
     listing = chapline("token", "list", "--db", str(db)).stdout.splitlines()
     states = {line.split()[0]: line for line in listing}
     assert "revoked" in states[token_id]
@@ -208,17 +208,18 @@ def test_calls_without_from_and_bad_bodies_go_to_the_coordinator(server: Server,
     reply = server.http.post(
         "/chap", content=b"{nope", headers={"Authorization": f"Bearer {tokens[BOB]}"}
     )
-    assert reply.status_code == 400 and reply.json()["error"]["code"] == -32700
+    refused(reply.json(), -32700)
+    assert reply.status_code == 400
 
 
 def test_tokens_are_stored_hashed_and_the_file_stays_readable(server: Server, db: Path) -> None:
     tokens = joined(server, db)
     task = server.ok(
-        tokens[ALICE], "task.create", **{"from": ALICE}, assignee=BOT, kind="k", input={"n": 1}
+        tokens[ALICE], "task.create", frm=ALICE, assignee=BOT, kind="k", input={"n": 1}
     )["task_id"]
-    server.ok(tokens[BOT], "review.request", **{"from": BOT}, task_id=task, to=[ALICE],
+    server.ok(tokens[BOT], "review.request", frm=BOT, task_id=task, to=[ALICE],
               artefact={"n": 2})
-    server.ok(tokens[ALICE], "decide.approve", **{"from": ALICE}, task_id=task)
+    server.ok(tokens[ALICE], "decide.approve", frm=ALICE, task_id=task)
     raw = db.read_bytes() + (db.with_name(db.name + "-wal").read_bytes()
                              if db.with_name(db.name + "-wal").exists() else b"")
     for token in tokens.values():
@@ -323,16 +324,16 @@ def test_an_oidc_access_token_acts_as_its_claimed_participant(
     oidc_server: Server, db: Path, idp: RSAKey
 ) -> None:
     token = access_token(idp)
-    assert oidc_server.ok(token, "participant.join", **{"from": CAROL}, type="human") == {
+    assert oidc_server.ok(token, "participant.join", frm=CAROL, type="human") == {
         "joined": True, "as": CAROL}
     before = stored_entries(db)
-    reply = oidc_server.post(token, "participant.join", **{"from": ALICE}, type="human")
+    reply = oidc_server.post(token, "participant.join", frm=ALICE, type="human")
     assert reply.status_code == 403
     assert reply.json()["error"]["data"] == {"from": ALICE, "principal": CAROL}
     # Tokens the provider did not sign for this server, or that carry no
     # participant, are refused before the coordinator.
     other = RSAKey.generate_key(2048, parameters={"kid": "idp-1"})
-    refused = {
+    rejected = {
         "expired": access_token(idp, exp=int(time.time()) - 3600),
         "another audience": access_token(idp, aud="someone-else"),
         "another issuer": access_token(idp, iss="https://evil.example"),
@@ -341,17 +342,16 @@ def test_an_oidc_access_token_acts_as_its_claimed_participant(
         "not a participant URI": access_token(idp, chap_participant_uri="carol"),
         "not a JWT": "opaque-token-from-elsewhere",
     }
-    for why, bad in refused.items():
-        reply = oidc_server.post(bad, "task.create", **{"from": CAROL}, assignee=CAROL, kind="k")
+    for why, bad in rejected.items():
+        reply = oidc_server.post(bad, "task.create", frm=CAROL, assignee=CAROL, kind="k")
         assert reply.status_code == 401, why
-        error = reply.json()["error"]
-        assert error["code"] == -32403, (why, error)
+        error = refused(reply.json(), -32403)
         if why in ("no participant", "not a participant URI"):
             assert "chap_participant_uri" in error["message"], why
     assert stored_entries(db) == before
     # chapline's own tokens keep working beside the provider's.
     own, _ = new_token(db, ALICE)
-    oidc_server.ok(own, "participant.join", **{"from": ALICE}, type="human")
+    oidc_server.ok(own, "participant.join", frm=ALICE, type="human")
 
 
 def test_oidc_options_go_together_and_need_auth(db: Path, tmp_path: Path, idp: RSAKey) -> None:
@@ -420,7 +420,8 @@ def test_a_signed_call_is_admitted_on_its_signature(db: Path) -> None:
             assert post(create).status_code == 401  # neither token nor signature
             forged = sign_envelope(create, Ed25519PrivateKey.generate(), "alice-1")
             reply = post(forged)
-            assert reply.status_code == 400 and reply.json()["error"]["code"] == -32070
+            refused(reply.json(), -32070)
+            assert reply.status_code == 400
             assert stored_entries(db) == before
             reply = post(sign_envelope(create, key, "alice-1"))
             assert reply.status_code == 200, reply.text

@@ -28,7 +28,7 @@ from chap_google_adk import ChapConfirmationBridge
 from chap_langgraph import ChapBridge, hil_review
 from chap_llama_index import ChapHitlBridge
 from chap_pydantic_ai import ChapApprovalBridge
-from client import env
+from client import Client, env, refused
 
 from coordinator import (
     Coordinator,
@@ -270,10 +270,11 @@ def test_readers_see_what_they_see_on_the_reference(name: str) -> None:
 
 def _desk() -> Coordinator:
     coord = Coordinator(clock=StepClock(), ids=CounterIds())
-    coord.dispatch(env("workspace.create", {"workspace": "wsp_a"}))
+    a = Client(coord, "wsp_a")
+    a.ok("workspace.create")
     for uri, kind in ((ALICE, "human"), (AGENT, "agent")):
-        coord.dispatch(env("participant.join", {"workspace": "wsp_a", "from": uri, "type": kind}))
-    coord.dispatch(env("participant.join", {"workspace": "wsp_b", "from": BOB, "type": "human"}))
+        a.ok("participant.join", frm=uri, type=kind)
+    Client(coord, "wsp_b").ok("participant.join", frm=BOB, type="human")
     return coord
 
 
@@ -304,10 +305,8 @@ def test_views_are_current_and_nothing_read_changes_the_coordinator() -> None:
     view = coord.workspaces["wsp_a"]
     tasks = view.tasks
     assert len(tasks) == 0
-    res = coord.dispatch(env("task.create", {
-        "workspace": "wsp_a", "from": ALICE, "assignee": AGENT, "kind": "k", "input": {"q": [1]},
-    }))
-    task_id = res["result"]["task_id"]
+    a = Client(coord, "wsp_a")
+    task_id = a.ok("task.create", frm=ALICE, assignee=AGENT, kind="k", input={"q": [1]})["task_id"]
     assert list(tasks) == [task_id] and tasks[task_id].state == "created"
     task = tasks[task_id]
     task.input["q"].append(2)
@@ -318,11 +317,8 @@ def test_views_are_current_and_nothing_read_changes_the_coordinator() -> None:
     profiles.append("x/1.0")
     assert tasks[task_id].input == {"q": [1]} and len(tasks[task_id].history) == 1
     assert view.profiles == ["core/1.0", "review/1.0"]
-    described = coord.dispatch(env("workspace.describe", {"workspace": "wsp_a"}))["result"]
-    assert described["profiles"] == ["core/1.0", "review/1.0"]
-    coord.dispatch(env("task.update", {
-        "workspace": "wsp_a", "from": AGENT, "task_id": task_id, "state": "in_progress",
-    }))
+    assert a.describe()["profiles"] == ["core/1.0", "review/1.0"]
+    a.ok("task.update", frm=AGENT, task_id=task_id, state="in_progress")
     assert task.state == "created" and tasks[task_id].state == "in_progress"
     assert [e.envelope["method"] for e in view.audit][-2:] == ["task.create", "task.update"]
 
@@ -380,13 +376,9 @@ def test_from_coordinator_equals_from_sqlite(tmp_path: Path) -> None:
     ws = "wsp_langgraph"
     bridge = _lg_open(coord, ws)
     state = hil_review(bridge, DRAFT, kind="draft_response")
-    refused = coord.dispatch(env("decide.approve", {
-        "workspace": ws, "from": AGENT, "task_id": state["chap_task_id"],
-    }))
-    assert refused["error"]["code"] == -32011
-    coord.dispatch(env("abstain.declare", {
-        "workspace": ws, "from": ALICE, "task_id": state["chap_task_id"], "reason": "conflict",
-    }))
+    chap = Client(coord, ws)
+    chap.fail(-32011, "decide.approve", frm=AGENT, task_id=state["chap_task_id"])
+    chap.ok("abstain.declare", frm=ALICE, task_id=state["chap_task_id"], reason="conflict")
     for name in BRIDGES:
         wid = f"wsp_{name.replace('-', '_')}"
         live = chap_analytics.frames(chap_analytics.from_coordinator(coord, wid))
@@ -456,7 +448,8 @@ def test_options_map_to_chapline_arguments_as_the_reference_reads_them() -> None
         mine = [coord.dispatch(c) for c in calls]
         theirs = [ref.dispatch(c) for c in calls]
         assert [_codes(r) for r in mine] == [_codes(r) for r in theirs]
-        assert mine[2]["error"]["code"] == -32011 and mine[4]["error"]["code"] == -32600
+        refused(mine[2], -32011)
+        refused(mine[4], -32600)
         assert mine[3]["result"]["profiles"] == ["core/1.0"] and "evidence_head" not in mine[3]["result"]
         assert heard == [("wsp_o", 0), ("wsp_o", 1)] * 2  # ours, then the reference
         assert isinstance(coord.store, MemoryStore)

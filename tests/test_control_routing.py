@@ -16,7 +16,7 @@ import msgspec
 import pytest
 from chap_analytics import briefs
 from chap_coordinator.storage.sqlite import SqliteStore as ReferenceStore
-from client import Client
+from client import Client, refused
 from profile_diff import ALL_PROFILES
 from support import FailingStore, make
 
@@ -45,51 +45,51 @@ def state(c: Client) -> dict[str, Any]:
 def test_pause_refuses_updates_and_resume_returns_to_the_prior_state():
     c = client()
     t = c.new_task()
-    c.ok("task.update", BOT, task_id=t, state="in_progress")
-    c.ok("control.pause", A, task_id=t)
+    c.ok("task.update", frm=BOT, task_id=t, state="in_progress")
+    c.ok("control.pause", frm=A, task_id=t)
     assert c.task(t)["paused_from"] == "in_progress"
-    c.fail(-32602, "task.update", BOT, task_id=t, state="completed")
-    c.fail(-32602, "task.complete", BOT, task_id=t)
-    assert c.ok("control.resume", A, task_id=t)["state"] == "in_progress"
+    c.fail(-32602, "task.update", frm=BOT, task_id=t, state="completed")
+    c.fail(-32602, "task.complete", frm=BOT, task_id=t)
+    assert c.ok("control.resume", frm=A, task_id=t)["state"] == "in_progress"
     assert (c.task(t)["paused"], c.task(t)["paused_from"]) == (False, None)
-    assert c.ok("task.complete", BOT, task_id=t, output={"o": 1})["state"] == "review_requested"
+    assert c.ok("task.complete", frm=BOT, task_id=t, output={"o": 1})["state"] == "review_requested"
 
 
 def test_a_paused_workspace_refuses_and_records_then_resumes():
     c = client()
     t = c.new_task()
-    c.ok("control.pause", A, scope="workspace")
+    c.ok("control.pause", frm=A, scope="workspace")
     before = c.count()
-    c.fail(-32063, "task.update", BOT, task_id=t, state="in_progress")
-    c.fail(-32063, "control.snapshot", A)
+    c.fail(-32063, "task.update", frm=BOT, task_id=t, state="in_progress")
+    c.fail(-32063, "control.snapshot", frm=A)
     assert c.count() == before + 2 and c.last()["outcome"] == {"status": "refused", "code": -32063}
-    assert c.ok("control.resume", A, scope="workspace")["state"] == "active"
-    assert c.ok("task.update", BOT, task_id=t, state="in_progress") == {"state": "in_progress"}
+    assert c.ok("control.resume", frm=A, scope="workspace")["state"] == "active"
+    assert c.ok("task.update", frm=BOT, task_id=t, state="in_progress") == {"state": "in_progress"}
 
 
 def test_a_paused_member_gets_no_new_work_until_resumed():
     c = client()
-    c.ok("control.pause", A, scope="participant", participant_uri=B2)
-    c.fail(-32063, "task.create", A, assignee=B2, kind="k", input={})
-    route = c.ok("task.route", A, task_id=c.new_task(), candidates=[B2, BOT])
+    c.ok("control.pause", frm=A, scope="participant", participant_uri=B2)
+    c.fail(-32063, "task.create", frm=A, assignee=B2, kind="k", input={})
+    route = c.ok("task.route", frm=A, task_id=c.new_task(), candidates=[B2, BOT])
     assert route["selected"] == BOT
-    c.ok("control.resume", A, scope="participant", participant_uri=B2)
+    c.ok("control.resume", frm=A, scope="participant", participant_uri=B2)
     c.new_task(assignee=B2)
 
 
 def test_rollback_puts_back_the_snapshot_parts_as_a_new_entry():
     store = FailingStore()
     c = client(store)
-    c.ok("participant.leave", B2)
-    c.ok("participant.join", B2, type="agent", role="drafter")
-    snap = c.ok("control.snapshot", A, label="before")
+    c.ok("participant.leave", frm=B2)
+    c.ok("participant.join", frm=B2, type="agent", role="drafter")
+    snap = c.ok("control.snapshot", frm=A, label="before")
     parts = snap["artefact"]["content"]["state"]
-    c.ok("control.set_mode_ceiling", A, new_ceiling="shadow")
-    c.ok("participant.leave", B2)
-    c.ok("participant.join", B2, type="agent", role="reviewer")
-    c.ok("participant.join", "human:late", type="human")
+    c.ok("control.set_mode_ceiling", frm=A, new_ceiling="shadow")
+    c.ok("participant.leave", frm=B2)
+    c.ok("participant.join", frm=B2, type="agent", role="reviewer")
+    c.ok("participant.join", frm="human:late", type="human")
     log_before = c.log()
-    result = c.ok("control.rollback", A, to_snapshot_artefact_id=snap["snapshot_artefact_id"])
+    result = c.ok("control.rollback", frm=A, to_snapshot_artefact_id=snap["snapshot_artefact_id"])
     assert result["restored"] == ["mode_ceiling", "members"]
     described = c.describe()
     assert described["mode_ceiling"] == parts["mode_ceiling"]
@@ -111,20 +111,20 @@ def test_rollback_puts_back_the_snapshot_parts_as_a_new_entry():
 def test_supersede_refuses_the_old_task_and_the_successor_works():
     c = client()
     t = c.new_task(mode="production")
-    new = c.ok("control.supersede", A, task_id=t, successor_task={"kind": "k2", "input": {"v": 2}})["new_task_id"]
+    new = c.ok("control.supersede", frm=A, task_id=t, successor_task={"kind": "k2", "input": {"v": 2}})["new_task_id"]
     assert (c.task(t)["state"], c.task(t)["superseded_by"]) == ("superseded", new)
     assert c.task(new)["supersedes"] == t
-    c.fail(-32602, "task.update", BOT, task_id=t, state="in_progress")
-    c.fail(-32061, "control.pause", A, task_id=t)
-    c.fail(-32061, "control.cancel", A, task_id=t)
-    c.ok("task.update", BOT, task_id=new, state="in_progress")
-    assert c.ok("task.complete", BOT, task_id=new, output={}) == {"state": "completed"}
+    c.fail(-32602, "task.update", frm=BOT, task_id=t, state="in_progress")
+    c.fail(-32061, "control.pause", frm=A, task_id=t)
+    c.fail(-32061, "control.cancel", frm=A, task_id=t)
+    c.ok("task.update", frm=BOT, task_id=new, state="in_progress")
+    assert c.ok("task.complete", frm=BOT, task_id=new, output={}) == {"state": "completed"}
 
 
 def test_route_sets_the_assignee_and_stores_a_decision():
     c = client()
     t = c.new_task(routing_hints={"criticality": "high"})
-    out = c.ok("task.route", A, task_id=t, candidates=["agent:none", B2])
+    out = c.ok("task.route", frm=A, task_id=t, candidates=["agent:none", B2])
     assert c.task(t)["assignee"] == B2
     decision = c.target.snapshot(W)["route_decisions"][out["decision_artefact"]]
     assert decision["outcome"] == B2 and decision["hints_observed"] == {"criticality": "high"}
@@ -151,8 +151,8 @@ CALLS = [
 def _prepared(store: Any) -> tuple[Client, dict[str, str]]:
     c = client(store)
     names = {"$T": c.new_task(mode="production", routing_hints={"criticality": "critical"})}
-    names["$S"] = c.ok("control.snapshot", A)["snapshot_artefact_id"]
-    c.ok("control.set_mode_ceiling", A, new_ceiling="production")
+    names["$S"] = c.ok("control.snapshot", frm=A)["snapshot_artefact_id"]
+    c.ok("control.set_mode_ceiling", frm=A, new_ceiling="production")
     return c, names
 
 
@@ -166,32 +166,33 @@ def test_a_failed_write_answers_32900_and_changes_nothing(method, params):
     c, names = _prepared(store)
     before, held = state(c), msgspec.to_builtins(store.load())
     store.failing = True
-    c.fail(-32900, method, A, **_bind(params, names))
+    c.fail(-32900, method, frm=A, **_bind(params, names))
     store.failing = False
     assert state(c) == before
     assert msgspec.to_builtins(store.load()) == held
     # and the same call goes through once the store takes writes again
-    c.ok(method, A, **_bind(params, names))
+    c.ok(method, frm=A, **_bind(params, names))
 
 
 def test_a_rollback_in_a_failed_batch_is_undone_with_the_rest():
     store = FailingStore()
     c, names = _prepared(store)
-    c.ok("control.set_mode_ceiling", A, new_ceiling="shadow")
+    c.ok("control.set_mode_ceiling", frm=A, new_ceiling="shadow")
     before = state(c)
     store.failing = True
     with pytest.raises(BatchWriteError):
         with c.target.batch():
-            r1 = c.call("control.rollback", A, to_snapshot_artefact_id=names["$S"])
+            r1 = c.call("control.rollback", frm=A, to_snapshot_artefact_id=names["$S"])
             assert r1["result"]["restored"] == ["mode_ceiling", "members"]
             assert c.describe()["mode_ceiling"] == "production"  # seen inside the batch
-            r2 = c.call("control.pause", A, scope="workspace")
+            r2 = c.call("control.pause", frm=A, scope="workspace")
     store.failing = False
-    assert r1["error"]["code"] == r2["error"]["code"] == -32900
+    refused(r1, -32900)
+    refused(r2, -32900)
     assert state(c) == before
     with c.target.batch():
-        c.ok("control.rollback", A, to_snapshot_artefact_id=names["$S"])
-        c.ok("control.supersede", A, task_id=names["$T"], successor_task={"kind": "k"})
+        c.ok("control.rollback", frm=A, to_snapshot_artefact_id=names["$S"])
+        c.ok("control.supersede", frm=A, task_id=names["$T"], successor_task={"kind": "k"})
     assert c.describe()["mode_ceiling"] == "production"
     assert len(store.applied[-1].entries) == 2  # one change for the batch
 
@@ -201,8 +202,8 @@ def test_an_abandoned_batch_undoes_a_snapshot_and_a_route():
     before = state(c)
     with pytest.raises(RuntimeError):
         with c.target.batch():
-            c.ok("control.snapshot", A)
-            c.ok("task.route", A, task_id=names["$T"], candidates=[B2])
+            c.ok("control.snapshot", frm=A)
+            c.ok("task.route", frm=A, task_id=names["$T"], candidates=[B2])
             raise RuntimeError("caller gave up")
     assert state(c) == before
 
@@ -214,7 +215,7 @@ def test_a_hook_that_raises_changes_nothing_and_is_recorded():
     c = client(routing_policy=broken)
     t = c.new_task()
     before = c.target.snapshot(W)
-    error = c.fail(-32515, "task.route", A, task_id=t, candidates=[BOT])
+    error = c.fail(-32515, "task.route", frm=A, task_id=t, candidates=[BOT])
     assert "unreachable" in error["message"]
     after = c.target.snapshot(W)
     assert after["tasks"] == before["tasks"] and after["route_decisions"] == {}
@@ -230,18 +231,18 @@ def session(coord: Any) -> dict[str, str]:
     c.setup(members=(A, BOT, B2, BOB), profiles=list(PROFILES))
     t = c.new_task(mode="production", routing_hints={"criticality": "critical", "confidence": "0.4"})
     u = c.new_task(mode="production")
-    snap = c.ok("control.snapshot", A, label="s1")["snapshot_artefact_id"]
-    c.ok("task.route", A, task_id=t, candidates=[B2, BOT])
-    c.ok("review.depth", A, task_id=t)
-    c.ok("escalate.auto", A, task_id=t, default_escalation_target=A)
-    c.ok("task.update", BOT, task_id=u, state="in_progress")
-    c.ok("control.pause", A, task_id=u)
-    c.ok("control.pause", A, scope="participant", participant_uri=BOB)
-    new = c.ok("control.supersede", A, task_id=t, successor_task={"kind": "k2"}, reason="r")["new_task_id"]
-    c.ok("control.set_mode_ceiling", A, new_ceiling="trial")
-    c.fail(-32062, "control.rollback", A, to_snapshot_artefact_id="art_missing")
-    c.ok("control.rollback", A, to_snapshot_artefact_id=snap, what_to_restore=["mode_ceiling"])
-    c.ok("control.set_mode_ceiling", A, new_ceiling="shadow")
+    snap = c.ok("control.snapshot", frm=A, label="s1")["snapshot_artefact_id"]
+    c.ok("task.route", frm=A, task_id=t, candidates=[B2, BOT])
+    c.ok("review.depth", frm=A, task_id=t)
+    c.ok("escalate.auto", frm=A, task_id=t, default_escalation_target=A)
+    c.ok("task.update", frm=BOT, task_id=u, state="in_progress")
+    c.ok("control.pause", frm=A, task_id=u)
+    c.ok("control.pause", frm=A, scope="participant", participant_uri=BOB)
+    new = c.ok("control.supersede", frm=A, task_id=t, successor_task={"kind": "k2"}, reason="r")["new_task_id"]
+    c.ok("control.set_mode_ceiling", frm=A, new_ceiling="trial")
+    c.fail(-32062, "control.rollback", frm=A, to_snapshot_artefact_id="art_missing")
+    c.ok("control.rollback", frm=A, to_snapshot_artefact_id=snap, what_to_restore=["mode_ceiling"])
+    c.ok("control.set_mode_ceiling", frm=A, new_ceiling="shadow")
     return {"t": t, "u": u, "snap": snap, "new": new}
 
 
@@ -273,19 +274,18 @@ def test_ours_loads_and_continues_a_file_the_reference_wrote(tmp_path: Path):
     assert held["tasks"][names["u"]]["paused_from"] == "in_progress"
     c = Client(ours, W)
     # the reference's snapshot, paused task and member work here
-    assert c.ok("control.rollback", A, to_snapshot_artefact_id=names["snap"])["restored"] == [
+    assert c.ok("control.rollback", frm=A, to_snapshot_artefact_id=names["snap"])["restored"] == [
         "mode_ceiling", "members"]
     assert c.describe()["mode_ceiling"] == "production"
-    assert c.ok("control.resume", A, task_id=names["u"])["state"] == "in_progress"
-    assert c.ok("control.resume", A, scope="participant", participant_uri=BOB)["paused"] is False
-    c.ok("task.route", A, task_id=names["new"], candidates=[BOT])
+    assert c.ok("control.resume", frm=A, task_id=names["u"])["state"] == "in_progress"
+    assert c.ok("control.resume", frm=A, scope="participant", participant_uri=BOB)["paused"] is False
+    c.ok("task.route", frm=A, task_id=names["new"], candidates=[BOT])
     assert c.ok("audit.verify_chain")["status"] == "verified"
     ours.close()
     # and the reference reads what we appended
     again = chap_coordinator.Coordinator(store=ReferenceStore(str(path)), **options())
     assert reads(again)["audit.read"] == reads(Coordinator(SqliteStore(path)))["audit.read"]
-    assert again.dispatch({"jsonrpc": "2.0", "id": "v", "method": "audit.verify_chain",
-                           "params": {"workspace": W}})["result"]["status"] == "verified"
+    assert Client(again, W).ok("audit.verify_chain")["status"] == "verified"
 
 
 def test_the_reference_loads_and_continues_a_file_we_wrote(tmp_path: Path):
@@ -305,9 +305,9 @@ def test_the_reference_loads_and_continues_a_file_we_wrote(tmp_path: Path):
     assert live.tasks[names["u"]].paused_from == "in_progress"
     c = Client(ref, W)
     c.n = 1000
-    assert c.ok("control.rollback", A, to_snapshot_artefact_id=names["snap"])["restored"] == [
+    assert c.ok("control.rollback", frm=A, to_snapshot_artefact_id=names["snap"])["restored"] == [
         "mode_ceiling", "members"]
-    assert c.ok("control.resume", A, task_id=names["u"])["state"] == "in_progress"
+    assert c.ok("control.resume", frm=A, task_id=names["u"])["state"] == "in_progress"
     assert c.ok("audit.verify_chain")["status"] == "verified"
 
 
@@ -324,9 +324,9 @@ def test_snapshot_and_restore_carry_the_profile_collections(shape):
     assert target.snapshot(W) == source.snapshot(W)
     c = Client(target, W)
     c.n = 1000
-    c.ok("control.rollback", A, to_snapshot_artefact_id=names["snap"])
+    c.ok("control.rollback", frm=A, to_snapshot_artefact_id=names["snap"])
     assert c.describe()["mode_ceiling"] == "production"
-    assert c.ok("control.resume", A, task_id=names["u"])["state"] == "in_progress"
+    assert c.ok("control.resume", frm=A, task_id=names["u"])["state"] == "in_progress"
 
 
 def test_chap_analytics_loads_such_a_file_without_a_warning(tmp_path: Path, caplog):
@@ -355,7 +355,7 @@ def test_a_hook_that_mutates_its_arguments_changes_nothing_held():
     c = client(review_depth_policy=meddling)
     t = c.new_task(routing_hints={"criticality": "high"})
     before = c.task(t)
-    assert c.ok("review.depth", A, task_id=t)["depth"] == "full"
+    assert c.ok("review.depth", frm=A, task_id=t)["depth"] == "full"
     assert c.task(t) == before
     decision = next(iter(c.target.snapshot(W)["route_decisions"].values()))
     assert decision["hints_observed"] == {"criticality": "high"}
@@ -374,9 +374,9 @@ def test_verify_replays_snapshots_and_route_decisions_to_their_stored_ids(tmp_pa
     c.n = 500
     for _ in range(2):  # interleave artefact ids of two workspaces
         x = other.new_task()
-        other.ok("review.depth", A, task_id=x, artefact_routing_hints={"criticality": "low"})
-        c.ok("task.route", A, task_id=names["new"], candidates=[BOT])
-        c.ok("control.snapshot", A)
+        other.ok("review.depth", frm=A, task_id=x, artefact_routing_hints={"criticality": "low"})
+        c.ok("task.route", frm=A, task_id=names["new"], candidates=[BOT])
+        c.ok("control.snapshot", frm=A)
     coord.close()
     store = SqliteStore(path)
     for ws in (W, "wsp_other"):
@@ -396,13 +396,13 @@ def test_two_coordinators_on_one_file_reload_and_rerun_control_calls(tmp_path: P
     second = Coordinator(SqliteStore(path))
     b = Client(second, W)
     b.n = 1000
-    snap = a.ok("control.snapshot", A)["snapshot_artefact_id"]  # second has not seen it
-    a.ok("control.set_mode_ceiling", A, new_ceiling="shadow")
-    assert b.ok("control.rollback", A, to_snapshot_artefact_id=snap)["restored"] == ["mode_ceiling", "members"]
+    snap = a.ok("control.snapshot", frm=A)["snapshot_artefact_id"]  # second has not seen it
+    a.ok("control.set_mode_ceiling", frm=A, new_ceiling="shadow")
+    assert b.ok("control.rollback", frm=A, to_snapshot_artefact_id=snap)["restored"] == ["mode_ceiling", "members"]
     a.n = 2000
-    assert a.ok("control.pause", A, task_id=t)["state"] == "paused"  # first reloads in turn
-    assert b.ok("control.resume", A, task_id=t)["state"] == "created"
-    assert b.ok("task.route", A, task_id=t, candidates=[B2])["selected"] == B2
+    assert a.ok("control.pause", frm=A, task_id=t)["state"] == "paused"  # first reloads in turn
+    assert b.ok("control.resume", frm=A, task_id=t)["state"] == "created"
+    assert b.ok("task.route", frm=A, task_id=t, candidates=[B2])["selected"] == B2
     fresh = Client(Coordinator(SqliteStore(path)), W)
     assert fresh.describe() == b.describe()  # the second wrote last
     assert fresh.describe()["mode_ceiling"] == "production"

@@ -22,10 +22,10 @@ def _workload(path: str) -> dict[str, dict]:
     for ws in ("wsp_a", "wsp_b"):
         c = Client(coord, ws)
         T = s0(c)
-        c.ok("task.update", **{"from": BOT}, task_id=T, state="in_progress")
-        c.ok("participant.join", **{"from": BOB}, type="human")
-        c.err("workspace.set_profiles", **{"from": BOT}, profiles=["core/1.0"])  # a recorded refusal
-        c.ok("task.complete", **{"from": BOT}, task_id=T, output={"o": [1, "x"]})
+        c.ok("task.update", frm=BOT, task_id=T, state="in_progress")
+        c.ok("participant.join", frm=BOB, type="human")
+        c.fail(-32011, "workspace.set_profiles", frm=BOT, profiles=["core/1.0"])  # a recorded refusal
+        c.ok("task.complete", frm=BOT, task_id=T, output={"o": [1, "x"]})
     out = {ws: coord.snapshot(ws) for ws in ("wsp_a", "wsp_b")}
     coord.close()
     return out

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from client import Client, Http
+from client import Client, Http, refused
 from servers import LiveServer
 
 from coordinator import Coordinator
@@ -55,18 +55,19 @@ def test_the_desk_page_and_its_modules_are_served(served: tuple[httpx.Client, Co
     assert "javascript" in http.get("/desk/static/desk.js").headers["content-type"]
     assert http.get("/desk/static/../routes.py").status_code == 404
     # POST / is still CHAP.
-    assert call(http, "participant.join", **{"from": ALICE}, type="human")["joined"] is True
+    assert call(http, "participant.join", frm=ALICE, type="human")["joined"] is True
 
 
 def test_the_desk_reads(served: tuple[httpx.Client, Coordinator, LiveServer]) -> None:
     http, coord, _ = served
     assert http.get("/desk/api/session").json() == {"auth": False, "principal": None}
-    call(http, "participant.join", **{"from": ALICE}, type="human", role="reviewer")
+    call(http, "participant.join", frm=ALICE, type="human", role="reviewer")
     assert http.get("/desk/api/workspaces").json() == {"workspaces": [WS]}
     snapshot = http.get(f"/desk/api/snapshot?workspace={WS}").json()
     assert snapshot == json.loads(json.dumps(coord.snapshot(WS)))
     missing = http.get("/desk/api/snapshot?workspace=wsp_nope")
-    assert missing.status_code == 404 and missing.json()["error"]["code"] == -32602
+    refused(missing.json(), -32602)
+    assert missing.status_code == 404
     unnamed = http.get("/desk/api/snapshot")
     assert unnamed.status_code == 400 and "workspace=" in unnamed.json()["error"]["message"]
 
@@ -93,16 +94,16 @@ def test_each_recorded_entry_reaches_every_open_stream(
         threading.Thread(target=_events, args=(http, path, out), daemon=True).start()
         assert out.get(timeout=60) == ("ready", {})
         streams.append(out)
-    call(http, "participant.join", **{"from": ALICE}, type="human", role="reviewer")
-    call(http, "participant.join", **{"from": BOT}, type="agent")
-    task = call(http, "task.create", **{"from": ALICE}, assignee=BOT, kind="k", input={})["task_id"]
+    call(http, "participant.join", frm=ALICE, type="human", role="reviewer")
+    call(http, "participant.join", frm=BOT, type="agent")
+    task = call(http, "task.create", frm=ALICE, assignee=BOT, kind="k", input={})["task_id"]
     # A recorded refusal is an entry too; a read and an unrecorded refusal are not.
     call(http, "workspace.describe")
     http.post("/chap", json={"jsonrpc": "2.0", "id": 9, "method": "task.complete",
                              "params": {"workspace": WS, "from": BOT}})
-    refused = http.post("/chap", json={"jsonrpc": "2.0", "id": 10, "method": "decide.approve",
+    refusal = http.post("/chap", json={"jsonrpc": "2.0", "id": 10, "method": "decide.approve",
                                        "params": {"workspace": WS, "from": ALICE, "task_id": task}})
-    assert refused.json()["error"]["code"] == -32010
+    refused(refusal.json(), -32010)
     log = call(http, "audit.read")["entries"]
     assert len(log) == 4 and log[-1]["outcome"]["code"] == -32010
     for out in streams[:2]:

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
-from client import Client, Http
+from client import Client, Http, refused
 from selenium import webdriver
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
@@ -241,7 +241,7 @@ def test_a_reviewers_day_in_the_desk(desk: Desk, browser: WebDriver, shots: Path
     # Approve another; the agent's out-of-turn approval is refused and recorded.
     second = desk.review({"quarter": "Q4"}, {"title": "Outlook"}, "Same template as Q3")
     wait(browser, lambda d: inbox_rows(d) == [second], "the second review")
-    assert desk.call(BOT, "decide.approve", task_id=second)["error"]["code"] == -32011
+    refused(desk.call(BOT, "decide.approve", task_id=second), -32011)
     click(browser, By.LINK_TEXT, second)
     wait(browser, lambda d: d.find_element(By.ID, "approve").is_enabled(), "the approve button")
     click(browser, By.ID, "approve")
@@ -274,8 +274,8 @@ def test_a_reviewers_day_in_the_desk(desk: Desk, browser: WebDriver, shots: Path
         f"Chain verified by the server: {len(entries)} of {len(entries)} entries, head {head}",
     )
     assert shown["seqs"] == [str(e["seq"]) for e in reversed(entries)]
-    [refused] = shown["refused"]
-    assert "refused -32011" in refused and BOT in refused
+    [refusal] = shown["refused"]
+    assert "refused -32011" in refusal and BOT in refusal
     assert task in shown["completed"] and second in shown["completed"]
     assert ALICE in shown["view"] and BOT in shown["view"]
     browser.save_screenshot(str(shots / "4-workspace.png"))
@@ -378,8 +378,7 @@ def test_without_auth_the_desk_asks_whom_to_act_as(
     live = LiveServer(create_app(coord))
     try:
         for who, kind in ((ALICE, "human"), (BOT, "agent")):
-            coord.dispatch({"jsonrpc": "2.0", "id": 1, "method": "participant.join",
-                            "params": {"workspace": "wsp_open", "from": who, "type": kind}})
+            Client(coord, "wsp_open").ok("participant.join", frm=who, type=kind)
         browser.switch_to.new_window("tab")
         browser.get(live.url + "/")
         field = wait(browser, lambda d: d.find_element(By.ID, "act-as").is_displayed()

@@ -4,7 +4,7 @@ chain head and stored whispers, call by call (see interaction_diff.py)."""
 from __future__ import annotations
 
 import pytest
-from client import Client
+from client import Client, refused
 from interaction_diff import BOT, GHOST, MEMBERS, A, B, C, W, pair
 
 
@@ -13,7 +13,7 @@ def ask(p: Client, task: str, frm: str = BOT, **params):
     params.setdefault("question", "Ship it?")
     params.setdefault("deadline_ms", 60_000)
     params.setdefault("default_if_lapsed", "no")
-    return p.ok("whisper.ask", frm, task_id=task, **params)
+    return p.ok("whisper.ask", frm=frm, task_id=task, **params)
 
 
 def test_ask_and_answer_with_and_without_options():
@@ -25,11 +25,11 @@ def test_ask_and_answer_with_and_without_options():
         whisper_id="w1", context_summary="the draft", default_if_lapsed={"id": "n"})
     ask(p, t, to="group:reviewers", whisper_id="w2", options=None)
     ask(p, t, to="workspace:" + W, whisper_id="w3", options=[])
-    assert p.ok("whisper.answer", B, whisper_id="w1", answer_option="y", comment="fine") == {
+    assert p.ok("whisper.answer", frm=B, whisper_id="w1", answer_option="y", comment="fine") == {
         "answered": True, "whisper_id": "w1", "task_id": t}
-    p.ok("whisper.answer", C, whisper_id="w2", answer="free text")          # group: any member
-    p.ok("whisper.answer", C, whisper_id="w3", answer_text={"k": [1]})       # options [] = none
-    p.ok("whisper.answer", A, whisper_id=generated["whisper_id"], answer="", answer_text="t")
+    p.ok("whisper.answer", frm=C, whisper_id="w2", answer="free text")          # group: any member
+    p.ok("whisper.answer", frm=C, whisper_id="w3", answer_text={"k": [1]})       # options [] = none
+    p.ok("whisper.answer", frm=A, whisper_id=generated["whisper_id"], answer="", answer_text="t")
     p.target.assert_same_state("whispers")
 
 
@@ -38,19 +38,19 @@ def test_answer_refusals_in_0_3_3_order():
     p.setup(MEMBERS)
     t = p.new_task(kind="k")
     ask(p, t, whisper_id="w", to=[A], options=[{"id": 1}, {"id": True}, {"id": "a"}, {"id": {"x": 1}}])
-    p.fail(-32011, "whisper.answer", GHOST, whisper_id="w", answer_option=1)   # floor, unrecorded
-    p.fail(-32011, "whisper.answer", None, whisper_id="w", answer_option=1)
-    p.fail(-32602, "whisper.answer", A, answer_option=1)                        # missing whisper_id
-    p.fail(-32602, "whisper.answer", A, whisper_id="nope", answer_option=1)
-    p.fail(-32602, "whisper.answer", A, whisper_id=5, answer_option=1)
-    p.fail(-32011, "whisper.answer", B, whisper_id="w", answer_option=1)        # not addressed: recorded
-    p.fail(-32602, "whisper.answer", A, whisper_id="w", answer_text="x")        # options need an option
-    p.fail(-32602, "whisper.answer", A, whisper_id="w", answer_option=None)
-    for wrong in (False, 0, "1", 2, [1], {"x": 1}, {"y": 2}):                  # type-strict
-        p.fail(-32022, "whisper.answer", A, whisper_id="w", answer_option=wrong)
-    p.ok("whisper.answer", A, whisper_id="w", answer_option=1.0)               # 1 matches 1.0
-    p.fail(-32020, "whisper.answer", A, whisper_id="w", answer_option=True)
-    p.fail(-32011, "whisper.answer", B, whisper_id="w", answer_option=1)        # addressed before answered
+    p.fail(-32011, "whisper.answer", frm=GHOST, whisper_id="w", answer_option=1)   # floor, unrecorded
+    p.fail(-32011, "whisper.answer", frm=None, whisper_id="w", answer_option=1)
+    p.fail(-32602, "whisper.answer", frm=A, answer_option=1)                        # missing whisper_id
+    p.fail(-32602, "whisper.answer", frm=A, whisper_id="nope", answer_option=1)
+    p.fail(-32602, "whisper.answer", frm=A, whisper_id=5, answer_option=1)
+    p.fail(-32011, "whisper.answer", frm=B, whisper_id="w", answer_option=1)        # not addressed: recorded
+    p.fail(-32602, "whisper.answer", frm=A, whisper_id="w", answer_text="x")        # options need an option
+    p.fail(-32602, "whisper.answer", frm=A, whisper_id="w", answer_option=None)
+    for wrong in (False, 0, "1", 2, [1], {"x": 1}, {"y": 2}):                  # A20: type-strict
+        p.fail(-32022, "whisper.answer", frm=A, whisper_id="w", answer_option=wrong)
+    p.ok("whisper.answer", frm=A, whisper_id="w", answer_option=1.0)               # 1 matches 1.0
+    p.fail(-32020, "whisper.answer", frm=A, whisper_id="w", answer_option=True)
+    p.fail(-32011, "whisper.answer", frm=B, whisper_id="w", answer_option=1)        # addressed before answered
     p.target.assert_same_state("whispers")
 
 
@@ -59,8 +59,8 @@ def test_an_option_id_true_matches_only_true():
     p.setup(MEMBERS)
     t = p.new_task(kind="k")
     ask(p, t, whisper_id="w", options=[{"id": True}, {"label": "no id"}, "bare"])
-    p.fail(-32022, "whisper.answer", A, whisper_id="w", answer_option=1)
-    p.ok("whisper.answer", A, whisper_id="w", answer_option=True)
+    p.fail(-32022, "whisper.answer", frm=A, whisper_id="w", answer_option=1)
+    p.ok("whisper.answer", frm=A, whisper_id="w", answer_option=True)
     p.target.assert_same_state("whispers")
 
 
@@ -70,8 +70,9 @@ def test_the_22_message_shows_the_jcs_form():
     t = p.new_task(kind="k")
     ask(p, t, whisper_id="w", options=[{"id": "x"}])
     for wrong in ("y", {"b": 1, "a": "\u00e9"}, [1, 2.0, "s"], False):
-        x, y = p.target.both(p.envelope("whisper.answer", A, whisper_id="w", answer_option=wrong))
-        assert x["error"]["code"] == y["error"]["code"] == -32022
+        x, y = p.target.both(p.envelope("whisper.answer", frm=A, whisper_id="w", answer_option=wrong))
+        refused(x, -32022)
+        refused(y, -32022)
         assert x["error"]["message"] == y["error"]["message"]
 
 
@@ -91,7 +92,7 @@ def test_no_answer_at_all_is_refused_unrecorded(answer):
     p.setup(MEMBERS)
     t = p.new_task(kind="k")
     ask(p, t, whisper_id="w")
-    p.fail(-32602, "whisper.answer", A, whisper_id="w", **answer)
+    p.fail(-32602, "whisper.answer", frm=A, whisper_id="w", **answer)
     p.target.assert_same_state("whispers")
 
 
@@ -112,7 +113,7 @@ def test_what_an_answer_without_options_keeps(answer):
     p.setup(MEMBERS)
     t = p.new_task(kind="k")
     ask(p, t, whisper_id="w")
-    p.ok("whisper.answer", A, whisper_id="w", **answer)
+    p.ok("whisper.answer", frm=A, whisper_id="w", **answer)
     p.target.assert_same_state("whispers")
 
 
@@ -121,18 +122,19 @@ def test_ask_refusals():
     p.setup(MEMBERS)
     t = p.new_task(kind="k")
     base = {"to": A, "task_id": t, "question": "q", "deadline_ms": 1000, "default_if_lapsed": "d"}
-    p.fail(-32011, "whisper.ask", GHOST, **base)            # the membership floor
-    p.fail(-32011, "whisper.ask", None, **base)
+    p.fail(-32011, "whisper.ask", frm=GHOST, **base)            # floor (A4)
+    p.fail(-32011, "whisper.ask", frm=None, **base)
     for name in ("to", "task_id", "question", "deadline_ms", "default_if_lapsed"):
-        p.fail(-32602, "whisper.ask", BOT, **{k: v for k, v in base.items() if k != name})
-    p.fail(-32602, "whisper.ask", BOT, **{**base, "task_id": "nope"})
-    p.fail(-32602, "whisper.ask", BOT, **base, options={"id": "a"})  # options must be a list
-    p.fail(-32602, "whisper.ask", BOT, **base, options="a")
-    x, y = p.target.both(p.envelope("whisper.ask", BOT, **{**base, "workspace": "wsp_none"}))
-    assert x["error"]["code"] == y["error"]["code"] == -32602
-    p.ok("whisper.ask", BOT, **base, options=["bare"], urgency="medium")
-    p.ok("whisper.ask", BOT, **{**base, "to": "human:not-a-member", "deadline_ms": 0})
-    p.ok("whisper.ask", BOT, **{**base, "deadline_ms": -5, "default_if_lapsed": None,
+        p.fail(-32602, "whisper.ask", frm=BOT, **{k: v for k, v in base.items() if k != name})
+    p.fail(-32602, "whisper.ask", frm=BOT, **{**base, "task_id": "nope"})
+    p.fail(-32602, "whisper.ask", frm=BOT, **base, options={"id": "a"})  # A20: options must be a list
+    p.fail(-32602, "whisper.ask", frm=BOT, **base, options="a")
+    x, y = p.target.both(p.envelope("whisper.ask", frm=BOT, **{**base, "workspace": "wsp_none"}))
+    refused(x, -32602)
+    refused(y, -32602)
+    p.ok("whisper.ask", frm=BOT, **base, options=["bare"], urgency="medium")
+    p.ok("whisper.ask", frm=BOT, **{**base, "to": "human:not-a-member", "deadline_ms": 0})
+    p.ok("whisper.ask", frm=BOT, **{**base, "deadline_ms": -5, "default_if_lapsed": None,
                                 "question": {"rich": True}})
     p.target.assert_same_state("whispers")
 
@@ -141,14 +143,14 @@ def test_whisper_methods_are_gated_by_profile():
     p = pair(("core/1.0", "review/1.0"))
     p.setup(MEMBERS)
     t = p.new_task(kind="k")
-    data = p.fail(-32601, "whisper.ask", BOT, to=A, task_id=t, question="q", deadline_ms=1,
+    data = p.fail(-32601, "whisper.ask", frm=BOT, to=A, task_id=t, question="q", deadline_ms=1,
                  default_if_lapsed="d")["data"]
     assert data == {"profile": "whisper/1.0", "advertised": ["core/1.0", "review/1.0"]}
-    p.fail(-32601, "whisper.answer", A, whisper_id="w", answer="x")
-    p.fail(-32601, "whisper.answer", GHOST, whisper_id="w", answer="x")  # gate before floor
-    p.ok("workspace.set_profiles", A, profiles=["whisper/2.0"])          # any version counts
+    p.fail(-32601, "whisper.answer", frm=A, whisper_id="w", answer="x")
+    p.fail(-32601, "whisper.answer", frm=GHOST, whisper_id="w", answer="x")  # gate before floor
+    p.ok("workspace.set_profiles", frm=A, profiles=["whisper/2.0"])          # any version counts
     ask(p, t, whisper_id="w")
-    p.ok("whisper.answer", A, whisper_id="w", answer="x")
+    p.ok("whisper.answer", frm=A, whisper_id="w", answer="x")
     p.target.assert_same_state("whispers")
 
 
@@ -164,15 +166,15 @@ def test_lapse_sweep_applies_defaults_and_records_notices():
     ask(p, t, whisper_id="l3", deadline_ms=0)
     ask(p, t, whisper_id="l4", deadline_ms=10**9)
     ask(p, t, whisper_id="l5", deadline_ms=-5)
-    p.ok("whisper.answer", A, whisper_id="l5", answer="late, but no sweep ran")  # accepted
+    p.ok("whisper.answer", frm=A, whisper_id="l5", answer="late, but no sweep ran")  # accepted
     notices = p.target.lapses()  # the coordinator's own clock
     assert [n["params"]["whisper_id"] for n in notices] == ["l1", "l2", "l3"]
     assert notices[1]["params"]["to"] == [BOT, A, "group:g", A]
     assert all("id" not in n and n["method"] == "notify.message" for n in notices)
     assert p.target.lapses() == []
-    p.fail(-32021, "whisper.answer", A, whisper_id="l1", answer="too late")   # recorded
-    p.fail(-32021, "whisper.answer", A, whisper_id="l2", answer="too late")
-    p.ok("whisper.answer", A, whisper_id="l4", answer="in time")
+    p.fail(-32021, "whisper.answer", frm=A, whisper_id="l1", answer="too late")   # recorded
+    p.fail(-32021, "whisper.answer", frm=A, whisper_id="l2", answer="too late")
+    p.ok("whisper.answer", frm=A, whisper_id="l4", answer="in time")
     p.ok("audit.read", filter={"task_id": t})
     p.ok("audit.read", filter={"from": "service:coordinator"})
     p.target.assert_same_state("whispers")
@@ -203,9 +205,9 @@ def test_ids_are_drawn_only_by_accepted_asks():
     p = pair()
     p.setup(MEMBERS)
     t = p.new_task(kind="k")
-    p.fail(-32602, "whisper.ask", BOT, to=A, task_id="nope", question="q", deadline_ms=1,
+    p.fail(-32602, "whisper.ask", frm=BOT, to=A, task_id="nope", question="q", deadline_ms=1,
           default_if_lapsed="d")
-    p.fail(-32602, "whisper.ask", BOT, to=A, task_id=t, question="q", deadline_ms=1,
+    p.fail(-32602, "whisper.ask", frm=BOT, to=A, task_id=t, question="q", deadline_ms=1,
           default_if_lapsed="d", options="x")
     first = ask(p, t)["whisper_id"]
     ask(p, t, whisper_id="mine")
@@ -228,10 +230,10 @@ def test_a_paused_workspace_refuses_whispers_but_still_lapses_them():
     ask(p, t, whisper_id="w", deadline_ms=1)
     ask(p, t, whisper_id="v", deadline_ms=10**9)
     p.target.pause()
-    p.fail(-32063, "whisper.ask", BOT, to=A, task_id=t, question="q", deadline_ms=1,
+    p.fail(-32063, "whisper.ask", frm=BOT, to=A, task_id=t, question="q", deadline_ms=1,
           default_if_lapsed="d")
-    p.fail(-32063, "whisper.answer", A, whisper_id="v", answer="x")
-    p.fail(-32011, "whisper.answer", GHOST, whisper_id="v", answer="x")
+    p.fail(-32063, "whisper.answer", frm=A, whisper_id="v", answer="x")
+    p.fail(-32011, "whisper.answer", frm=GHOST, whisper_id="v", answer="x")
     assert [n["params"]["whisper_id"] for n in p.target.lapses()] == ["w"]
     p.target.assert_same_state("whispers")
 
@@ -242,7 +244,7 @@ def test_a_paused_member_still_asks_and_answers():
     t = p.new_task(kind="k")
     p.target.pause(A)
     ask(p, t, whisper_id="w")
-    p.ok("whisper.answer", A, whisper_id="w", answer="x")
+    p.ok("whisper.answer", frm=A, whisper_id="w", answer="x")
     p.target.assert_same_state("whispers")
 
 
@@ -252,11 +254,11 @@ def test_audit_read_by_task_finds_answers_through_their_whisper():
     t, other = p.new_task(kind="k"), p.new_task(kind="k")
     ask(p, t, whisper_id="w", to=[A, B])
     ask(p, other, whisper_id="v")
-    p.fail(-32011, "whisper.answer", C, whisper_id="w", answer="x")          # refused, recorded
-    p.ok("whisper.answer", A, whisper_id="w", answer="x", task_id=other)   # params.task_id ignored
-    p.ok("whisper.answer", A, whisper_id="v", answer="y", task_id=t)
+    p.fail(-32011, "whisper.answer", frm=C, whisper_id="w", answer="x")          # refused, recorded
+    p.ok("whisper.answer", frm=A, whisper_id="w", answer="x", task_id=other)   # params.task_id ignored
+    p.ok("whisper.answer", frm=A, whisper_id="v", answer="y", task_id=t)
     p.target.pause()
-    p.fail(-32063, "whisper.answer", A, whisper_id="unknown", answer="z", task_id=t)
+    p.fail(-32063, "whisper.answer", frm=A, whisper_id="unknown", answer="z", task_id=t)
     for flt in ({"task_id": t}, {"task_id": other}, {"task_id": t, "method": "whisper.answer"},
                 {"task_id": t, "outcome": "refused"}, {"task_id": t, "from": A},
                 {"task_id": "zzz"}):

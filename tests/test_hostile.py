@@ -17,7 +17,7 @@ from typing import Any
 import chap_coordinator
 import msgspec
 import pytest
-from client import Client
+from client import Client, refused
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -103,12 +103,12 @@ def _env(method: str, **params: Any) -> dict[str, Any]:
 
 def _review_open(chap: Client, artefact: Any) -> str:
     chap.ok("workspace.create", workspace="w")
-    chap.ok("participant.join", workspace="w", **{"from": "human:a"}, type="human", role="admin")
-    chap.ok("participant.join", workspace="w", **{"from": "agent:b"}, type="agent")
-    task = chap.ok("task.create", workspace="w", **{"from": "human:a"}, kind="k", input={}, assignee="agent:b")
+    chap.ok("participant.join", workspace="w", frm="human:a", type="human", role="admin")
+    chap.ok("participant.join", workspace="w", frm="agent:b", type="agent")
+    task = chap.ok("task.create", workspace="w", frm="human:a", kind="k", input={}, assignee="agent:b")
     task = task["task_id"]
-    chap.ok("task.update", workspace="w", **{"from": "agent:b"}, task_id=task, state="in_progress")
-    chap.ok("review.request", workspace="w", **{"from": "agent:b"}, task_id=task, artefact=artefact,
+    chap.ok("task.update", workspace="w", frm="agent:b", task_id=task, state="in_progress")
+    chap.ok("review.request", workspace="w", frm="agent:b", task_id=task, artefact=artefact,
             to=["human:a"])
     return task
 
@@ -131,7 +131,7 @@ def test_unusable_workspace_ids_are_refused_before_the_write(chap: Client, bad: 
 def test_unusable_participant_uris_are_refused_before_the_write(chap: Client, bad: str) -> None:
     chap.ok("workspace.create", workspace="w")
     before = chap.target.rows()
-    error = chap.fail(-32602, "participant.join", workspace="w", **{"from": bad}, type="human")
+    error = chap.fail(-32602, "participant.join", workspace="w", frm=bad, type="human")
     assert error["message"].startswith("from ")
     assert chap.target.rows() == before
 
@@ -161,18 +161,18 @@ def test_the_longest_usable_id_is_taken_and_survives_a_restart(chap: Client) -> 
 def test_patch_bombs_are_refused_with_invalid_params(chap: Client, diff: list[Any], reached: str) -> None:
     task = _review_open(chap, {"a": {"b": 1}})
     before = chap.target.rows()
-    error = chap.fail(-32602, "decide.override", workspace="w", **{"from": "human:a"}, task_id=task,
+    error = chap.fail(-32602, "decide.override", workspace="w", frm="human:a", task_id=task,
                      diff=diff, rationale="r")
     assert error["data"]["limit"] == (MAX_DEPTH if reached == "depth" else MAX_CHARS)
     assert error["data"][reached] > error["data"]["limit"] and isinstance(error["data"]["op_index"], int)
     assert chap.target.rows() == before  # not recorded, nothing staged
-    chap.ok("decide.approve", workspace="w", **{"from": "human:a"}, task_id=task)  # the review is still open
+    chap.ok("decide.approve", workspace="w", frm="human:a", task_id=task)  # the review is still open
 
 
 def test_a_patch_up_to_the_depth_bound_applies(chap: Client) -> None:
     task = _review_open(chap, {})
     diff = [{"op": "add", "path": "/d" * n, "value": {}} for n in range(1, MAX_DEPTH)]
-    applied = chap.ok("decide.override", workspace="w", **{"from": "human:a"}, task_id=task, diff=diff,
+    applied = chap.ok("decide.override", workspace="w", frm="human:a", task_id=task, diff=diff,
                       rationale="r")["applied"]
     depth = 0
     while isinstance(applied, dict):
@@ -200,7 +200,8 @@ def test_reads_of_a_workspace_with_no_entries(chap: Client) -> None:
 
 def test_quoted_values_with_lone_surrogates_are_sent_escaped(chap: Client) -> None:
     r = chap.send({"jsonrpc": "2.0", "id": 3, "method": "x\udfffy"})
-    assert r["id"] == 3 and r["error"]["code"] == -32601 and "\\udfff" in r["error"]["message"]
+    refused(r, -32601)
+    assert r["id"] == 3 and "\\udfff" in r["error"]["message"]
 
 
 DESCRIBE = '"method": "workspace.describe", "params": {"workspace": "w"}'
@@ -228,7 +229,8 @@ def test_an_id_nested_1000_deep_is_answered_never_raised(chap: Client, form: str
     dict_form = {**json.loads("{" + DESCRIBE + "}"), "jsonrpc": "2.0", "id": value}
     r = chap.send(dict_form if form == "dict" else text if form == "str" else text.encode())
     # too deep to read back: the id is null, the error says why
-    assert r["id"] is None and r["error"]["code"] == -32600 and "64" in r["error"]["message"]
+    refused(r, -32600)
+    assert r["id"] is None and "64" in r["error"]["message"]
 
 
 @pytest.mark.parametrize("form", ["dict", "str", "bytes"])
@@ -236,7 +238,8 @@ def test_an_id_nested_1000_deep_is_answered_never_raised(chap: Client, form: str
 def test_an_id_with_a_lone_surrogate_is_echoed_as_the_client_sent_it(chap: Client, form: str, spelling: str) -> None:
     surrogate = "\\ud800" if spelling == "escaped" else "\ud800"
     r = chap.send(_forms('{"jsonrpc": "2.0", "id": "' + surrogate + '", ' + DESCRIBE + "}")[form])
-    assert r["error"]["code"] == -32602 and "surrogate" in r["error"]["message"]
+    refused(r, -32602)
+    assert "surrogate" in r["error"]["message"]
     assert _wire_id(r) == "\ud800"  # the very id: JSON escapes the surrogate
 
 
@@ -251,15 +254,17 @@ def test_a_lone_surrogate_in_a_body_is_invalid_params_not_a_parse_error(
     text = '{"jsonrpc": "2.0", "id": 7, "method": "task.create", "params": {"workspace": "w", "kind": "' + value + '"}}'
     forms = _forms(text)
     r = chap.send(forms[form])
-    assert r["id"] == 7 and r["error"]["code"] == -32602 and "surrogate" in r["error"]["message"], r
+    refused(r, -32602)
+    assert r["id"] == 7 and "surrogate" in r["error"]["message"], r
     assert chap.target.dispatch(forms["dict"])["error"] == r["error"]
-    assert chap_coordinator.Coordinator().dispatch(forms["dict"])["error"]["code"] == -32602
+    refused(chap_coordinator.Coordinator().dispatch(forms["dict"]), -32602)
 
 
 def test_bytes_that_are_not_utf8_are_a_parse_error_naming_the_byte(chap: Client) -> None:
     body = b'{"jsonrpc": "2.0", "id": 7, "method": "task.create", "params": {"kind": "\xff"}}'
     r = chap.send(body)
-    assert r["id"] is None and r["error"]["code"] == -32700
+    refused(r, -32700)
+    assert r["id"] is None
     assert "not UTF-8" in r["error"]["message"] and f"byte {body.index(0xff)} (0xff)" in r["error"]["message"]
 
 
@@ -267,7 +272,8 @@ def test_bytes_that_are_not_utf8_are_a_parse_error_naming_the_byte(chap: Client)
 @pytest.mark.parametrize("form", ["str", "bytes"])
 def test_truncated_json_is_a_parse_error_that_says_where_it_ends(chap: Client, body: str, form: str) -> None:
     r = chap.send(body if form == "str" else body.encode())
-    assert r["id"] is None and r["error"]["code"] == -32700
+    refused(r, -32700)
+    assert r["id"] is None
     message = r["error"]["message"]
     assert f"{'character' if form == 'str' else 'byte'} {len(body)}" in message and "cut off" in message
 
@@ -292,7 +298,8 @@ def test_a_store_down_or_a_defect_keeps_the_id_of_a_body_given_as_text(tmp_path:
     envelope = _forms('{"jsonrpc": "2.0", "id": "down-1", "method": "workspace.describe", '
                       '"params": {"workspace": "not-held"}}')[form]
     r = coord.dispatch(envelope)
-    assert r["id"] == "down-1" and r["error"]["code"] == -32900
+    refused(r, -32900)
+    assert r["id"] == "down-1"
     store.down = False
 
     def broken() -> int:
@@ -300,7 +307,8 @@ def test_a_store_down_or_a_defect_keeps_the_id_of_a_body_given_as_text(tmp_path:
 
     coord._clock = broken
     r = coord.dispatch(envelope)
-    assert r["id"] == "down-1" and r["error"]["code"] == -32603
+    refused(r, -32603)
+    assert r["id"] == "down-1"
     coord.close()
 
 
@@ -321,7 +329,8 @@ def test_over_http_a_defect_keeps_the_id_and_a_surrogate_id_comes_back_as_sent(t
 
         coord._clock = broken
         answer = http.post("/chap", content=b'{"jsonrpc": "2.0", "id": "h1", ' + DESCRIBE.encode() + b"}")
-        assert answer.json()["id"] == "h1" and answer.json()["error"]["code"] == -32603
+        refused(answer.json(), -32603)
+        assert answer.json()["id"] == "h1"
     coord.close()
 
 
@@ -393,7 +402,7 @@ def test_dispatch_never_raises_and_always_answers_a_sendable_json_rpc_response(t
     target = SqliteFile(tmp_path / "any.db")
     chap = Client(target, workspace="w")
     chap.ok("workspace.create")
-    chap.ok("participant.join", **{"from": "human:a"}, type="human", role="admin")
+    chap.ok("participant.join", frm="human:a", type="human", role="admin")
 
     @given(_bodies())
     def answers(body: Any) -> None:
@@ -416,17 +425,17 @@ def test_dispatch_never_raises_and_always_answers_a_sendable_json_rpc_response(t
 
 def test_task_messages_name_what_is_missing(chap: Client) -> None:
     chap.ok("workspace.create", workspace="w")
-    chap.ok("participant.join", workspace="w", **{"from": "human:a"}, type="human")
-    message = chap.fail(-32602, "task.create", workspace="w", **{"from": "human:a"}, kind="k", input={})["message"]
+    chap.ok("participant.join", workspace="w", frm="human:a", type="human")
+    message = chap.fail(-32602, "task.create", workspace="w", frm="human:a", kind="k", input={})["message"]
     assert message.startswith("Missing field: assignee")
-    message = chap.fail(-32602, "task.create", workspace="w", **{"from": "human:a"}, kind="k", input={},
+    message = chap.fail(-32602, "task.create", workspace="w", frm="human:a", kind="k", input={},
                        assignee="agent:ghost")["message"]
     assert "'agent:ghost' is not a member" in message and "participant.join" in message
-    chap.ok("participant.join", workspace="w", **{"from": "agent:b"}, type="agent")
-    task = chap.ok("task.create", workspace="w", **{"from": "human:a"}, kind="k", input={}, assignee="agent:b")
-    message = chap.fail(-32602, "task.update", workspace="w", **{"from": "agent:b"}, task_id=task["task_id"])["message"]
+    chap.ok("participant.join", workspace="w", frm="agent:b", type="agent")
+    task = chap.ok("task.create", workspace="w", frm="human:a", kind="k", input={}, assignee="agent:b")
+    message = chap.fail(-32602, "task.update", workspace="w", frm="agent:b", task_id=task["task_id"])["message"]
     assert message == 'Missing field: state (from created: send state "in_progress" or "declined")'
-    message = chap.fail(-32602, "task.update", workspace="w", **{"from": "agent:b"}, task_id=task["task_id"],
+    message = chap.fail(-32602, "task.update", workspace="w", frm="agent:b", task_id=task["task_id"],
                        state="completed")["message"]
     assert message.startswith("Illegal transition created -> completed; from created: send state")
 
@@ -503,13 +512,17 @@ def test_unknown_method_hints(method: str, words: str) -> None:
 def test_envelope_faults_are_answered_with_their_own_message_through_dispatch(chap: Client) -> None:
     for body in (b"", b"  \n", ""):
         r = chap.send(body)
-        assert r["id"] is None and r["error"]["code"] == -32700 and "the body is empty" in r["error"]["message"]
+        refused(r, -32700)
+        assert r["id"] is None and "the body is empty" in r["error"]["message"]
     r = chap.send(b"[]")
-    assert r["error"]["code"] == -32600 and "batches (arrays) are not supported" in r["error"]["message"]
+    refused(r, -32600)
+    assert "batches (arrays) are not supported" in r["error"]["message"]
     r = chap.send({"id": 4, "method": "workspace.describe"})
-    assert r["id"] == 4 and r["error"]["code"] == -32600 and 'missing "jsonrpc"' in r["error"]["message"]
+    refused(r, -32600)
+    assert r["id"] == 4 and 'missing "jsonrpc"' in r["error"]["message"]
     r = chap.send({"jsonrpc": "2.0", "id": 5, "method": "task.creat", "params": {}})
-    assert r["error"]["code"] == -32601 and "did you mean task.create?" in r["error"]["message"]
+    refused(r, -32601)
+    assert "did you mean task.create?" in r["error"]["message"]
 
 
 # --- what a client is told about faults it cannot fix ------------------------------
@@ -546,8 +559,7 @@ def test_a_store_failure_over_http_names_no_path_only_a_log_id(tmp_path: Path, c
         store.broken = True
         body = http.post("/chap", json=_env("participant.join", workspace="w", **{"from": "human:a"},
                                             type="human")).json()
-    error = body["error"]
-    assert error["code"] == -32900
+    error = refused(body, -32900)
     text = json.dumps(body)
     for secret in ("secret-dir", "chap.db", "hunter2", "disk I/O", "OperationalError", str(tmp_path)):
         assert secret not in text
@@ -563,8 +575,8 @@ def test_a_defect_is_answered_with_a_log_id_and_no_exception_text(tmp_path: Path
 
     coord = Coordinator(SqliteStore(str(tmp_path / "c.db")), clock=clock)
     r = coord.dispatch(_env("workspace.describe", workspace="w"))
-    error = r["error"]
-    assert r["id"] == 1 and error["code"] == -32603 and set(error["data"]) == {"log_id"}
+    error = refused(r, -32603)
+    assert r["id"] == 1 and set(error["data"]) == {"log_id"}
     assert "secret" not in json.dumps(r) and error["data"]["log_id"] in error["message"]
     assert any(error["data"]["log_id"] in rec.getMessage() for rec in caplog.records)
     coord.close()
@@ -584,7 +596,8 @@ def test_two_coordinators_with_the_same_id_source_never_share_a_created_workspac
         first.dispatch(_env("workspace.create", workspace="w", mode="shadow"))
     # second's calls were run again on the fresh state: a new id, and a refusal
     assert late_generated["result"]["workspace"] != early_generated
-    assert late_named["error"]["code"] == -32602 and "already exists" in late_named["error"]["message"]
+    refused(late_named, -32602)
+    assert "already exists" in late_named["error"]["message"]
     again = Coordinator(SqliteStore(path))
     assert again.snapshot(early_generated)["created"] == "2023-11-14T22:13:21.000Z"  # first's, kept
     assert again.snapshot("w")["mode"] == "shadow"

@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import pytest
 import rfc8785
-from client import Client, Http, now
+from client import Client, Http, now, refused
 from pgserver import PgServer
 from servers import ROOT, LiveServer, Serve
 
@@ -76,18 +76,18 @@ def harness(http: httpx.Client, workspace: str) -> Client:
 
 
 def join(c: Client, who: str, kind: str, role: str) -> Any:
-    return c.ok("participant.join", who, type=kind, role=role)
+    return c.ok("participant.join", frm=who, type=kind, role=role)
 
 
 def task_in_progress(c: Client, assignee: str = DRAFTER) -> str:
-    task = c.ok("task.create", ALICE, to=assignee, kind="review_test", assignee=assignee, input={"test": True})
-    c.ok("task.update", assignee, to=ALICE, task_id=task["task_id"], state="in_progress")
+    task = c.ok("task.create", frm=ALICE, to=assignee, kind="review_test", assignee=assignee, input={"test": True})
+    c.ok("task.update", frm=assignee, to=ALICE, task_id=task["task_id"], state="in_progress")
     task_id: str = task["task_id"]
     return task_id
 
 
 def request_review(c: Client, task_id: str, artefact: Any, **params: Any) -> Any:
-    return c.ok("review.request", DRAFTER, to=[ALICE], task_id=task_id, artefact=artefact, **params)
+    return c.ok("review.request", frm=DRAFTER, to=[ALICE], task_id=task_id, artefact=artefact, **params)
 
 
 def digest(value: Any) -> str:
@@ -118,18 +118,18 @@ def test_wf01_malformed_json_is_a_parse_error(http: httpx.Client) -> None:
     reply = http.post("/chap", content=b"{ not json", headers={"Content-Type": "application/json"})
     assert reply.status_code == 400
     body = reply.json()
-    assert body["error"]["code"] == -32700
+    refused(body, -32700)
     assert body["id"] is None
 
 
 def test_wf02_body_without_jsonrpc_is_an_invalid_request(http: httpx.Client) -> None:
     reply = http.post("/chap", json={"no_jsonrpc_field": "here"})
     assert reply.status_code == 400
-    assert reply.json()["error"]["code"] == -32600
+    refused(reply.json(), -32600)
 
 
 def test_wf03_unknown_method(ws: Client) -> None:
-    assert ws.err("does.not.exist")["code"] == -32601
+    ws.fail(-32601, "does.not.exist")
 
 
 def test_cm01_join_admits_a_human(ws: Client) -> None:
@@ -145,7 +145,7 @@ def test_cm02_join_admits_an_agent(ws: Client) -> None:
 def test_cm03_describe_lists_members_and_the_default_profiles(ws: Client) -> None:
     join(ws, ALICE, "human", "reviewer")
     join(ws, BOT, "agent", "drafter")
-    result = ws.ok("workspace.describe", ALICE)
+    result = ws.ok("workspace.describe", frm=ALICE)
     assert {m["uri"] for m in result["members"]} >= {ALICE, BOT}
     assert result["profiles"] == list(DEFAULT_PROFILES)
 
@@ -158,7 +158,7 @@ def core_ws(ws: Client) -> Client:
 
 
 def _create(ws: Client) -> dict[str, Any]:
-    return ws.ok("task.create", ALICE, to=BOT, kind="test_task", assignee=BOT, input={"test": True})
+    return ws.ok("task.create", frm=ALICE, to=BOT, kind="test_task", assignee=BOT, input={"test": True})
 
 
 def test_cm04_task_create_assigns_to_a_member(core_ws: Client) -> None:
@@ -168,35 +168,33 @@ def test_cm04_task_create_assigns_to_a_member(core_ws: Client) -> None:
 
 
 def test_cm05_task_create_refuses_a_non_member_assignee(core_ws: Client) -> None:
-    error = core_ws.err(
-        "task.create", ALICE, to=NEVER_JOINED, kind="test_task", assignee=NEVER_JOINED, input={}
+    core_ws.fail(
+        -32602, "task.create", frm=ALICE, to=NEVER_JOINED, kind="test_task", assignee=NEVER_JOINED, input={}
     )
-    assert error["code"] == -32602
 
 
 def test_cm06_task_update_to_in_progress(core_ws: Client) -> None:
     task_id = _create(core_ws)["task_id"]
-    result = core_ws.ok("task.update", BOT, to=ALICE, task_id=task_id, state="in_progress")
+    result = core_ws.ok("task.update", frm=BOT, to=ALICE, task_id=task_id, state="in_progress")
     assert result["state"] == "in_progress"
 
 
 def test_cm07_task_update_refuses_an_illegal_transition(core_ws: Client) -> None:
     task_id = _create(core_ws)["task_id"]
-    core_ws.ok("task.update", BOT, to=ALICE, task_id=task_id, state="in_progress")
-    error = core_ws.err("task.update", BOT, to=ALICE, task_id=task_id, state="created")
-    assert error["code"] == -32602
+    core_ws.ok("task.update", frm=BOT, to=ALICE, task_id=task_id, state="in_progress")
+    core_ws.fail(-32602, "task.update", frm=BOT, to=ALICE, task_id=task_id, state="created")
 
 
 def _completed(ws: Client) -> str:
     task_id = _create(ws)["task_id"]
-    ws.ok("task.update", BOT, to=ALICE, task_id=task_id, state="in_progress")
-    result = ws.ok("task.complete", BOT, to=ALICE, task_id=task_id, output={"result": "done"})
+    ws.ok("task.update", frm=BOT, to=ALICE, task_id=task_id, state="in_progress")
+    result = ws.ok("task.complete", frm=BOT, to=ALICE, task_id=task_id, output={"result": "done"})
     assert result["state"] == "completed"
     return task_id
 
 
 def _methods_of(ws: Client, **params: Any) -> list[str]:
-    entries = ws.ok("audit.read", ALICE, **params)["entries"]
+    entries = ws.ok("audit.read", frm=ALICE, **params)["entries"]
     return [e["envelope"]["method"] for e in entries]
 
 
@@ -209,8 +207,8 @@ def test_cm08_task_complete_finishes_the_task(core_ws: Client) -> None:
     ]
     assert _methods_of(core_ws, filter={"method": "task.create"}) == ["task.create"]
     # Completed is terminal: it cannot be moved back to work.
-    error = core_ws.err("task.update", BOT, to=ALICE, task_id=task_id, state="in_progress")
-    assert error["code"] == -32602 and "completed" in error["message"]
+    error = core_ws.fail(-32602, "task.update", frm=BOT, to=ALICE, task_id=task_id, state="in_progress")
+    assert "completed" in error["message"]
 
 
 def test_cm08_on_a_workspace_that_the_first_join_created(http: httpx.Client) -> None:
@@ -220,23 +218,22 @@ def test_cm08_on_a_workspace_that_the_first_join_created(http: httpx.Client) -> 
     chap = harness(http, f"wsp_http_{uuid.uuid4().hex[:12]}")
     join(chap, ALICE, "human", "reviewer")
     join(chap, BOT, "agent", "drafter")
-    assert chap.ok("workspace.describe", ALICE)["profiles"] == ["core/1.0", "review/1.0"]
+    assert chap.ok("workspace.describe", frm=ALICE)["profiles"] == ["core/1.0", "review/1.0"]
     _completed(chap)
 
 
 def test_cm09_task_complete_on_a_terminal_task_fails(core_ws: Client) -> None:
     task_id = _completed(core_ws)
-    before = core_ws.ok("workspace.describe", ALICE)["audit_count"]
-    error = core_ws.err("task.complete", BOT, to=ALICE, task_id=task_id, output={"result": "again"})
-    assert error["code"] == -32602
+    before = core_ws.ok("workspace.describe", frm=ALICE)["audit_count"]
+    error = core_ws.fail(-32602, "task.complete", frm=BOT, to=ALICE, task_id=task_id, output={"result": "again"})
     assert error["message"] == "Cannot complete task in state: completed"
     # A -32602 is never recorded.
-    assert core_ws.ok("workspace.describe", ALICE)["audit_count"] == before
+    assert core_ws.ok("workspace.describe", frm=ALICE)["audit_count"] == before
 
 
 def test_cm10_audit_read_returns_entries_in_order(core_ws: Client) -> None:
     _completed(core_ws)
-    entries = core_ws.ok("audit.read", ALICE, range={"from_seq": 0})["entries"]
+    entries = core_ws.ok("audit.read", frm=ALICE, range={"from_seq": 0})["entries"]
     assert [e["seq"] for e in entries] == list(range(6))
     assert [e["envelope"]["method"] for e in entries] == [
         "workspace.create",
@@ -251,13 +248,13 @@ def test_cm10_audit_read_returns_entries_in_order(core_ws: Client) -> None:
 def test_cm11_audit_read_filters_by_method(core_ws: Client) -> None:
     _completed(core_ws)
     _create(core_ws)
-    entries = core_ws.ok("audit.read", ALICE, filter={"method": "task.create"})["entries"]
+    entries = core_ws.ok("audit.read", frm=ALICE, filter={"method": "task.create"})["entries"]
     assert len(entries) == 2
     assert {e["envelope"]["method"] for e in entries} == {"task.create"}
 
 
 def test_cm12_leave_removes_the_member(core_ws: Client) -> None:
-    assert core_ws.ok("participant.leave", BOT)
+    assert core_ws.ok("participant.leave", frm=BOT)
     # The harness describes with nothing but the workspace id.
     members = core_ws.ok("workspace.describe")["members"]
     assert BOT not in {m["uri"] for m in members}
@@ -278,7 +275,7 @@ def _override(ws: Client) -> tuple[str, Any]:
     request_review(ws, task_id, ORIGINAL, rule="any_one_approves")
     result = ws.ok(
         "decide.override",
-        ALICE,
+        frm=ALICE,
         task_id=task_id,
         based_on_artefact=ORIGINAL,
         diff=[
@@ -321,7 +318,7 @@ def _open_empty_review(ws: Client) -> str:
 
 def test_rv04_review_of_an_empty_artefact_without_a_rule(review_ws: Client) -> None:
     task_id = _open_empty_review(review_ws)
-    entries = review_ws.ok("audit.read", ALICE, filter={"method": "review.request", "task_id": task_id})
+    entries = review_ws.ok("audit.read", frm=ALICE, filter={"method": "review.request", "task_id": task_id})
     assert len(entries["entries"]) == 1
 
 
@@ -329,7 +326,7 @@ def test_rv05_abstain_with_a_category(review_ws: Client) -> None:
     task_id = _open_empty_review(review_ws)
     result = review_ws.ok(
         "abstain.declare",
-        ALICE,
+        frm=ALICE,
         task_id=task_id,
         reason="Out of my authorisation limit.",
         category="out_of_authority",
@@ -340,7 +337,7 @@ def test_rv05_abstain_with_a_category(review_ws: Client) -> None:
 def test_rv06_reject_with_request_revision_returns_to_in_progress(review_ws: Client) -> None:
     task_id = _open_empty_review(review_ws)
     result = review_ws.ok(
-        "decide.reject", ALICE, task_id=task_id, comment="Needs revision.", request_revision=True
+        "decide.reject", frm=ALICE, task_id=task_id, comment="Needs revision.", request_revision=True
     )
     assert result["state"] == "in_progress"
 
@@ -348,15 +345,15 @@ def test_rv06_reject_with_request_revision_returns_to_in_progress(review_ws: Cli
 def test_rv07_decide_by_a_non_member_is_refused(review_ws: Client) -> None:
     task_id = task_in_progress(review_ws)
     request_review(review_ws, task_id, {"body": "x"})
-    assert review_ws.err("decide.approve", GHOST, task_id=task_id)["code"] == -32011
+    review_ws.fail(-32011, "decide.approve", frm=GHOST, task_id=task_id)
 
 
 def test_rv08_decide_by_a_member_outside_the_reviewer_set_is_refused(review_ws: Client) -> None:
     task_id = task_in_progress(review_ws)
     request_review(review_ws, task_id, {"body": "x"})
     join(review_ws, BYSTANDER, "human", "observer")
-    assert review_ws.err("decide.approve", BYSTANDER, task_id=task_id)["code"] == -32011
-    assert review_ws.ok("decide.approve", ALICE, task_id=task_id)["state"] == "completed"
+    review_ws.fail(-32011, "decide.approve", frm=BYSTANDER, task_id=task_id)
+    assert review_ws.ok("decide.approve", frm=ALICE, task_id=task_id)["state"] == "completed"
 
 
 def test_rv09_approve_with_the_matching_digest(review_ws: Client) -> None:
@@ -364,7 +361,7 @@ def test_rv09_approve_with_the_matching_digest(review_ws: Client) -> None:
     task_id = task_in_progress(review_ws)
     request_review(review_ws, task_id, artefact, rule="any_one_approves")
     result = review_ws.ok(
-        "decide.approve", ALICE, task_id=task_id, approved_artefact_digest=digest(artefact)
+        "decide.approve", frm=ALICE, task_id=task_id, approved_artefact_digest=digest(artefact)
     )
     assert result["state"] == "completed"
 
@@ -374,27 +371,26 @@ def test_rv10_approve_with_a_mismatched_digest_changes_nothing(review_ws: Client
     task_id = task_in_progress(review_ws)
     request_review(review_ws, task_id, artefact, rule="any_one_approves")
     swapped = digest({**artefact, "body": "swapped body"})
-    error = review_ws.err("decide.approve", ALICE, task_id=task_id, approved_artefact_digest=swapped)
-    assert error["code"] == -32074
+    review_ws.fail(-32074, "decide.approve", frm=ALICE, task_id=task_id, approved_artefact_digest=swapped)
     # The review is still open: the addressed reviewer can decide normally.
-    assert review_ws.ok("decide.approve", ALICE, task_id=task_id)["state"] == "completed"
+    assert review_ws.ok("decide.approve", frm=ALICE, task_id=task_id)["state"] == "completed"
 
 
 def test_rv11_re_request_substitution_is_refused_and_identical_amends(review_ws: Client) -> None:
     artefact = {"subject": "swap", "body": "first body", "severity": "low"}
     task_id = task_in_progress(review_ws)
     request_review(review_ws, task_id, artefact, rule="any_one_approves")
-    error = review_ws.err(
+    review_ws.fail(
+        -32014,
         "review.request",
-        DRAFTER,
+        frm=DRAFTER,
         to=[ALICE],
         task_id=task_id,
         artefact={**artefact, "body": "substituted body"},
         rule="any_one_approves",
     )
-    assert error["code"] == -32014
     result = review_ws.ok(
-        "review.request", DRAFTER, to=[BYSTANDER], task_id=task_id, artefact=artefact, rule="any_one_approves"
+        "review.request", frm=DRAFTER, to=[BYSTANDER], task_id=task_id, artefact=artefact, rule="any_one_approves"
     )
     assert result["amended"] is True
 
@@ -408,19 +404,21 @@ CORS = {
 }
 
 
-def _is_rpc_error(reply: httpx.Response, status: int, code: int) -> dict[str, Any]:
+def _refused_over_http(reply: httpx.Response, status: int, code: int) -> dict[str, Any]:
+    """The body of `reply`, asserting a JSON-RPC refusal with `code` (see
+    client.refused) answered with `status`, as JSON, without a traceback."""
     assert reply.status_code == status
     assert reply.headers["content-type"] == "application/json"
     body = reply.json()
     assert body["jsonrpc"] == "2.0"
-    assert body["error"]["code"] == code
+    refused(body, code)
     assert "Traceback" not in reply.text
     return body
 
 
 def test_root_path_serves_chap_as_well(http: httpx.Client) -> None:
     reply = http.post("/", json={"jsonrpc": "2.0", "id": 1, "method": "does.not.exist", "params": {}})
-    assert _is_rpc_error(reply, 400, -32601)["id"] == 1
+    assert _refused_over_http(reply, 400, -32601)["id"] == 1
 
 
 def test_a_result_is_200_with_cors_headers(ws: Client) -> None:
@@ -431,11 +429,11 @@ def test_a_result_is_200_with_cors_headers(ws: Client) -> None:
 
 
 def test_a_body_that_is_not_utf8_is_a_parse_error(http: httpx.Client) -> None:
-    _is_rpc_error(http.post("/chap", content=b'{"jsonrpc": "2.0", "id": "\xff\xfe"}'), 400, -32700)
+    _refused_over_http(http.post("/chap", content=b'{"jsonrpc": "2.0", "id": "\xff\xfe"}'), 400, -32700)
 
 
 def test_a_body_over_the_limit_is_refused_without_a_traceback(http: httpx.Client) -> None:
-    body = _is_rpc_error(http.post("/chap", content=b" " * (MAX_BODY_BYTES + 1)), 400, -32700)
+    body = _refused_over_http(http.post("/chap", content=b" " * (MAX_BODY_BYTES + 1)), 400, -32700)
     assert body["id"] is None
     assert str(MAX_BODY_BYTES) in body["error"]["message"]
 
@@ -448,7 +446,7 @@ def test_a_chunked_body_over_the_limit_is_refused(http: httpx.Client) -> None:
         for _ in range(MAX_BODY_BYTES // len(chunk) + 2):
             yield chunk
 
-    _is_rpc_error(http.post("/chap", content=chunks()), 400, -32700)
+    _refused_over_http(http.post("/chap", content=chunks()), 400, -32700)
 
 
 def test_an_envelope_of_exactly_the_limit_is_served(ws: Client) -> None:
@@ -471,20 +469,20 @@ def test_an_envelope_nested_too_deep_is_an_invalid_request(ws: Client) -> None:
     deep: dict[str, Any] = {}
     for _ in range(100):
         deep = {"d": deep}
-    _is_rpc_error(ws.target.http.post("/chap", json=ws.envelope("workspace.describe", note=deep)), 400, -32600)
+    _refused_over_http(ws.target.http.post("/chap", json=ws.envelope("workspace.describe", note=deep)), 400, -32600)
 
 
 @pytest.mark.parametrize("path", ["/elsewhere", "/chap/", "/chap/inbox"])
 def test_another_path_is_404_json(http: httpx.Client, path: str) -> None:
     reply = http.post(path, json={"jsonrpc": "2.0", "id": 1, "method": "x.y"})
-    body = _is_rpc_error(reply, 404, -32600)
+    body = _refused_over_http(reply, 404, -32600)
     assert "POST /chap" in body["error"]["message"]
 
 
 @pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"])
 def test_another_method_is_405_json(http: httpx.Client, method: str) -> None:
     reply = http.request(method, "/chap")
-    _is_rpc_error(reply, 405, -32600)
+    _refused_over_http(reply, 405, -32600)
     assert set(reply.headers["allow"].replace(" ", "").split(",")) == {"POST", "OPTIONS"}
 
 
@@ -500,7 +498,7 @@ def test_concurrent_calls_are_serialised(served: tuple[str, Coordinator], ws: Cl
     once, and the log has no gaps (the coordinator saw them one at a time)."""
     join(ws, ALICE, "human", "reviewer")
     join(ws, BOT, "agent", "drafter")
-    before = len(ws.ok("audit.read", ALICE, range={"from_seq": 0})["entries"])
+    before = len(ws.ok("audit.read", frm=ALICE, range={"from_seq": 0})["entries"])
     threads, per_thread = 8, 10
     created: list[str] = []
     lock = threading.Lock()
@@ -519,7 +517,7 @@ def test_concurrent_calls_are_serialised(served: tuple[str, Coordinator], ws: Cl
     for worker in workers:
         worker.join()
     assert len(set(created)) == threads * per_thread
-    entries = ws.ok("audit.read", ALICE, range={"from_seq": 0})["entries"]
+    entries = ws.ok("audit.read", frm=ALICE, range={"from_seq": 0})["entries"]
     assert [e["seq"] for e in entries] == list(range(len(entries)))
     assert len(entries) == before + threads * per_thread
     logged = [e["envelope"]["params"] for e in entries[before:]]
@@ -563,7 +561,7 @@ def test_a_defect_is_500_with_a_log_id_and_no_detail(caplog: pytest.LogCaptureFi
     finally:
         server.stop()
         coord.close()
-    body = _is_rpc_error(reply, 500, -32603)
+    body = _refused_over_http(reply, 500, -32603)
     log_id = body["error"]["data"]["log_id"]
     assert log_id in body["error"]["message"] and "secret" not in reply.text
     assert any(log_id in r.getMessage() for r in caplog.records)
@@ -586,7 +584,7 @@ def test_a_store_that_cannot_be_reached_is_503_and_nothing_is_applied() -> None:
         server.stop()
         coord.close()
         pg.remove()
-    body = _is_rpc_error(down, 503, -32900)
+    body = _refused_over_http(down, 503, -32900)
     assert "retry" in body["error"]["message"] and "log_id" in body["error"]["data"]
     assert back.status_code == 200
     assert [e["envelope"]["params"]["from"] for e in back.json()["result"]["entries"]] == [ALICE]
@@ -598,8 +596,8 @@ def test_a_stored_object_that_cannot_be_read_is_500(tmp_path: Path) -> None:
     db = tmp_path / "chap.db"
     with Coordinator(store=SqliteStore(db)) as first:
         c = Client(first, "w")
-        c.ok("participant.join", ALICE, type="human")
-        task_id = c.ok("task.create", ALICE, assignee=ALICE, kind="k", input={})["task_id"]
+        c.ok("participant.join", frm=ALICE, type="human")
+        task_id = c.ok("task.create", frm=ALICE, assignee=ALICE, kind="k", input={})["task_id"]
     with sqlite3.connect(db) as raw:
         raw.execute("UPDATE chap_objects SET data = '{\"not\": \"a task\"' WHERE id = ?", (task_id,))
     coord = Coordinator(store=SqliteStore(db))
@@ -609,20 +607,20 @@ def test_a_stored_object_that_cannot_be_read_is_500(tmp_path: Path) -> None:
     finally:
         server.stop()
         coord.close()
-    _is_rpc_error(reply, 500, -32903)
+    _refused_over_http(reply, 500, -32903)
 
 
 def test_a_refusal_in_chaplines_own_band_stays_400(http: httpx.Client) -> None:
     """The work profile's codes (-32960..) are the caller's to fix: 400."""
     c = harness(http, f"wsp_http_{uuid.uuid4().hex[:12]}")
     c.ok("workspace.create", profiles=["core/1.0", "review/1.0", "x-chapline-work/1.0"], mode="production")
-    c.ok("participant.join", ALICE, type="human", role="admin")
+    c.ok("participant.join", frm=ALICE, type="human", role="admin")
     tasks = [{"key": k, "kind": "k", "input": {}, "role": "writer"} for k in "xy"]
     reply = http.post("/chap", json=c.envelope(
-        "x-chapline.plan.submit", ALICE, plan="p", tasks=tasks,
+        "x-chapline.plan.submit", frm=ALICE, plan="p", tasks=tasks,
         edges=[{"from": "x", "to": "y"}, {"from": "y", "to": "x"}],
     ))
-    _is_rpc_error(reply, 400, -32962)
+    _refused_over_http(reply, 400, -32962)
 
 
 # -- part three: `chapline serve` as a process ---------------------------------
@@ -636,7 +634,7 @@ def test_start_up_line_says_where_it_listens_and_what_it_writes(tmp_path: Path) 
         assert ", ".join(DEFAULT_PROFILES) in server.line
         with httpx.Client(timeout=60) as http:
             reply = http.post(server.url, json={"jsonrpc": "2.0", "id": 1, "method": "x.y", "params": {}})
-            assert reply.json()["error"]["code"] == -32601
+            refused(reply.json(), -32601)
     finally:
         code, err = server.stop()
     assert code == 0, err
@@ -797,7 +795,7 @@ def test_serve_require_signatures(tmp_path: Path) -> None:
             assert joined["result"]["joined"] is True
             describe = {"jsonrpc": "2.0", "id": "d", "method": "workspace.describe",
                         "params": {"workspace": "wsp_sig", "from": ALICE}}
-            assert post(describe)["error"]["code"] == -32070
+            refused(post(describe), -32070)
             profiles = post(sign_envelope(describe, key, "a1"))["result"]["profiles"]
     finally:
         code, err = server.stop()

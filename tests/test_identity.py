@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from chap_coordinator import Coordinator as Reference
+from client import Client
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from joserfc import jwt
 from joserfc.jwk import OKPKey, RSAKey
@@ -100,12 +101,9 @@ def test_hooks_behave_as_in_the_reference() -> None:
 
 def test_identity_oidc_is_advertised_only_with_a_verifier() -> None:
     for coord in (Coordinator(), Reference()):
-        answer = coord.dispatch({"jsonrpc": "2.0", "id": "c", "method": "workspace.create",
-                                 "params": {"workspace": W, "profiles": ["core/1.0", "identity-oidc/1.0"]}})
-        assert answer["error"]["code"] == -32602
-    vc_only = Coordinator().dispatch({"jsonrpc": "2.0", "id": "c", "method": "workspace.create",
-                                      "params": {"workspace": W, "profiles": ["core/1.0", "identity-vc/1.0"]}})
-    assert vc_only["result"]["workspace"] == W
+        Client(coord, W).fail(-32602, "workspace.create", profiles=["core/1.0", "identity-oidc/1.0"])
+    vc_only = Client(Coordinator(), W).ok("workspace.create", profiles=["core/1.0", "identity-vc/1.0"])
+    assert vc_only["workspace"] == W
 
 
 # -- the ready verifiers, end to end --------------------------------------------------
@@ -166,7 +164,7 @@ def _joined(coord: Coordinator, uri: str, key: Ed25519PrivateKey | None = None, 
 
 
 @pytest.fixture
-def ids() -> Identities:
+def identities() -> Identities:
     return Identities(now=int(time.time()))
 
 
@@ -174,10 +172,10 @@ def _code(answer: dict[str, Any]) -> int | None:
     return answer["error"]["code"] if "error" in answer else None
 
 
-def test_oidc_verifier_binds_the_token_and_its_key(ids: Identities) -> None:
-    coord = ids.coordinator()
+def test_oidc_verifier_binds_the_token_and_its_key(identities: Identities) -> None:
+    coord = identities.coordinator()
     alice = Ed25519PrivateKey.generate()
-    assert _joined(coord, "human:alice", alice, oidc_token=ids.token("s-a", "human:alice", alice))["result"]["joined"]
+    assert _joined(coord, "human:alice", alice, oidc_token=identities.token("s-a", "human:alice", alice))["result"]["joined"]
     # the pinned key signs alice's calls
     call = sign_envelope({"jsonrpc": "2.0", "id": "t", "method": "task.create", "params": {
         "workspace": W, "from": "human:alice", "assignee": "human:alice", "kind": "k", "input": {}}},
@@ -190,16 +188,16 @@ def test_oidc_verifier_binds_the_token_and_its_key(ids: Identities) -> None:
     [("expired", -32403), ("wrong audience", -32403), ("wrong issuer", -32403),
      ("cnf.jwk mismatch", -32404), ("bound to another participant", -32404)],
 )
-def test_oidc_verifier_refusals(ids: Identities, case: str, code: int) -> None:
-    coord = ids.coordinator()
+def test_oidc_verifier_refusals(identities: Identities, case: str, code: int) -> None:
+    coord = identities.coordinator()
     key, other = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
     token = {
-        "expired": lambda: ids.token("s", "human:u", key, exp=ids.now - 3600),
-        "wrong audience": lambda: ids.token("s", "human:u", key, aud="chap:elsewhere"),
-        "wrong issuer": lambda: ids.token("s", "human:u", key, iss="https://evil.example"),
+        "expired": lambda: identities.token("s", "human:u", key, exp=identities.now - 3600),
+        "wrong audience": lambda: identities.token("s", "human:u", key, aud="chap:elsewhere"),
+        "wrong issuer": lambda: identities.token("s", "human:u", key, iss="https://evil.example"),
         # the join is signed with `key`, the token pins `other`: no proof of possession
-        "cnf.jwk mismatch": lambda: ids.token("s", "human:u", other),
-        "bound to another participant": lambda: ids.token("s", "human:mallory", key),
+        "cnf.jwk mismatch": lambda: identities.token("s", "human:u", other),
+        "bound to another participant": lambda: identities.token("s", "human:mallory", key),
     }[case]()
     answer = _joined(coord, "human:u", key, oidc_token=token)
     assert _code(answer) == code, answer
@@ -207,23 +205,23 @@ def test_oidc_verifier_refusals(ids: Identities, case: str, code: int) -> None:
     assert W not in coord.workspace_ids()  # the join that would have created it was refused
 
 
-def test_oidc_rejoin_with_another_subject(ids: Identities) -> None:
-    coord = ids.coordinator()
+def test_oidc_rejoin_with_another_subject(identities: Identities) -> None:
+    coord = identities.coordinator()
     key = Ed25519PrivateKey.generate()
-    assert "result" in _joined(coord, "human:u", key, oidc_token=ids.token("s-1", "human:u", key))
-    assert _code(_joined(coord, "human:u", key, oidc_token=ids.token("s-2", "human:u", key))) == -32404
+    assert "result" in _joined(coord, "human:u", key, oidc_token=identities.token("s-1", "human:u", key))
+    assert _code(_joined(coord, "human:u", key, oidc_token=identities.token("s-2", "human:u", key))) == -32404
 
 
-def test_vc_verifier_binds_the_holder_and_refuses_a_mismatch(ids: Identities) -> None:
-    coord = ids.coordinator()
+def test_vc_verifier_binds_the_holder_and_refuses_a_mismatch(identities: Identities) -> None:
+    coord = identities.coordinator()
     key = Ed25519PrivateKey.generate()
-    assert "result" in _joined(coord, "human:v", vc_presentation=ids.presentation("did:ex:v", key))
+    assert "result" in _joined(coord, "human:v", vc_presentation=identities.presentation("did:ex:v", key))
     member = coord.snapshot(W)["members"]["human:v"]
     assert member["vc_holder"] == "did:ex:v" and member["keys"][0]["kid"] == "ex:v-1-key"
     # a presentation signed with another key than its credential binds
-    assert _code(_joined(coord, "human:w", vc_presentation=ids.presentation("did:ex:w", key, Ed25519PrivateKey.generate()))) == -32411
+    assert _code(_joined(coord, "human:w", vc_presentation=identities.presentation("did:ex:w", key, Ed25519PrivateKey.generate()))) == -32411
     # a re-join presenting another holder
-    assert _code(_joined(coord, "human:v", vc_presentation=ids.presentation("did:ex:other", key))) == -32411
+    assert _code(_joined(coord, "human:v", vc_presentation=identities.presentation("did:ex:other", key))) == -32411
     # not a presentation at all
     assert _code(_joined(coord, "human:x", vc_presentation={"holder": "did:ex:x"})) == -32410
 
@@ -233,18 +231,18 @@ MALFORMED = ["", "not-a-jwt", "a.b.c", "e30.e30.", 5, True, ["x"], {"jwt": "x"}]
 
 @pytest.mark.parametrize("param, code", [("oidc_token", -32403), ("vc_presentation", -32410)])
 def test_ready_verifiers_refuse_malformed_evidence_on_join_and_rejoin(
-    ids: Identities, param: str, code: int
+    identities: Identities, param: str, code: int
 ) -> None:
     """Through the ready verifiers, malformed evidence of every shape refuses the
     join and the re-join, and changes nothing."""
-    coord = ids.coordinator()
+    coord = identities.coordinator()
     key = Ed25519PrivateKey.generate()
     for bad in MALFORMED:
         answer = _joined(coord, "human:m", **{param: bad})
         assert _code(answer) == code and answer["error"]["message"], (bad, answer)
     assert W not in coord.workspace_ids()
-    good = (ids.token("s-m", "human:m", key) if param == "oidc_token"
-            else ids.presentation("did:ex:m", key))
+    good = (identities.token("s-m", "human:m", key) if param == "oidc_token"
+            else identities.presentation("did:ex:m", key))
     assert "result" in _joined(coord, "human:m", key, **{param: good})
     before = coord.snapshot(W)
     for bad in MALFORMED:

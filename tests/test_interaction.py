@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from client import Client, env
+from client import Client, refused
 from interaction_diff import B2, BOT, INTERACTION, MEMBERS, A, B, C, W, pair, reference_ids
 from support import FailingStore, make
 
@@ -35,7 +35,7 @@ def ask(c: Client, task: str, whisper_id: str = "w", **params: Any) -> Any:
     params.setdefault("to", A)
     params.setdefault("deadline_ms", 60_000)
     params.setdefault("default_if_lapsed", "d")
-    return c.ok("whisper.ask", BOT, task_id=task, question="q", whisper_id=whisper_id, **params)
+    return c.ok("whisper.ask", frm=BOT, task_id=task, question="q", whisper_id=whisper_id, **params)
 
 
 # -- deliberate differences ------------------------------------------------------
@@ -69,35 +69,35 @@ DIFFERENCES = [
 
 
 @pytest.mark.parametrize("method, params, theirs", DIFFERENCES)
-def test_deliberate_differences(method: str, params: dict[str, Any], theirs: Any) -> None:
+def test_deliberate_differences_in_whispers_deliberations_and_handoffs(method: str, params: dict[str, Any], theirs: Any) -> None:
     p = pair()
     p.setup(MEMBERS)
     t = p.new_task(kind="k")
-    p.ok("whisper.ask", BOT, to=A, task_id=t, question="q", deadline_ms=1000,
+    p.ok("whisper.ask", frm=BOT, to=A, task_id=t, question="q", deadline_ms=1000,
          default_if_lapsed="d", whisper_id="w")
-    p.ok("deliberate.open", A, rule="all_approve", to=[A, B], deliberation_id="d")
-    p.ok("handoff.propose", BOT, to=B2, tasks=[{"task_id": t}], handoff_id="h")
+    p.ok("deliberate.open", frm=A, rule="all_approve", to=[A, B], deliberation_id="d")
+    p.ok("handoff.propose", frm=BOT, to=B2, tasks=[{"task_id": t}], handoff_id="h")
     if method == "whisper.ask":
         params = {"to": A, "task_id": t, "question": "q", "deadline_ms": 1000,
                   "default_if_lapsed": "d", **params}
     params = {k: [{"task_id": t, **{x: y for x, y in e.items() if x != "task_id"}} for e in v]
               if k == "tasks" else v for k, v in params.items()}
     frm = {"whisper.answer": A, "handoff.accept": B2}.get(method, BOT if "handoff" in method else A)
-    count = p.target.ours.dispatch(env("workspace.describe", {"workspace": W}))["result"]["audit_count"]
-    x, y = p.target.both(p.envelope(method, frm, **params))
-    assert x["error"]["code"] == -32602, x
+    ours = Client(p.target.ours, W)
+    count = ours.count()
+    x, y = p.target.both(p.envelope(method, frm=frm, **params))
+    refused(x, -32602)
     assert "Traceback" not in x["error"]["message"]
     assert (y["error"]["code"] if "error" in y else "ok") == theirs, y
-    after = p.target.ours.dispatch(env("workspace.describe", {"workspace": W}))["result"]["audit_count"]
-    assert after == count  # ours recorded nothing
+    assert ours.count() == count  # ours recorded nothing
 
 
 def test_a_held_id_is_never_overwritten():
     c = client()
     t = setup(c)
     ask(c, t, "w", options=[{"id": "a"}])
-    c.ok("whisper.answer", A, whisper_id="w", answer_option="a")
-    err = c.fail(-32602, "whisper.ask", BOT, to=A, task_id=t, question="q2", deadline_ms=1,
+    c.ok("whisper.answer", frm=A, whisper_id="w", answer_option="a")
+    err = c.fail(-32602, "whisper.ask", frm=BOT, to=A, task_id=t, question="q2", deadline_ms=1,
                 default_if_lapsed="d", whisper_id="w")
     assert "already in use" in err["message"]
     assert c.target.snapshot(W)["whispers"]["w"]["state"] == "answered"
@@ -109,16 +109,16 @@ def test_a_held_id_is_never_overwritten():
 def test_an_accepted_handoff_moves_the_work_to_the_acceptor():
     c = client()
     t = setup(c)
-    c.ok("task.update", BOT, task_id=t, state="in_progress")
-    c.ok("handoff.propose", BOT, to=B2, tasks=[{"task_id": t}], handoff_id="h")
-    c.fail(-32050, "handoff.propose", B2, to=BOT, tasks=[{"task_id": t}])  # not B2's yet
-    c.ok("handoff.accept", B2, handoff_id="h")
+    c.ok("task.update", frm=BOT, task_id=t, state="in_progress")
+    c.ok("handoff.propose", frm=BOT, to=B2, tasks=[{"task_id": t}], handoff_id="h")
+    c.fail(-32050, "handoff.propose", frm=B2, to=BOT, tasks=[{"task_id": t}])  # not B2's yet
+    c.ok("handoff.accept", frm=B2, handoff_id="h")
     task = c.task(t)
     assert (task["assignee"], task["state"]) == (B2, "in_progress")
     assert task["history"][-1]["note"] == f"handoff accepted from {BOT}"
-    c.fail(-32050, "handoff.propose", BOT, to=B, tasks=[{"task_id": t}])   # no longer BOT's
-    c.ok("handoff.propose", B2, to=BOT, tasks=[{"task_id": t}], handoff_id="back")
-    c.ok("handoff.accept", BOT, handoff_id="back")
+    c.fail(-32050, "handoff.propose", frm=BOT, to=B, tasks=[{"task_id": t}])   # no longer BOT's
+    c.ok("handoff.propose", frm=B2, to=BOT, tasks=[{"task_id": t}], handoff_id="back")
+    c.ok("handoff.accept", frm=BOT, handoff_id="back")
     assert c.task(t)["assignee"] == BOT
 
 
@@ -130,7 +130,7 @@ def test_a_lapsed_whisper_applies_its_default_and_refuses_answers():
     assert [n["params"]["default_applied"] for n in notices] == [{"ship": False}]
     held = c.target.snapshot(W)["whispers"]["w"]
     assert (held["state"], held["default_applied"]) == ("lapsed", {"ship": False})
-    c.fail(-32021, "whisper.answer", A, whisper_id="w", answer="too late")
+    c.fail(-32021, "whisper.answer", frm=A, whisper_id="w", answer="too late")
     entry = c.log()[-2]
     assert entry["envelope"]["method"] == "notify.message"
     assert entry["envelope"]["params"]["task_id"] == t
@@ -190,8 +190,8 @@ def _prepared(store: Any) -> tuple[Client, str]:
     c = client(ours(store))
     t = setup(c)
     ask(c, t, "w")
-    c.ok("deliberate.open", A, rule="any_one_approves", to=[A], deliberation_id="d")
-    c.ok("handoff.propose", BOT, to=B2, tasks=[{"task_id": t}], handoff_id="h")
+    c.ok("deliberate.open", frm=A, rule="any_one_approves", to=[A], deliberation_id="d")
+    c.ok("handoff.propose", frm=BOT, to=B2, tasks=[{"task_id": t}], handoff_id="h")
     return c, t
 
 
@@ -202,11 +202,12 @@ def test_a_failed_write_changes_nothing(step: int):
     method, frm, params = _script(c, t)[step]
     before = c.target.snapshot(W)
     store.failing = True
-    c.fail(-32900, method, frm, **params)
+    c.fail(-32900, method, frm=frm, **params)
     assert c.target.snapshot(W) == before
     store.failing = False
-    response = c.call(method, frm, **params)  # and the same call then goes through
-    assert response.get("error", {}).get("code") in (None, -32030)
+    response = c.call(method, frm=frm, **params)  # and the same call then goes through
+    if "error" in response:
+        refused(response, -32030)
     assert c.target.snapshot(W) != before
 
 
@@ -232,8 +233,9 @@ def test_a_failed_batch_undoes_every_call_of_the_workspace():
     with pytest.raises(BatchWriteError):
         with c.target.batch():
             for method, frm, params in _script(c, t)[:8]:
-                responses.append(c.call(method, frm, **params))
-    assert all(r["error"]["code"] == -32900 for r in responses)
+                responses.append(c.call(method, frm=frm, **params))
+    for response in responses:
+        refused(response, -32900)
     assert c.target.snapshot(W) == before
 
 
@@ -241,9 +243,9 @@ def test_a_second_coordinator_on_the_same_store_reloads_and_reruns(tmp_path: Pat
     path = tmp_path / "two.db"
     c, t = _prepared(SqliteStore(path))
     other = client(ours(SqliteStore(path)))
-    other.ok("deliberate.vote", A, deliberation_id="d", vote="yea")   # written by the other
-    c.fail(-32031, "deliberate.vote", A, deliberation_id="d", vote="nay")  # re-run on fresh state
-    assert c.ok("deliberate.close", B, deliberation_id="d")["outcome"] == "approved"
+    other.ok("deliberate.vote", frm=A, deliberation_id="d", vote="yea")   # written by the other
+    c.fail(-32031, "deliberate.vote", frm=A, deliberation_id="d", vote="nay")  # re-run on fresh state
+    assert c.ok("deliberate.close", frm=B, deliberation_id="d")["outcome"] == "approved"
 
 
 # -- persistence -------------------------------------------------------------------
@@ -256,27 +258,27 @@ def test_a_restart_carries_on_where_it_stopped(tmp_path: Path):
     t = setup(c)
     ask(c, t, "w", options=[{"id": 1}])
     ask(c, t, "gone", deadline_ms=1)
-    c.ok("deliberate.open", A, rule="quorum:1", to=[A, B], deliberation_id="d", weights={A: 2})
-    c.ok("deliberate.vote", A, deliberation_id="d", vote="yea")
-    c.ok("handoff.propose", BOT, to=B2, tasks=[{"task_id": t}], handoff_id="h")
+    c.ok("deliberate.open", frm=A, rule="quorum:1", to=[A, B], deliberation_id="d", weights={A: 2})
+    c.ok("deliberate.vote", frm=A, deliberation_id="d", vote="yea")
+    c.ok("handoff.propose", frm=BOT, to=B2, tasks=[{"task_id": t}], handoff_id="h")
     snapshot = first.snapshot(W)
     first.close()
     again = client(ours(SqliteStore(path)))
     assert again.target.snapshot(W) == snapshot
-    again.fail(-32022, "whisper.answer", A, whisper_id="w", answer_option=True)
-    again.ok("whisper.answer", A, whisper_id="w", answer_option=1)
+    again.fail(-32022, "whisper.answer", frm=A, whisper_id="w", answer_option=True)
+    again.ok("whisper.answer", frm=A, whisper_id="w", answer_option=1)
     lapsed = again.target.check_whisper_lapses(W, "2030-01-01T00:00:00Z")
     assert [n["params"]["whisper_id"] for n in lapsed] == ["gone"]
-    again.fail(-32031, "deliberate.vote", A, deliberation_id="d", vote="nay")
-    again.ok("deliberate.close", B, deliberation_id="d")
-    again.ok("handoff.accept", B2, handoff_id="h")
+    again.fail(-32031, "deliberate.vote", frm=A, deliberation_id="d", vote="nay")
+    again.ok("deliberate.close", frm=B, deliberation_id="d")
+    again.ok("handoff.accept", frm=B2, handoff_id="h")
     assert again.ok("audit.verify_chain")["status"] == "verified"
 
 
 def test_snapshot_and_restore_carry_the_interaction_objects():
     c, t = _prepared(None)
-    c.ok("whisper.answer", A, whisper_id="w", answer="x")
-    c.ok("deliberate.vote", A, deliberation_id="d", vote="yea")
+    c.ok("whisper.answer", frm=A, whisper_id="w", answer="x")
+    c.ok("deliberate.vote", frm=A, deliberation_id="d", vote="yea")
     data = c.target.snapshot(W)
     assert set(data["whispers"]) == {"w"} and set(data["deliberations"]) == {"d"}
     assert set(data["handoffs"]) == {"h"}
@@ -288,17 +290,17 @@ def test_snapshot_and_restore_carry_the_interaction_objects():
     other.restore(as_arrays)
     assert other.snapshot(W) == data
     moved = client(other)
-    moved.ok("deliberate.close", C, deliberation_id="d")
-    moved.ok("handoff.accept", B2, handoff_id="h")
+    moved.ok("deliberate.close", frm=C, deliberation_id="d")
+    moved.ok("handoff.accept", frm=B2, handoff_id="h")
 
 
 def test_the_new_profiles_are_advertisable_and_gated_by_name():
     c = client(make())  # library default: core + review
     c.setup((A, BOT))
     t = c.new_task()
-    c.fail(-32601, "whisper.ask", BOT, to=A, task_id=t, question="q", deadline_ms=1,
+    c.fail(-32601, "whisper.ask", frm=BOT, to=A, task_id=t, question="q", deadline_ms=1,
           default_if_lapsed="d")
-    c.ok("workspace.set_profiles", A, profiles=["whisper/1.0", "deliberation/1.0", "handoff/1.0"])
+    c.ok("workspace.set_profiles", frm=A, profiles=["whisper/1.0", "deliberation/1.0", "handoff/1.0"])
     ask(c, t)
-    c.ok("deliberate.open", A, rule="all_approve", to=A)
-    c.ok("handoff.propose", BOT, to=A, tasks=[{"task_id": t}])
+    c.ok("deliberate.open", frm=A, rule="all_approve", to=A)
+    c.ok("handoff.propose", frm=BOT, to=A, tasks=[{"task_id": t}])

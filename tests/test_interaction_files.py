@@ -40,30 +40,30 @@ def _first_half(p: Client) -> str:
     p.setup(MEMBERS)
     t = p.new_task(kind="k")
     t2 = p.new_task(kind="k")
-    p.ok("whisper.ask", BOT, to=[A, B], task_id=t, question="q", deadline_ms=10**9,
+    p.ok("whisper.ask", frm=BOT, to=[A, B], task_id=t, question="q", deadline_ms=10**9,
          default_if_lapsed={"id": "n"}, options=[{"id": "y"}, {"id": "n"}], whisper_id="w")
-    p.ok("whisper.ask", BOT, to=A, task_id=t, question="q", deadline_ms=1,
+    p.ok("whisper.ask", frm=BOT, to=A, task_id=t, question="q", deadline_ms=1,
          default_if_lapsed="d")  # generated art_ id
-    p.ok("deliberate.open", A, rule="weighted_vote_with_veto:2", to=[A, B, C],
+    p.ok("deliberate.open", frm=A, rule="weighted_vote_with_veto:2", to=[A, B, C],
          weights={A: 2}, veto={B: True}, deliberation_id="d", task_id=t)
-    p.ok("deliberate.comment", C, deliberation_id="d", text="hm")
-    p.ok("deliberate.vote", A, deliberation_id="d", vote="yea", comment="go")
-    p.ok("handoff.propose", BOT, to=B2, tasks=[{"task_id": t, "title": "T", "blockers": ["x"]},
+    p.ok("deliberate.comment", frm=C, deliberation_id="d", text="hm")
+    p.ok("deliberate.vote", frm=A, deliberation_id="d", vote="yea", comment="go")
+    p.ok("handoff.propose", frm=BOT, to=B2, tasks=[{"task_id": t, "title": "T", "blockers": ["x"]},
                                               {"task_id": t2}], handoff_id="h", summary="S")
-    p.ok("handoff.propose", BOT, to="group:g", tasks=[{"task_id": t2}], handoff_id="g")
-    p.ok("handoff.decline", B, handoff_id="g", reason="busy")
-    p.fail(-32030, "deliberate.vote", B2, deliberation_id="d", vote="nay")
+    p.ok("handoff.propose", frm=BOT, to="group:g", tasks=[{"task_id": t2}], handoff_id="g")
+    p.ok("handoff.decline", frm=B, handoff_id="g", reason="busy")
+    p.fail(-32030, "deliberate.vote", frm=B2, deliberation_id="d", vote="nay")
     return t
 
 
 def _second_half(p: Client) -> None:
-    p.fail(-32022, "whisper.answer", A, whisper_id="w", answer_option="maybe")
-    p.ok("whisper.answer", B, whisper_id="w", answer_option="n", comment="no")
-    p.ok("deliberate.vote", B, deliberation_id="d", vote="nay", veto_invoked=True)
-    p.ok("deliberate.close", C, deliberation_id="d")
+    p.fail(-32022, "whisper.answer", frm=A, whisper_id="w", answer_option="maybe")
+    p.ok("whisper.answer", frm=B, whisper_id="w", answer_option="n", comment="no")
+    p.ok("deliberate.vote", frm=B, deliberation_id="d", vote="nay", veto_invoked=True)
+    p.ok("deliberate.close", frm=C, deliberation_id="d")
     first_task = p.target.ours.snapshot(W)["handoffs"]["h"]["tasks"][0]["task_id"]
-    p.ok("handoff.accept", B2, handoff_id="h", accepted_task_ids=[first_task])
-    p.ok("handoff.accept", C, handoff_id="g")
+    p.ok("handoff.accept", frm=B2, handoff_id="h", accepted_task_ids=[first_task])
+    p.ok("handoff.accept", frm=C, handoff_id="g")
     # Last: with a store attached, 0.3.3 reads its clock once more after a
     # sweep (to stamp the write), which would shift every later timestamp.
     assert len(p.target.lapses("2030-01-01T00:00:00Z")) == 1

@@ -9,6 +9,7 @@ import chap_coordinator
 import pytest
 import rfc8785
 from chap_coordinator.transports import wrap as reference_wrap
+from client import Client
 
 from coordinator import Coordinator, CounterIds, StepClock
 from coordinator.server.inward import (
@@ -85,8 +86,7 @@ def test_content_hash_is_sha256_of_jcs() -> None:
 
 def test_review_required_sends_the_task_to_review() -> None:
     ours, _ = _pair()
-    ours.dispatch({"jsonrpc": "2.0", "id": 1, "method": "participant.join",
-                   "params": {"workspace": "w", "from": "human:rev", "type": "human", "role": "reviewer"}})
+    Client(ours, "w").ok("participant.join", frm="human:rev", type="human", role="reviewer")
     out = wrap_mcp_tool_call(ours, "w", caller="agent:a", tool="t", args={}, result=1, review_required=True)
     task = ours.snapshot("w")["tasks"][out["task_id"]]
     assert task["state"] == "review_requested"

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import rfc8785
-from client import Client
+from client import Client, refused
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -65,7 +65,8 @@ def workload(path: Path) -> dict[str, Any]:
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
+def workload_db(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
+    """A database file the workload wrote, and what `workload` says of it."""
     path = tmp_path / "chap.db"
     return path, workload(path)
 
@@ -82,20 +83,20 @@ def verify_json(capsys: pytest.CaptureFixture[str], path: Path) -> tuple[int, di
 
 
 def sql(path: Path, statement: str, *args: Any) -> None:
-    with sqlite3.connect(path) as db:
-        db.execute(statement, args)
+    with sqlite3.connect(path) as workload_db:
+        workload_db.execute(statement, args)
 
 
 def entry(path: Path, seq: int, workspace: str = WS) -> dict[str, Any]:
-    with sqlite3.connect(path) as db:
-        (text,) = db.execute(
+    with sqlite3.connect(path) as workload_db:
+        (text,) = workload_db.execute(
             "SELECT data FROM chap_entries WHERE workspace = ? AND seq = ?", (workspace, seq)
         ).fetchone()
     return json.loads(text)
 
 
-def test_verify_passes_a_sound_file(db, capsys) -> None:
-    path, facts = db
+def test_verify_passes_a_sound_file(workload_db, capsys) -> None:
+    path, facts = workload_db
     code, report, err = verify_json(capsys, path)
     assert code == 0, err
     assert report["ok"] is True
@@ -107,8 +108,8 @@ def test_verify_passes_a_sound_file(db, capsys) -> None:
     assert code == 0 and WS in out and "ok" in out
 
 
-def test_verify_names_a_tampered_entry(db, capsys) -> None:
-    path, facts = db
+def test_verify_names_a_tampered_entry(workload_db, capsys) -> None:
+    path, facts = workload_db
     tampered = entry(path, 6)
     tampered["envelope"]["params"]["artefact"] = {"text": "forged"}
     sql(path, "UPDATE chap_entries SET data = ? WHERE workspace = ? AND seq = 6",
@@ -123,8 +124,8 @@ def test_verify_names_a_tampered_entry(db, capsys) -> None:
     assert {w["workspace"]: w for w in report["workspaces"]}[facts["other"]]["ok"] is True
 
 
-def test_verify_names_a_tampered_object(db, capsys) -> None:
-    path, facts = db
+def test_verify_names_a_tampered_object(workload_db, capsys) -> None:
+    path, facts = workload_db
     with sqlite3.connect(path) as con:
         (text,) = con.execute(
             "SELECT data FROM chap_objects WHERE workspace = ? AND collection = 'tasks' AND id = ?",
@@ -152,8 +153,8 @@ def test_verify_names_a_tampered_object(db, capsys) -> None:
     assert f"tasks/{facts['approved']}" in err
 
 
-def test_verify_names_an_object_the_log_never_made(db, capsys) -> None:
-    path, facts = db
+def test_verify_names_an_object_the_log_never_made(workload_db, capsys) -> None:
+    path, facts = workload_db
     with sqlite3.connect(path) as con:
         (text,) = con.execute(
             "SELECT data FROM chap_objects WHERE workspace = ? AND collection = 'tasks' AND id = ?",
@@ -170,8 +171,8 @@ def test_verify_names_an_object_the_log_never_made(db, capsys) -> None:
             "expected": None, "actual": None} in findings
 
 
-def test_verify_names_a_truncated_log(db, capsys) -> None:
-    path, facts = db
+def test_verify_names_a_truncated_log(workload_db, capsys) -> None:
+    path, facts = workload_db
     last = facts["count"] - 1
     sql(path, "DELETE FROM chap_entries WHERE workspace = ? AND seq >= ?", WS, last - 1)
     code, report, err = verify_json(capsys, path)
@@ -183,8 +184,8 @@ def test_verify_names_a_truncated_log(db, capsys) -> None:
     assert "Traceback" not in err
 
 
-def test_verify_names_a_corrupt_entry_row(db, capsys) -> None:
-    path, _ = db
+def test_verify_names_a_corrupt_entry_row(workload_db, capsys) -> None:
+    path, _ = workload_db
     sql(path, "UPDATE chap_entries SET data = '{\"seq\": 3, oops' WHERE workspace = ? AND seq = 3", WS)
     code, report, err = verify_json(capsys, path)
     assert code == 1
@@ -194,8 +195,8 @@ def test_verify_names_a_corrupt_entry_row(db, capsys) -> None:
     assert f"workspace '{WS}', seq 3: the stored row is not JSON" in err
 
 
-def test_verify_names_a_gap_in_the_log(db, capsys) -> None:
-    path, _ = db
+def test_verify_names_a_gap_in_the_log(workload_db, capsys) -> None:
+    path, _ = workload_db
     sql(path, "DELETE FROM chap_entries WHERE workspace = ? AND seq = 4", WS)
     code, report, _ = verify_json(capsys, path)
     assert code == 1
@@ -203,8 +204,8 @@ def test_verify_names_a_gap_in_the_log(db, capsys) -> None:
     assert any(f["seq"] == 4 and "gap" in f["detail"] for f in findings)
 
 
-def test_verify_names_a_corrupt_meta_row(db, capsys) -> None:
-    path, facts = db
+def test_verify_names_a_corrupt_meta_row(workload_db, capsys) -> None:
+    path, facts = workload_db
     sql(path, "UPDATE chap_meta SET data = 'not json' WHERE workspace = ?", facts["other"])
     code, report, err = verify_json(capsys, path)
     assert code == 1
@@ -215,8 +216,8 @@ def test_verify_names_a_corrupt_meta_row(db, capsys) -> None:
     assert "Traceback" not in err
 
 
-def test_verify_one_workspace_and_an_unknown_one(db, capsys) -> None:
-    path, facts = db
+def test_verify_one_workspace_and_an_unknown_one(workload_db, capsys) -> None:
+    path, facts = workload_db
     code, report, _ = run(capsys, "verify", str(path), "--workspace", facts["other"], "--json")
     assert code == 0
     assert [w["workspace"] for w in json.loads(report)["workspaces"]] == [facts["other"]]
@@ -234,8 +235,8 @@ def test_verify_refuses_a_missing_file_and_a_non_database(tmp_path: Path, capsys
     assert code == 1 and "not a SQLite database" in err
 
 
-def test_verify_as_a_process_exits_1_without_a_traceback(db) -> None:
-    path, _ = db
+def test_verify_as_a_process_exits_1_without_a_traceback(workload_db) -> None:
+    path, _ = workload_db
     sql(path, "UPDATE chap_entries SET data = 'garbage' WHERE workspace = ? AND seq = 2", WS)
     done = subprocess.run(
         [sys.executable, "-m", "coordinator", "verify", str(path)],
@@ -245,8 +246,8 @@ def test_verify_as_a_process_exits_1_without_a_traceback(db) -> None:
     assert "seq 2" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_inspect_lists_each_workspace(db, capsys) -> None:
-    path, facts = db
+def test_inspect_lists_each_workspace(workload_db, capsys) -> None:
+    path, facts = workload_db
     code, out, _ = run(capsys, "inspect", str(path), "--json")
     assert code == 0
     rows = {r["workspace"]: r for r in json.loads(out)["workspaces"]}
@@ -267,8 +268,8 @@ def _heads(path: Path) -> dict[str, Any]:
         store.close()
 
 
-def test_export_snapshot_then_import_gives_the_same_workspaces(db, tmp_path, capsys) -> None:
-    path, _ = db
+def test_export_snapshot_then_import_gives_the_same_workspaces(workload_db, tmp_path, capsys) -> None:
+    path, _ = workload_db
     code, out, _ = run(capsys, "export", str(path))
     assert code == 0
     dump = tmp_path / "dump.json"
@@ -285,8 +286,8 @@ def test_export_snapshot_then_import_gives_the_same_workspaces(db, tmp_path, cap
     assert run(capsys, "import", str(dump), str(copy), "--overwrite")[0] == 0
 
 
-def test_export_jsonl_then_import_rebuilds_the_same_log(db, tmp_path, capsys) -> None:
-    path, facts = db
+def test_export_jsonl_then_import_rebuilds_the_same_log(workload_db, tmp_path, capsys) -> None:
+    path, facts = workload_db
     code, out, _ = run(capsys, "export", str(path), "--workspace", WS, "--format", "jsonl")
     assert code == 0
     lines = [json.loads(line) for line in out.splitlines()]
@@ -307,8 +308,8 @@ def test_export_jsonl_then_import_rebuilds_the_same_log(db, tmp_path, capsys) ->
     assert run(capsys, "verify", str(copy))[0] == 0
 
 
-def test_import_refuses_a_tampered_snapshot_and_writes_nothing(db, tmp_path, capsys) -> None:
-    path, _ = db
+def test_import_refuses_a_tampered_snapshot_and_writes_nothing(workload_db, tmp_path, capsys) -> None:
+    path, _ = workload_db
     _, out, _ = run(capsys, "export", str(path), "--workspace", WS)
     snapshot = json.loads(out)
     snapshot["audit"][3]["envelope"]["params"]["type"] = "agent"
@@ -320,8 +321,8 @@ def test_import_refuses_a_tampered_snapshot_and_writes_nothing(db, tmp_path, cap
     assert _heads(target) == {}
 
 
-def test_import_jsonl_of_a_generated_id_workspace_says_to_use_a_snapshot(db, tmp_path, capsys) -> None:
-    path, facts = db
+def test_import_jsonl_of_a_generated_id_workspace_says_to_use_a_snapshot(workload_db, tmp_path, capsys) -> None:
+    path, facts = workload_db
     _, out, _ = run(capsys, "export", str(path), "--workspace", facts["other"], "--format", "jsonl")
     dump = tmp_path / "other.jsonl"
     dump.write_text(out)
@@ -350,8 +351,8 @@ def _old_layout(path: Path, snapshots: list[dict[str, Any]]) -> None:
             )
 
 
-def test_migrate_upgrades_an_old_file_with_a_backup(db, tmp_path, capsys) -> None:
-    path, _ = db
+def test_migrate_upgrades_an_old_file_with_a_backup(workload_db, tmp_path, capsys) -> None:
+    path, _ = workload_db
     _, out, _ = run(capsys, "export", str(path))
     old = tmp_path / "old.db"
     _old_layout(old, [w for w in json.loads(out)["workspaces"] if w["audit"]])
@@ -404,7 +405,7 @@ def test_verify_passes_a_file_the_reference_wrote(tmp_path, capsys) -> None:
     assert report["workspaces"][0]["entries"] == c.count()
 
 
-# -- the command as users run it, and a chain link from first principles -----
+# -- the commands as users run them --------------------------------------------
 
 
 def chapline(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -449,14 +450,14 @@ def signed_workload(path: Path, *, chained: bool = True) -> dict[str, Any]:
     c.ok("workspace.create")
     for uri, role in ((ALICE, "admin"), (BOT, "drafter"), (BOB, "reviewer")):
         jwks = {"keys": [public_jwk(SIGNERS[uri], uri.split(":")[1])]}
-        c.ok("participant.join", uri, type=uri.split(":")[0], role=role, jwks=jwks)
+        c.ok("participant.join", frm=uri, type=uri.split(":")[0], role=role, jwks=jwks)
     task = c.new_task()
     c.ok("task.update", frm=BOT, task_id=task, state="in_progress")
     c.ok("review.request", frm=BOT, task_id=task, artefact={"text": "draft"}, to=[ALICE])
     c.ok("decide.approve", frm=ALICE, task_id=task)
     c.fail(-32010, "decide.approve", frm=ALICE, task_id=task)  # a recorded refusal
-    unsigned = c.envelope("task.create", ALICE, kind="k", assignee=BOT, input={})
-    assert c.send(unsigned)["error"]["code"] == -32070  # signatures were enforced
+    unsigned = c.envelope("task.create", frm=ALICE, kind="k", assignee=BOT, input={})
+    refused(c.send(unsigned), -32070)  # signatures were enforced
     assert "security-signed/1.0" in c.ok("workspace.describe", frm=ALICE)["profiles"]
     snapshot = coord.snapshot(WS)
     coord.close()
@@ -494,8 +495,8 @@ def test_verify_checks_each_signature_again_on_replay(tmp_path) -> None:
     "profiles",
     [["core/1.0", "review/1.0", "bogus/1.0"], ["core/1.0", 7], "core/1.0"],
 )
-def test_verify_reports_profiles_it_cannot_replay_without_a_traceback(db, profiles) -> None:
-    path, _ = db
+def test_verify_reports_profiles_it_cannot_replay_without_a_traceback(workload_db, profiles) -> None:
+    path, _ = workload_db
     with sqlite3.connect(path) as con:
         (text,) = con.execute("SELECT data FROM chap_meta WHERE workspace = ?", (WS,)).fetchone()
         meta = json.loads(text)
@@ -515,7 +516,7 @@ def test_verify_says_why_it_cannot_replay_an_identity_oidc_workspace(tmp_path) -
                         default_profiles=("core/1.0", "review/1.0", "identity-oidc/1.0"))
     c = Client(coord)
     c.ok("workspace.create")
-    c.ok("participant.join", ALICE, type="human", role="admin", oidc_token="alice-sub")
+    c.ok("participant.join", frm=ALICE, type="human", role="admin", oidc_token="alice-sub")
     coord.close()
     done = chapline("verify", str(path))
     assert done.returncode == 1
@@ -543,8 +544,8 @@ def forge(path: Path, seq: int, change: Callable[[dict[str, Any]], None]) -> tup
     return link(original), link(forged)
 
 
-def test_verify_names_an_edited_middle_entry_with_both_hashes(db) -> None:
-    path, _ = db
+def test_verify_names_an_edited_middle_entry_with_both_hashes(workload_db) -> None:
+    path, _ = workload_db
     expected, actual = forge(path, 6, lambda e: e["envelope"]["params"].update(artefact={"text": "forged"}))
     assert entry(path, 7)["prev_hash"] == expected  # what the chain recorded for seq 6
     done = chapline("verify", str(path), "--json")
@@ -559,8 +560,8 @@ def test_verify_names_an_edited_middle_entry_with_both_hashes(db) -> None:
     assert table.returncode == 1 and f"workspace '{WS}', seq 6: " in table.stderr
 
 
-def test_verify_names_an_edited_last_entry_not_a_truncation(db) -> None:
-    path, facts = db
+def test_verify_names_an_edited_last_entry_not_a_truncation(workload_db) -> None:
+    path, facts = workload_db
     last = facts["count"] - 1
     expected, actual = forge(path, last, lambda e: e["request"]["params"].update(task_id="tsk_forged"))
     assert stored_head(path) == expected
@@ -574,8 +575,8 @@ def test_verify_names_an_edited_last_entry_not_a_truncation(db) -> None:
     assert f"workspace '{WS}', seq {last}: " in done.stderr
 
 
-def test_verify_still_names_a_truncated_log_with_both_hashes(db) -> None:
-    path, facts = db
+def test_verify_still_names_a_truncated_log_with_both_hashes(workload_db) -> None:
+    path, facts = workload_db
     last = facts["count"] - 1
     head = stored_head(path)
     sql(path, "DELETE FROM chap_entries WHERE workspace = ? AND seq >= ?", WS, last - 1)
@@ -589,10 +590,10 @@ def test_verify_still_names_a_truncated_log_with_both_hashes(db) -> None:
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_verify_names_whichever_entry_was_edited(pristine, tmp_path, data) -> None:
+def test_verify_names_whichever_entry_was_edited(pristine_db, tmp_path, data) -> None:
     """Any one entry, any one field of its record changed: verify names that
     seq, with the link the chain recorded for it and the link it has now."""
-    source, facts = pristine
+    source, facts = pristine_db
     path = tmp_path / f"edited-{uuid.uuid4().hex}.db"
     shutil.copy(source, path)
     seq = data.draw(st.integers(0, facts["count"] - 1), label="seq")
@@ -610,7 +611,7 @@ def test_verify_names_whichever_entry_was_edited(pristine, tmp_path, data) -> No
 
 
 @pytest.fixture(scope="module")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+def pristine_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     path = tmp_path_factory.mktemp("pristine") / "chap.db"
     return path, workload(path)
 
@@ -645,8 +646,8 @@ def test_commands_given_a_missing_database_create_no_file(tmp_path) -> None:
         assert sorted(p.name for p in tmp_path.iterdir()) == [], argv
 
 
-def test_a_failed_import_creates_no_file(db, tmp_path) -> None:
-    path, facts = db
+def test_a_failed_import_creates_no_file(workload_db, tmp_path) -> None:
+    path, facts = workload_db
     snapshot = json.loads(chapline("export", str(path), "--workspace", WS).stdout)
     snapshot["audit"][3]["envelope"]["params"]["type"] = "agent"
     bad_snapshot = tmp_path / "bad.json"

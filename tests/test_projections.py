@@ -10,7 +10,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import msgspec
 import pandas as pd
 import pytest
 from chap_analytics import watch
-from client import Client, Http, env
+from client import Client, Http
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from servers import Serve
@@ -57,8 +56,7 @@ def make(store: Any = None) -> Coordinator:
 
 
 def join(coord: Coordinator, who: str, ws: str = "wsp_l") -> dict[str, Any]:
-    kind = who.split(":")[0]
-    return coord.dispatch(env("participant.join", {"workspace": ws, "from": who, "type": kind}))
+    return Client(coord, ws).call("participant.join", frm=who, type=who.split(":")[0])
 
 
 # -- listeners that see the change ------------------------------------------
@@ -71,24 +69,15 @@ def test_a_change_listener_sees_the_entry_the_objects_and_the_result() -> None:
     coord.add_change_listener(lambda c: seen.append((c, len(store.read_entries(c.workspace)))))
     join(coord, wl.ALICE)
     join(coord, wl.BOT)
-    created = coord.dispatch(env("task.create", {
-        "workspace": "wsp_l", "from": wl.ALICE, "assignee": wl.BOT, "kind": "k", "input": {"a": [1]},
-    }))["result"]
+    chap = Client(coord, "wsp_l")
+    created = chap.ok("task.create", frm=wl.ALICE, assignee=wl.BOT, kind="k", input={"a": [1]})
     task_id = created["task_id"]
-    coord.dispatch(env("workspace.describe", {"workspace": "wsp_l"}))  # a read: nothing
-    refused = coord.dispatch(env("task.update", {
-        "workspace": "wsp_l", "from": wl.BOT, "task_id": task_id, "state": "completed",
-    }))
-    assert refused["error"]["code"] == -32602  # not recorded: nothing told
-    coord.dispatch(env("decide.approve", {"workspace": "wsp_l", "from": wl.BOT, "task_id": task_id}))
-    again = coord.dispatch(env("task.create", {  # an idempotent replay: nothing
-        "workspace": "wsp_l", "from": wl.ALICE, "assignee": wl.BOT, "kind": "k", "input": {},
-        "idempotency_key": "once",
-    }))
-    coord.dispatch(env("task.create", {
-        "workspace": "wsp_l", "from": wl.ALICE, "assignee": wl.BOT, "kind": "k", "input": {},
-        "idempotency_key": "once",
-    }))
+    chap.describe()  # a read: nothing
+    chap.fail(-32602, "task.update", frm=wl.BOT, task_id=task_id, state="completed")  # not recorded: nothing told
+    chap.fail(-32010, "decide.approve", frm=wl.BOT, task_id=task_id)
+    again = chap.ok("task.create", frm=wl.ALICE, assignee=wl.BOT, kind="k", input={}, idempotency_key="once")
+    chap.ok("task.create", frm=wl.ALICE, assignee=wl.BOT, kind="k", input={},  # an idempotent replay: nothing
+            idempotency_key="once")
     changes = [c for c, _ in seen]
     assert [c.entry.seq for c in changes] == [0, 1, 2, 3, 4]
     # each was told after its entry was in the store
@@ -101,8 +90,8 @@ def test_a_change_listener_sees_the_entry_the_objects_and_the_result() -> None:
     refusal = changes[3]
     assert refusal.result is None and refusal.error["code"] == -32010
     assert refusal.entry.outcome == {"status": "refused", "code": -32010} and refusal.objects == {}
-    assert changes[4].result == again["result"]
-    assert changes[4].objects["idempotency_keys"] == {"once": again["result"]["task_id"]}
+    assert changes[4].result == again
+    assert changes[4].objects["idempotency_keys"] == {"once": again["task_id"]}
     # the values are the listener's own: changing them changes nothing held
     task.input["a"].append(2)
     made.objects["tasks"].clear()
@@ -608,9 +597,9 @@ def test_a_projection_of_the_earlier_schema_is_refused_until_cleared(tmp_path: P
     old.execute("INSERT INTO chapline_cursors VALUES ('analytics', 'wsp_desk', 40)")
     old.execute("CREATE VIEW analytics_decisions AS SELECT 1 AS seq")
     old.commit()
-    with pytest.raises(ProjectionError, match="no column created_seq") as refused:
+    with pytest.raises(ProjectionError, match="no column created_seq") as caught:
         AnalyticsProjection(target)
-    statements = str(refused.value).split("(", 1)[1].rsplit(")", 1)[0]
+    statements = str(caught.value).split("(", 1)[1].rsplit(")", 1)[0]
     assert "DROP TABLE analytics_tasks" in statements
     # doing what the message says clears it; the next attach rebuilds from the log
     for statement in statements.split("; "):
@@ -681,7 +670,19 @@ tasks = list(coord.workspaces[wl.WS].tasks)
 print("ready", flush=True)
 while True:
     wl.run_one(coord, wl.WS, tasks, rng.choice(wl.ACTIONS), rng.randrange(8), rng.randrange(3))
+    print("called", flush=True)
 """
+
+
+def kill_after_some_calls(proc: subprocess.Popen[str], rng: random.Random) -> None:
+    """SIGKILL `proc` (a _WORKER) once it has made a random number of calls
+    more: it is then in the middle of its next one."""
+    assert proc.stdout is not None
+    for _ in range(rng.randrange(5, 60)):
+        assert proc.stdout.readline() == "called\n", proc.stderr.read() if proc.stderr else ""
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
 
 
 @pytest.mark.parametrize("same_file", [False, True])
@@ -700,10 +701,7 @@ def test_a_projection_killed_at_random_moments_equals_one_rebuilt_from_the_log(
         )
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready", proc.stderr.read() if proc.stderr else ""
-        time.sleep(rng.uniform(0.05, 0.4))
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-        assert proc.returncode == -signal.SIGKILL
+        kill_after_some_calls(proc, rng)
     coord = Coordinator(SqliteStore(db))
     resumed = coord.attach(AnalyticsProjection(target))  # catches up what the last kill left
     rebuilt = coord.attach(AnalyticsProjection(str(tmp_path / "rebuilt.db")))
@@ -771,12 +769,12 @@ def test_serve_runs_the_analytics_projection_and_catches_it_up_at_start(tmp_path
     db, target = tmp_path / "chap.db", tmp_path / "analytics.db"
     with Serve(db) as server, httpx.Client(base_url=server.base, timeout=60) as http:  # no projection
         for who in (wl.ALICE, wl.BOB):
-            Client(Http(http), "wsp_s").ok("participant.join", who, type="human")
+            Client(Http(http), "wsp_s").ok("participant.join", frm=who, type="human")
     with Serve(db, "--projection", f"analytics={target}") as server:
         assert f"projecting analytics into {target} (live)" in server.line
         with httpx.Client(base_url=server.base, timeout=60) as http:
             task_id = Client(Http(http), "wsp_s").ok(
-                "task.create", wl.ALICE, assignee=wl.BOB, kind="k", input={}
+                "task.create", frm=wl.ALICE, assignee=wl.BOB, kind="k", input={}
             )["task_id"]
     with sqlite3.connect(target) as connection:
         assert connection.execute("SELECT * FROM analytics_counts").fetchall() == [("wsp_s", 3, 3, 0)]

@@ -12,13 +12,10 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import os
 import random
-import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,6 +36,7 @@ from test_projections import (
     TWICE_ESCALATED,
     assert_matches_chap_analytics,
     fold,
+    kill_after_some_calls,
     make,
     tables,
 )
@@ -79,7 +77,7 @@ def fresh_database(pg_server: PgServer) -> str:
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=OPS, split=st.integers(0, 60), page=st.integers(1, 7))
-def test_live_and_caught_up_tables_equal_a_fold_of_the_log_and_objects(
+def test_live_and_caught_up_postgresql_tables_equal_a_fold_of_the_log_and_objects(
     new_target: Callable[[], str], ops: list[tuple[str, int, int]], split: int, page: int
 ) -> None:
     with make() as coord:  # closes the projections' connections, failing or not
@@ -101,7 +99,7 @@ def test_live_and_caught_up_tables_equal_a_fold_of_the_log_and_objects(
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=OPS)
 @example(ops=TWICE_ESCALATED)
-def test_chap_analytics_figures_equal_the_projection_for_random_workloads(
+def test_chap_analytics_figures_equal_the_postgresql_projection_for_random_workloads(
     new_target: Callable[[], str], ops: list[tuple[str, int, int]]
 ) -> None:
     with make() as coord:
@@ -276,10 +274,7 @@ def test_two_processes_killed_at_random_moments_equal_a_rebuilt_projection(
             assert proc.stdout is not None
             assert proc.stdout.readline().strip() == "ready", proc.stderr.read() if proc.stderr else ""
         for proc in procs:
-            time.sleep(rng.uniform(0.05, 0.4))
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
-            assert proc.returncode == -signal.SIGKILL
+            kill_after_some_calls(proc, rng)
     with Coordinator(PostgresStore(fresh_database)) as coord:
         resumed = coord.attach(AnalyticsProjection(fresh_database))
         rebuilt = coord.attach(AnalyticsProjection(new_target()))

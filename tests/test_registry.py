@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from client import Client, env
+from client import Client, env, refused
 from support import ALICE, WS, make, s0
 
 from coordinator.engine.registry import CHAP_0_3, Profile, Registry, RegistryError, schema
@@ -201,11 +201,10 @@ def test_an_unimplemented_privileged_method_refused_by_the_gate_is_recorded() ->
     c = Client(make())
     s0(c)
     before = c.describe()["audit_count"]
-    err = c.err("control.pause", **{"from": ALICE}, scope="workspace")
+    err = c.fail(-32601, "control.pause", frm=ALICE, scope="workspace")
     assert err["data"] == {"profile": "control/1.0", "advertised": ["core/1.0", "review/1.0"]}
     assert c.describe()["audit_count"] == before + 1
     # Not privileged: refused the same way, never recorded.
-    err = c.err("whisper.ask", **{"from": ALICE}, to=ALICE, question="?")
-    assert err["code"] == -32601
+    c.fail(-32601, "whisper.ask", frm=ALICE, to=ALICE, question="?")
     assert c.describe()["audit_count"] == before + 1
-    assert c.target.dispatch(env("nothing.here", {"workspace": WS}))["error"]["code"] == -32601
+    refused(c.target.dispatch(env("nothing.here", {"workspace": WS})), -32601)

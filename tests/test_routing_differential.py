@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from client import Client
+from client import Client, refused
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from profile_diff import Run, ours, reference, stored_objects
@@ -277,10 +277,10 @@ def test_a_malformed_hook_answer_is_32515_here(hook, answer, method, params):
     run.steps(SETUP)
     x = run.a.run((method, f(A, task_id="$H", **params)))
     y = run.b.run((method, f(A, task_id="$H", **params)))
-    assert y["error"]["code"] == -32603
-    assert x["error"]["code"] == -32515 and "policy" in x["error"]["message"]
-    log = a.dispatch({"jsonrpc": "2.0", "id": "l", "method": "audit.read", "params": {"workspace": W}})
-    assert log["result"]["entries"][-1]["outcome"] == {"status": "refused", "code": -32515}
+    refused(y, -32603)
+    refused(x, -32515)
+    assert "policy" in x["error"]["message"]
+    assert Client(a, W).last()["outcome"] == {"status": "refused", "code": -32515}
     assert len(a.snapshot(W)["route_decisions"]) == 0
 
 
@@ -424,7 +424,7 @@ def test_hints_used_after_a_restart_from_sqlite_is_as_0_3_3_answers(tmp_path: An
     ):
         c = Client(restarted, W)
         used.append([
-            c.ok("task.route", A, task_id=task_id, candidates=[A])["rationale"]["hints_used"],
-            c.ok("review.depth", A, task_id=task_id, artefact_routing_hints={"b": 1, "a": 2})["rationale"]["hints_used"],
+            c.ok("task.route", frm=A, task_id=task_id, candidates=[A])["rationale"]["hints_used"],
+            c.ok("review.depth", frm=A, task_id=task_id, artefact_routing_hints={"b": 1, "a": 2})["rationale"]["hints_used"],
         ])
     assert used[0] == used[1] == [["confidence", "criticality"], ["confidence", "criticality", "b", "a"]]

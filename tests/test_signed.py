@@ -15,7 +15,7 @@ import chap_coordinator
 import pytest
 from chap_coordinator import Coordinator as Reference
 from chap_coordinator.storage.sqlite import SqliteStore as ReferenceSqlite
-from client import Client
+from client import Client, refused
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from coordinator import Coordinator, CounterIds, StepClock, public_jwk, sign_envelope
@@ -53,14 +53,14 @@ def reader(key: Any, kid: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
 
 
 def signed(side: Client, sender: str, method: str, params: dict[str, Any], key: Any = None, kid: str | None = None) -> dict[str, Any]:
-    envelope = side.envelope(method, sender, **side.build(params))
+    envelope = side.envelope(method, frm=sender, **side.build(params))
     return sign_envelope(envelope, key or KEYS[sender], kid or KID[sender])
 
 
 def setup(side: Client) -> None:
     assert "result" in side.send(side.envelope("workspace.create"))
     for uri, kind, role in ((ALICE, "human", "admin"), (BOT, "agent", "drafter"), (CAROL, "human", "reviewer")):
-        answer = side.send(side.envelope("participant.join", uri, type=kind, role=role,
+        answer = side.send(side.envelope("participant.join", frm=uri, type=kind, role=role,
                                          jwks={"keys": [public_jwk(KEYS[uri], KID[uri])]}))
         assert answer["result"] == {"joined": True, "as": uri}
 
@@ -79,7 +79,7 @@ def test_reference_accepts_our_helper_and_we_accept_its_signatures() -> None:
     a, b = both()
     answer = b.send(signed(b, ALICE, "task.create", TASK))
     assert answer["result"]["state"] == "created"
-    envelope = a.envelope("task.create", ALICE, **TASK)
+    envelope = a.envelope("task.create", frm=ALICE, **TASK)
     envelope["sig"] = chap_coordinator.sign(chap_coordinator.canonicalize(envelope), KEYS[ALICE], KID[ALICE])
     assert a.send(envelope)["result"]["state"] == "created"
     assert a.log()[-1]["envelope"]["sig"] == envelope["sig"]
@@ -127,8 +127,8 @@ def _assert_same_refusals(a: Client, b: Client, cases: list[tuple]) -> None:
     count_a, count_b = len(a.log()), len(b.log())
     for case in cases:
         ra, rb = _send_case(a, case), _send_case(b, case)
-        assert "error" in rb and rb["error"]["code"] == case[-1], (case[0], rb)
-        assert "error" in ra and ra["error"]["code"] == case[-1], (case[0], ra)
+        refused(rb, case[-1])
+        refused(ra, case[-1])
         assert ra["error"]["message"], case[0]
     # nothing refused is recorded, by either
     assert len(a.log()) == count_a and len(b.log()) == count_b
@@ -210,7 +210,7 @@ def test_signed_workload_gives_identical_entries_and_chain_heads() -> None:
     setup(a)
     mine = _run_workload(a)
     assert mine == theirs
-    assert any("error" in r and r["error"]["code"] == -32010 for r in mine)
+    refused(mine[5], -32010)  # the workload's recorded refusal
     log_a, log_b = a.log(), b.log()
     assert log_a == log_b and all("sig" in (e.get("envelope") or e["request"]) for e in log_a[4:])
     assert a.describe()["evidence_head"] == b.describe()["evidence_head"]
@@ -253,7 +253,7 @@ def test_keys_are_judged_by_arrival_not_by_the_senders_ts() -> None:
         rotate = signed(side, ALICE, "participant.rotate_key", {"old_kid": "alice-1", "new_jwk": public_jwk(K2, "alice-2")})
         assert "result" in side.send(rotate)
     lagging = {**TASK, "ts": "2023-11-14T22:13:00.000Z"}  # before the rotation
-    assert b.send(signed(b, ALICE, "task.create", lagging, K2, "alice-2"))["error"]["code"] == -32071
+    refused(b.send(signed(b, ALICE, "task.create", lagging, K2, "alice-2")), -32071)
     assert a.send(signed(a, ALICE, "task.create", lagging, K2, "alice-2"))["result"]["state"] == "created"
 
 
@@ -264,15 +264,13 @@ def test_the_reference_options_turn_signatures_on() -> None:
         side = side_of(coord)
         setup(side)
         assert side.describe()["profiles"] == ["core/1.0", "review/1.0", "security-signed/1.0"]
-        unsigned = side.send(side.envelope("workspace.describe", ALICE))
-        assert unsigned["error"]["code"] == -32070
+        unsigned = side.send(side.envelope("workspace.describe", frm=ALICE))
+        refused(unsigned, -32070)
 
 
 def test_security_signed_is_advertised_only_when_enforced() -> None:
     for coord in (Coordinator(), Reference()):
-        answer = coord.dispatch({"jsonrpc": "2.0", "id": "c", "method": "workspace.create",
-                                 "params": {"workspace": W, "profiles": ["core/1.0", "security-signed/1.0"]}})
-        assert answer["error"]["code"] == -32602
+        Client(coord, W).fail(-32602, "workspace.create", profiles=["core/1.0", "security-signed/1.0"])
     with pytest.raises(ValueError, match="require_signatures"):
         Coordinator(default_profiles=["core/1.0", "security-signed/1.0"])
 
@@ -320,7 +318,7 @@ def test_a_signed_refusal_is_answered_again_not_evaluated_by_both() -> None:
     assert added == 1  # the widening request only; the resend is not recorded
 
 
-def test_the_readme_example_runs() -> None:
+def test_the_readmes_signing_example_runs() -> None:
     import re
     from pathlib import Path
 

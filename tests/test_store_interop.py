@@ -3,44 +3,31 @@
 
 from __future__ import annotations
 
-import itertools
 import sqlite3
 from pathlib import Path
 
 from chap_coordinator import Coordinator
 from chap_coordinator.storage.sqlite import SqliteStore as ReferenceStore
+from client import Client
 
 from storage import EntryFilter, SqliteStore
 
 
-def session(coord: Coordinator) -> list[dict]:
+def session(coord: Coordinator) -> None:
     """A short review session with a recorded refusal, in two workspaces."""
-    ids = itertools.count()
-    responses = []
-
-    def call(method: str, **params) -> dict:
-        response = coord.dispatch(
-            {"jsonrpc": "2.0", "id": f"r{next(ids)}", "method": method, "params": params})
-        responses.append(response)
-        return response
-
+    chap = Client(coord, None)
     for ws in ("wsp_a", "wsp_b"):
-        call("workspace.create", workspace=ws)
-        call("participant.join", workspace=ws, **{"from": "human:alice"}, type="human",
-             role="reviewer")
-        call("participant.join", workspace=ws, **{"from": "human:carol"}, type="human",
-             role="reviewer")
-        call("participant.join", workspace=ws, **{"from": "agent:bot"}, type="agent",
-             role="drafter")
-        task = call("task.create", workspace=ws, **{"from": "human:alice"}, assignee="agent:bot",
-                    kind="k", input={"n": 1}, idempotency_key=f"ik-{ws}")["result"]["task_id"]
-        call("task.update", workspace=ws, **{"from": "agent:bot"}, task_id=task,
-             state="in_progress")
-        call("review.request", workspace=ws, **{"from": "agent:bot"}, task_id=task,
-             to=["human:alice"], artefact={"a": 1})
-        call("decide.approve", workspace=ws, **{"from": "human:carol"}, task_id=task)  # refused
-        call("decide.approve", workspace=ws, **{"from": "human:alice"}, task_id=task)
-    return responses
+        chap.ok("workspace.create", workspace=ws)
+        chap.ok("participant.join", frm="human:alice", workspace=ws, type="human", role="reviewer")
+        chap.ok("participant.join", frm="human:carol", workspace=ws, type="human", role="reviewer")
+        chap.ok("participant.join", frm="agent:bot", workspace=ws, type="agent", role="drafter")
+        task = chap.ok("task.create", frm="human:alice", workspace=ws, assignee="agent:bot", kind="k",
+                       input={"n": 1}, idempotency_key=f"ik-{ws}")["task_id"]
+        chap.ok("task.update", frm="agent:bot", workspace=ws, task_id=task, state="in_progress")
+        chap.ok("review.request", frm="agent:bot", workspace=ws, task_id=task, to=["human:alice"],
+                artefact={"a": 1})
+        chap.fail(-32011, "decide.approve", frm="human:carol", workspace=ws, task_id=task)  # recorded
+        chap.ok("decide.approve", frm="human:alice", workspace=ws, task_id=task)
 
 
 def options() -> dict:
@@ -67,9 +54,7 @@ def test_ours_loads_what_the_reference_wrote(tmp_path: Path) -> None:
     # The reference still reads and writes the file after we opened it.
     ref = ReferenceStore(str(path))
     coord = Coordinator(store=ref, **options())
-    assert coord.dispatch({"jsonrpc": "2.0", "id": "x", "method": "participant.join",
-                           "params": {"workspace": "wsp_a", "from": "human:dan",
-                                      "type": "human", "role": "reviewer"}})["result"]
+    Client(coord, "wsp_a").ok("participant.join", frm="human:dan", type="human", role="reviewer")
     ref.close()
     ours = SqliteStore(path)
     joins = ours.read_entries("wsp_a", 9, where=EntryFilter(sender="human:dan"))

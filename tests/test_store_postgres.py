@@ -20,7 +20,7 @@ from client import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pgserver import PgServer
-from support import ALICE, BOT, make, s0
+from support import ALICE, BOT, eventually, make, s0
 from test_store_contract import PostgresFactory
 
 from storage import EntryFilter, PostgresStore, StoreChange, StoreError
@@ -68,14 +68,13 @@ def test_server_restart_fails_calls_during_the_outage_then_recovers(own_server: 
     coord = make(PostgresStore(dsn))
     c = Client(coord)
     T = s0(c)
-    acknowledged = [c.ok("task.update", **{"from": BOT}, task_id=T, state="in_progress")]
+    acknowledged = [c.ok("task.update", frm=BOT, task_id=T, state="in_progress")]
     own_server.stop("immediate")
     for method, params in [
         ("task.create", {"from": ALICE, "assignee": BOT, "kind": "k", "input": {}}),
         ("audit.read", {}),  # the log is read from the store
     ]:
-        err = c.err(method, **params)
-        assert err["code"] == -32900, err
+        err = c.fail(-32900, method, **params)
         _no_secrets(json.dumps(err), own_server)
         assert "retry" in err["message"] and "log_id" in err["data"]
     # what memory holds is still answered
@@ -85,7 +84,7 @@ def test_server_restart_fails_calls_during_the_outage_then_recovers(own_server: 
     _no_secrets(str(caught.value), own_server)
     own_server.start()
     # the same coordinator, not restarted, carries on
-    created = c.ok("task.create", **{"from": ALICE}, assignee=BOT, kind="k", input={})
+    created = c.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={})
     acknowledged.append(created)
     assert c.ok("audit.verify_chain")["status"] == "verified"
     log = c.log()
@@ -109,21 +108,19 @@ def test_nothing_unacknowledged_is_claimed_and_nothing_acknowledged_lost(own_ser
         n = 0
         while not stop.is_set():
             n += 1
-            env = c.envelope("task.create", **{"from": ALICE}, assignee=BOT, kind="k", input={"n": n})
+            env = c.envelope("task.create", frm=ALICE, assignee=BOT, kind="k", input={"n": n})
             answered.append({"n": n, "response": coord.dispatch(env)})
 
     writer = threading.Thread(target=write)
     writer.start()
     try:
-        while len(answered) < 20:
-            threading.Event().wait(0.01)
+        eventually(lambda: len(answered) >= 20, "20 answers before the stop")
         own_server.stop("immediate")
         failed_before = len(answered)
-        while len(answered) < failed_before + 5:
-            threading.Event().wait(0.01)
+        eventually(lambda: len(answered) >= failed_before + 5, "5 answers while the server is down")
         own_server.start()
-        while not any("result" in a["response"] for a in answered[failed_before + 5:]):
-            threading.Event().wait(0.01)
+        eventually(lambda: any("result" in a["response"] for a in answered[failed_before + 5:]),
+                   "a result once the server is back")
     finally:
         stop.set()
         writer.join()
@@ -190,7 +187,7 @@ def test_filtered_reads_use_the_indexes_at_100k_entries(pg_dsn: str) -> None:
         store.close()
 
 
-def test_damaged_workspaces_are_skipped_whole(pg_dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+def test_damaged_workspaces_in_postgresql_are_skipped_whole(pg_dsn: str, caplog: pytest.LogCaptureFixture) -> None:
     """The damage tests/test_store_sqlite.py makes, made here: skipped the same
     way, since both stores decode their rows in storage/_rows.py."""
     store = PostgresStore(pg_dsn)
@@ -368,15 +365,12 @@ def test_a_watching_store_hears_of_a_non_ascii_workspace_in_sql_ascii(
     watching, writer = PostgresStore(dsn, watch=True), PostgresStore(dsn)
     try:
         writer.apply(change("wsp_☕", 0, 1))
-        heard: set[str] = set()
-        for _ in range(200):  # the notification arrives within the listener's poll
+        def heard() -> set[str]:
             got = watching.changed()
             assert got is not None  # the listening connection was never lost
-            heard |= got
-            if heard:
-                break
-            threading.Event().wait(0.05)
-        assert heard == {"wsp_☕"}
+            return got
+
+        assert eventually(heard, "the notification") == {"wsp_☕"}
     finally:
         watching.close()
         writer.close()

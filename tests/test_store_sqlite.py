@@ -96,7 +96,7 @@ def damaged_file(path: Path) -> None:
     db.close()
 
 
-def test_damaged_workspaces_are_skipped_whole(tmp_path: Path, caplog) -> None:
+def test_damaged_workspaces_in_a_sqlite_file_are_skipped_whole(tmp_path: Path, caplog) -> None:
     damaged_file(tmp_path / "a.db")
     store = SqliteStore(tmp_path / "a.db")
     with caplog.at_level(logging.WARNING, logger="storage"):

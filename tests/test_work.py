@@ -4,14 +4,13 @@ and chap-coordinator 0.3.3 opening a file that holds such workspaces."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from chap_coordinator import Coordinator as Reference
 from chap_coordinator.storage.sqlite import SqliteStore as ReferenceStore
-from client import Client
+from client import Client, refused
 from support import ALICE, BOT, make
 
 from coordinator import Coordinator, CounterIds
@@ -36,15 +35,15 @@ def setup(store: Any = None, clock: ManualClock | None = None) -> tuple[Client, 
     clock = clock or ManualClock()
     c = Client(make(store, clock=clock))
     c.ok("workspace.create", profiles=WORK, mode="production")
-    c.ok("participant.join", **{"from": ALICE}, type="human", role="admin")
-    c.ok("participant.join", **{"from": BOT}, type="agent", role="writer")
-    c.ok("participant.join", **{"from": BOT2}, type="agent", role="writer")
+    c.ok("participant.join", frm=ALICE, type="human", role="admin")
+    c.ok("participant.join", frm=BOT, type="agent", role="writer")
+    c.ok("participant.join", frm=BOT2, type="agent", role="writer")
     return c, clock
 
 
 def submit(c: Client, tasks: list[dict[str, Any]], edges: list[dict[str, Any]] | None = None,
            plan: str = "p") -> dict[str, str]:
-    result = c.ok("x-chapline.plan.submit", **{"from": ALICE}, plan=plan, tasks=tasks, edges=edges or [])
+    result = c.ok("x-chapline.plan.submit", frm=ALICE, plan=plan, tasks=tasks, edges=edges or [])
     return dict(result["tasks"])
 
 
@@ -97,9 +96,9 @@ def test_extension_profiles_and_methods_are_namespaced_and_checked() -> None:
 def test_the_profile_answers_only_where_advertised() -> None:
     c = Client(make())
     c.ok("workspace.create", profiles=["core/1.0"])
-    c.ok("participant.join", **{"from": ALICE}, type="human", role="admin")
-    err = c.err("x-chapline.plan.submit", **{"from": ALICE}, plan="p", tasks=[task("a")])
-    assert err["code"] == -32601 and err["data"]["profile"] == "x-chapline-work/1.0"
+    c.ok("participant.join", frm=ALICE, type="human", role="admin")
+    err = c.fail(-32601, "x-chapline.plan.submit", frm=ALICE, plan="p", tasks=[task("a")])
+    assert err["data"]["profile"] == "x-chapline-work/1.0"
 
 
 # -- plans --------------------------------------------------------------------
@@ -111,28 +110,27 @@ def test_resubmission_is_a_no_op_and_a_redefinition_or_a_cycle_is_refused() -> N
     ids = submit(c, tasks, [{"from": "a", "to": "b"}])
     count = c.describe()["task_count"]
     # Same plan, tasks and edges in another order: same ids, nothing created.
-    again = c.ok("x-chapline.plan.submit", **{"from": ALICE}, plan="p",
+    again = c.ok("x-chapline.plan.submit", frm=ALICE, plan="p",
                  tasks=[{**tasks[1], "reads": ["repo", "repo"]}, tasks[0]],
                  edges=[{"to": "b", "from": "a", "type": "strong"}])
     assert again["tasks"] == ids and again["added"] == []
     assert c.describe()["task_count"] == count
     # A new key is added; it may wait for held tasks.
-    grown = c.ok("x-chapline.plan.submit", **{"from": ALICE}, plan="p",
+    grown = c.ok("x-chapline.plan.submit", frm=ALICE, plan="p",
                  tasks=[*tasks, task("c")], edges=[{"from": "a", "to": "b"}, {"from": "b", "to": "c"}])
     assert grown["added"] == ["c"] and {k: grown["tasks"][k] for k in ids} == ids
     before = c.describe()["audit_count"]
-    err = c.err("x-chapline.plan.submit", **{"from": ALICE}, plan="p",
+    err = c.fail(-32961, "x-chapline.plan.submit", frm=ALICE, plan="p",
                 tasks=[tasks[0], {**tasks[1], "priority": 4}], edges=[{"from": "a", "to": "b"}])
-    assert err["code"] == -32961
     assert err["data"] == {"plan": "p", "key": "b", "task_id": ids["b"]}
     # A changed edge redefines the task it points at.
-    err = c.err("x-chapline.plan.submit", **{"from": ALICE}, plan="p", tasks=tasks,
+    err = c.fail(-32961, "x-chapline.plan.submit", frm=ALICE, plan="p", tasks=tasks,
                 edges=[{"from": "a", "to": "b", "type": "weak"}])
-    assert err["code"] == -32961 and err["data"]["key"] == "b"
-    err = c.err("x-chapline.plan.submit", **{"from": ALICE}, plan="q",
+    assert err["data"]["key"] == "b"
+    err = c.fail(-32962, "x-chapline.plan.submit", frm=ALICE, plan="q",
                 tasks=[task("x"), task("y"), task("z")],
                 edges=[{"from": "x", "to": "y"}, {"from": "y", "to": "z"}, {"from": "z", "to": "x"}])
-    assert err["code"] == -32962 and err["data"]["cycle"] == ["x", "y", "z", "x"]
+    assert err["data"]["cycle"] == ["x", "y", "z", "x"]
     assert "x -> y -> z -> x" in err["message"]
     # Refusals are recorded and change nothing else.
     assert c.describe()["task_count"] == count + 1
@@ -155,8 +153,8 @@ def test_bad_plans_are_invalid_params_and_change_nothing(
 ) -> None:
     c, _ = setup()
     before = c.describe()
-    err = c.err("x-chapline.plan.submit", **{"from": ALICE}, plan="p", tasks=tasks, edges=edges)
-    assert err["code"] == -32602 and words in err["message"], err
+    err = c.fail(-32602, "x-chapline.plan.submit", frm=ALICE, plan="p", tasks=tasks, edges=edges)
+    assert words in err["message"], err
     assert c.describe() == before
 
 
@@ -188,7 +186,7 @@ def test_ready_work_respects_dependencies_conflicts_and_priority() -> None:
     assert claim(c, BOT2, "tsk_nothing")["outcome"] == "unknown"
     again = claim(c, BOT, ids["high"], lease_ms=120_000)
     assert again["outcome"] == "refreshed" and again["token"] == 1
-    c.ok("x-chapline.work.report", **{"from": BOT}, task_id=ids["high"], token=1,
+    c.ok("x-chapline.work.report", frm=BOT, task_id=ids["high"], token=1,
          outcome="failed", retryable=False, error="boom")
     # high failed for good; weakly waited for any end of it and is ready.
     keys = [r["key"] for r in c.ok("x-chapline.work.ready")["ready"]]
@@ -201,8 +199,8 @@ def test_a_stale_token_is_refused_after_expiry_and_reclaim() -> None:
     first = claim(c, BOT, ids["a"], lease_ms=10_000)
     clock.now += 10_000
     # The lease is over: the holder's heartbeat is refused, nothing changes.
-    err = c.err("x-chapline.work.heartbeat", **{"from": BOT}, task_id=ids["a"], token=first["token"])
-    assert err["code"] == -32960 and err["data"]["task_id"] == ids["a"]
+    err = c.fail(-32960, "x-chapline.work.heartbeat", frm=BOT, task_id=ids["a"], token=first["token"])
+    assert err["data"]["task_id"] == ids["a"]
     # Reclaimed on the next write (recorded), then after the backoff by another.
     assert claim(c, BOT2, ids["a"])["outcome"] == "blocked"
     clock.now += 1_000
@@ -210,14 +208,13 @@ def test_a_stale_token_is_refused_after_expiry_and_reclaim() -> None:
     assert second["outcome"] == "claimed" and second["token"] == first["token"] + 1
     for method, extra in (("x-chapline.work.report", {"outcome": "completed"}),
                           ("x-chapline.work.heartbeat", {}), ("x-chapline.work.release", {})):
-        err = c.err(method, **{"from": BOT}, task_id=ids["a"], token=first["token"], **extra)
-        assert err["code"] == -32960 and err["data"]["current_token"] == second["token"]
+        err = c.fail(-32960, method, frm=BOT, task_id=ids["a"], token=first["token"], **extra)
+        assert err["data"]["current_token"] == second["token"]
         assert "claimed again since" in err["message"]
     # CHAP's own writes to a plan task are fenced too.
-    assert c.code("task.update", **{"from": BOT}, task_id=ids["a"], state="in_progress",
-                  token=first["token"]) == -32960
-    c.ok("task.update", **{"from": BOT2}, task_id=ids["a"], state="in_progress", token=second["token"])
-    c.ok("task.complete", **{"from": BOT2}, task_id=ids["a"], token=second["token"], output=1)
+    c.fail(-32960, "task.update", frm=BOT, task_id=ids["a"], state="in_progress", token=first["token"])
+    c.ok("task.update", frm=BOT2, task_id=ids["a"], state="in_progress", token=second["token"])
+    c.ok("task.complete", frm=BOT2, task_id=ids["a"], token=second["token"], output=1)
     described = c.ok("x-chapline.plan.describe", plan="p")["tasks"][0]
     assert described["status"] == "completed" and described["holder"] is None
     assert [a["outcome"] for a in described["attempts"]] == ["expired"]
@@ -228,8 +225,8 @@ def test_a_stale_token_is_refused_after_expiry_and_reclaim() -> None:
 def test_a_plan_task_needs_its_claim_for_chap_writes() -> None:
     c, _ = setup()
     ids = submit(c, [task("a")])
-    err = c.err("task.update", **{"from": BOT}, task_id=ids["a"], state="in_progress")
-    assert err["code"] == -32963 and "x-chapline.work.claim" in err["message"]
+    err = c.fail(-32963, "task.update", frm=BOT, task_id=ids["a"], state="in_progress")
+    assert "x-chapline.work.claim" in err["message"]
 
 
 def test_retries_back_off_then_fail_for_good_and_block_strong_dependents() -> None:
@@ -241,7 +238,7 @@ def test_retries_back_off_then_fail_for_good_and_block_strong_dependents() -> No
     for attempt in range(3):
         got = claim(c, BOT, ids["a"])
         assert got["outcome"] == "claimed" and got["token"] == attempt + 1
-        result = c.ok("x-chapline.work.report", **{"from": BOT}, task_id=ids["a"],
+        result = c.ok("x-chapline.work.report", frm=BOT, task_id=ids["a"],
                       token=got["token"], outcome="failed", error=f"e{attempt}")
         if attempt < 2:
             waits.append(result["retry_at"])
@@ -263,7 +260,7 @@ def test_a_claim_sees_the_leases_its_own_sweep_just_ended() -> None:
     c, clock = setup()
     ids = submit(c, [task("a", writes=["repo/docs"]), task("b", writes=["repo"]),
                      task("c", reads=["repo/docs/x.md"])])
-    c.ok("x-chapline.work.set_capacity", **{"from": ALICE}, workspace_max=1, agent_max=1)
+    c.ok("x-chapline.work.set_capacity", frm=ALICE, workspace_max=1, agent_max=1)
     assert claim(c, BOT, ids["a"], lease_ms=1_000)["outcome"] == "claimed"
     blocked = claim(c, BOT2, ids["b"])
     assert blocked["outcome"] == "blocked" and "repo" in blocked["reason"]
@@ -282,15 +279,15 @@ def test_a_claim_sees_the_leases_its_own_sweep_just_ended() -> None:
 def test_capacity_is_counted_in_the_write_and_never_refuses_a_refresh() -> None:
     c, _ = setup()
     ids = submit(c, [task(k) for k in "abcd"])
-    assert c.code("x-chapline.work.set_capacity", **{"from": BOT}, workspace_max=1) == -32011
-    c.ok("x-chapline.work.set_capacity", **{"from": ALICE}, workspace_max=2, agent_max=1)
+    c.fail(-32011, "x-chapline.work.set_capacity", frm=BOT, workspace_max=1)
+    c.ok("x-chapline.work.set_capacity", frm=ALICE, workspace_max=2, agent_max=1)
     assert claim(c, BOT, ids["a"])["outcome"] == "claimed"
     full = claim(c, BOT, ids["b"])
     assert full["outcome"] == "full" and "agent:bot holds 1" in full["reason"]
     assert claim(c, BOT2, ids["b"])["outcome"] == "claimed"
-    c.ok("participant.join", **{"from": "agent:three"}, type="agent", role="writer")
+    c.ok("participant.join", frm="agent:three", type="agent", role="writer")
     assert claim(c, "agent:three", ids["c"])["outcome"] == "full"
-    c.ok("x-chapline.work.set_capacity", **{"from": ALICE}, workspace_max=0)
+    c.ok("x-chapline.work.set_capacity", frm=ALICE, workspace_max=0)
     assert claim(c, BOT, ids["a"])["outcome"] == "refreshed"
 
 
@@ -298,11 +295,11 @@ def test_blocked_on_a_human_then_unblocked() -> None:
     c, _ = setup()
     ids = submit(c, [task("a")])
     got = claim(c, BOT, ids["a"])
-    c.ok("x-chapline.work.report", **{"from": BOT}, task_id=ids["a"], token=got["token"],
+    c.ok("x-chapline.work.report", frm=BOT, task_id=ids["a"], token=got["token"],
          outcome="blocked", question="which licence?")
     assert claim(c, BOT, ids["a"])["reason"].startswith("it waits for a human")
-    assert c.code("x-chapline.work.unblock", **{"from": BOT}, task_id=ids["a"]) == -32011
-    c.ok("x-chapline.work.unblock", **{"from": ALICE}, task_id=ids["a"], answer="MIT")
+    c.fail(-32011, "x-chapline.work.unblock", frm=BOT, task_id=ids["a"])
+    c.ok("x-chapline.work.unblock", frm=ALICE, task_id=ids["a"], answer="MIT")
     assert claim(c, BOT2, ids["a"])["token"] == 2
 
 
@@ -310,9 +307,8 @@ def test_cancel_ends_a_held_task_and_its_token() -> None:
     c, _ = setup()
     ids = submit(c, [task("a"), task("b")], [{"from": "a", "to": "b", "type": "weak"}])
     got = claim(c, BOT, ids["a"])
-    c.ok("control.cancel", **{"from": ALICE}, task_id=ids["a"], reason="not needed")
-    assert c.code("x-chapline.work.report", **{"from": BOT}, task_id=ids["a"], token=got["token"],
-                  outcome="completed") == -32960
+    c.ok("control.cancel", frm=ALICE, task_id=ids["a"], reason="not needed")
+    c.fail(-32960, "x-chapline.work.report", frm=BOT, task_id=ids["a"], token=got["token"], outcome="completed")
     assert [r["key"] for r in c.ok("x-chapline.work.ready")["ready"]] == ["b"]
 
 
@@ -324,10 +320,10 @@ def test_state_survives_a_restart(tmp_path: Path) -> None:
     got = claim(c, BOT, ids["a"])
     c.target.close()
     restarted = Client(Coordinator(SqliteStore(path), clock=clock, ids=CounterIds()))
-    assert restarted.ok("x-chapline.plan.submit", **{"from": ALICE}, plan="p",
+    assert restarted.ok("x-chapline.plan.submit", frm=ALICE, plan="p",
                         tasks=[task("a"), task("b")], edges=[{"from": "a", "to": "b"}])["tasks"] == ids
     assert claim(restarted, BOT2, ids["a"])["outcome"] == "held"
-    restarted.ok("x-chapline.work.report", **{"from": BOT}, task_id=ids["a"], token=got["token"],
+    restarted.ok("x-chapline.work.report", frm=BOT, task_id=ids["a"], token=got["token"],
                  outcome="completed")
     assert claim(restarted, BOT2)["task_id"] == ids["b"]
     assert restarted.ok("audit.verify_chain")["ok"] is True
@@ -342,20 +338,18 @@ def test_the_reference_opens_a_file_holding_work_workspaces(tmp_path: Path) -> N
     ours = make(SqliteStore(path))
     plain = Client(ours, "plain")
     plain.ok("workspace.create", profiles=["core/1.0", "review/1.0"])
-    plain.ok("participant.join", **{"from": ALICE}, type="human", role="admin")
-    plain.ok("task.create", **{"from": ALICE}, assignee=ALICE, kind="k", input={})
+    plain.ok("participant.join", frm=ALICE, type="human", role="admin")
+    plain.ok("task.create", frm=ALICE, assignee=ALICE, kind="k", input={})
     work = Client(ours, "work")
     work.ok("workspace.create", profiles=WORK)
-    work.ok("participant.join", **{"from": ALICE}, type="human", role="admin")
-    work.ok("participant.join", **{"from": BOT}, type="agent", role="writer")
+    work.ok("participant.join", frm=ALICE, type="human", role="admin")
+    work.ok("participant.join", frm=BOT, type="agent", role="writer")
     ids = submit(work, [task("a"), task("b")], [{"from": "a", "to": "b"}])
     got = claim(work, BOT, ids["a"])
     # A timed sweep's entry (no id, from service:coordinator) on the log too.
     other = submit(work, [task("x")], plan="q")
     claim(work, BOT, other["x"], lease_ms=1)
-    deadline = time.monotonic() + 30
-    while not ours.sweep():
-        assert time.monotonic() < deadline, "the 1 ms lease never expired"
+    assert ours.sweep()  # the step clock's next reading is past the 1 ms lease
     assert work.log()[-1]["envelope"]["method"] == "x-chapline.work.sweep"
     probes = {ws: {m: ours.dispatch({"jsonrpc": "2.0", "id": "q", "method": m, "params": {"workspace": ws}})
                    for m in ("workspace.describe", "audit.read", "audit.verify_chain")}
@@ -372,7 +366,7 @@ def test_the_reference_opens_a_file_holding_work_workspaces(tmp_path: Path) -> N
     # 0.3.3 does not know the extension's methods, and does not fence plan tasks.
     unknown = ref.dispatch({"jsonrpc": "2.0", "id": "q", "method": "x-chapline.work.ready",
                             "params": {"workspace": "work"}})
-    assert unknown["error"]["code"] == -32601
+    refused(unknown, -32601)
     done = ref.dispatch({"jsonrpc": "2.0", "id": "q", "method": "task.update", "params": {
         "workspace": "work", "from": BOT, "task_id": ids["a"], "state": "completed"}})
     assert done["result"] == {"state": "completed"}
@@ -391,7 +385,7 @@ def c_status(c: Client, key: str) -> str:
     return next(str(t["status"]) for t in c.ok("x-chapline.plan.describe", plan="p")["tasks"] if t["key"] == key)
 
 
-def test_the_readme_example_runs() -> None:
+def test_the_readmes_work_example_runs() -> None:
     import re
 
     readme = (Path(__file__).parent.parent / "README.md").read_text()
@@ -425,7 +419,7 @@ def test_chapline_inspect_and_verify_show_work_workspaces(tmp_path: Path, capsys
     assert main(["verify", str(path)]) == 0  # replaying the log gives the stored objects
 
 
-# -- ends decided once; paths, cycles and order; leases past their end ----------
+# -- edges of plans, failures and leases (SPECIFICATION.md, "x-chapline-work/1.0")
 
 
 def statuses(c: Client, plan: str = "p") -> dict[str, str]:
@@ -439,7 +433,7 @@ def ready_keys(c: Client) -> list[str]:
 def fail_for_good(c: Client, tid: str) -> None:
     got = claim(c, BOT, tid)
     assert got["outcome"] == "claimed", got
-    result = c.ok("x-chapline.work.report", **{"from": BOT}, task_id=tid, token=got["token"],
+    result = c.ok("x-chapline.work.report", frm=BOT, task_id=tid, token=got["token"],
                   outcome="failed", error="boom")
     assert result["status"] == "failed"
 
@@ -458,7 +452,7 @@ def test_a_task_reached_twice_from_a_failure_ends_once() -> None:
     blocked_notes = [h for h in c.task(ids["J"])["history"] if str(h["note"]).startswith("blocked")]
     assert len(blocked_notes) == 1
     got = claim(c, BOT, ids["G"])
-    c.ok("x-chapline.work.report", **{"from": BOT}, task_id=ids["G"], token=got["token"], outcome="completed")
+    c.ok("x-chapline.work.report", frm=BOT, task_id=ids["G"], token=got["token"], outcome="completed")
     assert ready_keys(c) == ["W"]
 
 
@@ -497,16 +491,15 @@ def test_the_root_holds_every_path_and_slashes_do_not_hide_a_path(
 def test_a_dot_segment_in_a_resource_path_is_refused(path: str) -> None:
     c, _ = setup()
     before = c.describe()
-    err = c.err("x-chapline.plan.submit", **{"from": ALICE}, plan="p", tasks=[task("a", writes=[path])])
-    assert err["code"] == -32602 and "'.' or '..'" in err["message"], err
+    err = c.fail(-32602, "x-chapline.plan.submit", frm=ALICE, plan="p", tasks=[task("a", writes=[path])])
+    assert "'.' or '..'" in err["message"], err
     assert c.describe()["task_count"] == before["task_count"]
 
 
 def test_a_self_edge_is_a_cycle_of_the_named_plan() -> None:
     c, _ = setup()
-    err = c.err("x-chapline.plan.submit", **{"from": ALICE}, plan="p", tasks=[task("a"), task("b")],
+    err = c.fail(-32962, "x-chapline.plan.submit", frm=ALICE, plan="p", tasks=[task("a"), task("b")],
                 edges=[{"from": "a", "to": "b"}, {"from": "b", "to": "b"}])
-    assert err["code"] == -32962
     assert err["data"] == {"plan": "p", "cycle": ["b", "b"]}
     assert "Plan 'p'" in err["message"] and "b -> b" in err["message"]
 
@@ -523,7 +516,7 @@ def test_describe_keeps_submission_order_across_a_restart(tmp_path: Path) -> Non
     c.target.close()
     restarted = Client(Coordinator(SqliteStore(path), clock=clock, ids=CounterIds()))
     assert [t["key"] for t in restarted.ok("x-chapline.plan.describe", plan="p")["tasks"]] == order
-    restarted.ok("x-chapline.plan.submit", **{"from": ALICE}, plan="p", tasks=[*first, task("b2")])
+    restarted.ok("x-chapline.plan.submit", frm=ALICE, plan="p", tasks=[*first, task("b2")])
     assert [t["key"] for t in restarted.ok("x-chapline.plan.describe", plan="p")["tasks"]] == [*order, "b2"]
     restarted.target.close()
 
@@ -558,11 +551,11 @@ def test_a_chap_write_meets_a_plan_task_as_its_expired_lease_left_it() -> None:
     claim(c, BOT2, ids["again"], lease_ms=1_000)
     clock.now += 1_000
     assert statuses(c)["last"] == "failed"  # what a read shows, a write finds
-    err = c.err("control.cancel", **{"from": ALICE}, task_id=ids["last"], reason="late")
-    assert err["code"] == -32061 and "declined" in err["message"], err
+    err = c.fail(-32061, "control.cancel", frm=ALICE, task_id=ids["last"], reason="late")
+    assert "declined" in err["message"], err
     assert statuses(c)["last"] == "failed"
     # Reclaimed by the cancel itself: the expired attempt, then the cancel.
-    c.ok("control.cancel", **{"from": ALICE}, task_id=ids["again"], reason="not needed")
+    c.ok("control.cancel", frm=ALICE, task_id=ids["again"], reason="not needed")
     described = {t["key"]: t for t in c.ok("x-chapline.plan.describe", plan="p")["tasks"]}
     assert (described["last"]["status"], described["last"]["state"]) == ("failed", "declined")
     assert (described["again"]["status"], described["again"]["state"]) == ("cancelled", "cancelled")
@@ -576,7 +569,6 @@ def test_a_token_whose_lease_was_reclaimed_is_stale_not_absent() -> None:
     gone = claim(c, BOT, ids["a"], lease_ms=1_000)
     clock.now += 1_000
     assert c.ok("x-chapline.work.sweep")["reclaimed"] == [ids["a"]]
-    err = c.err("task.update", **{"from": BOT}, task_id=ids["a"], state="in_progress", token=gone["token"])
-    assert err["code"] == -32960 and "has ended" in err["message"], err
-    err = c.err("task.update", **{"from": BOT}, task_id=ids["a"], state="in_progress")
-    assert err["code"] == -32963
+    err = c.fail(-32960, "task.update", frm=BOT, task_id=ids["a"], state="in_progress", token=gone["token"])
+    assert "has ended" in err["message"], err
+    c.fail(-32963, "task.update", frm=BOT, task_id=ids["a"], state="in_progress")

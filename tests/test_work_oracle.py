@@ -172,9 +172,9 @@ class OracleMachine(RuleBasedStateMachine):
         self.store = SqliteStore(self.path)
         self.chap = Client(Coordinator(self.store, clock=self.clock, ids=self.ids), WS)
         self.chap.ok("workspace.create", profiles=PROFILES, mode="production")
-        self.chap.ok("participant.join", **{"from": HUMAN}, type="human", role="admin")
+        self.chap.ok("participant.join", frm=HUMAN, type="human", role="admin")
         for agent in AGENTS:
-            self.chap.ok("participant.join", **{"from": agent}, type="agent", role="w")
+            self.chap.ok("participant.join", frm=agent, type="agent", role="w")
         self.plans: dict[str, dict[str, Any]] = {}  # name -> {tasks, edges, keys: [key]}
         self.nodes: dict[str, Node] = {}
         self.by_key: dict[tuple[str, str], str] = {}
@@ -218,7 +218,7 @@ class OracleMachine(RuleBasedStateMachine):
 
     def send_plan(self, name: str, tasks: list[dict[str, Any]], edges: list[dict[str, str]],
                   added: list[str]) -> None:
-        result = self.chap.ok("x-chapline.plan.submit", **{"from": HUMAN}, plan=name, tasks=tasks, edges=edges)
+        result = self.chap.ok("x-chapline.plan.submit", frm=HUMAN, plan=name, tasks=tasks, edges=edges)
         assert result["added"] == added
         held = self.plans.get(name, {"keys": []})
         for key in held["keys"]:
@@ -334,9 +334,9 @@ class OracleMachine(RuleBasedStateMachine):
         # An own end is a final CHAP state (a lease that ran out included:
         # the cancel reclaims it first); a blocked task keeps its CHAP state.
         if status in CHAP_END or self.chap.task(tid)["state"] == "cancelled":
-            assert self.chap.code("control.cancel", **{"from": HUMAN}, task_id=tid, reason="t") == -32061
+            self.chap.fail(-32061, "control.cancel", frm=HUMAN, task_id=tid, reason="t")
             return
-        self.chap.ok("control.cancel", **{"from": HUMAN}, task_id=tid, reason="test")
+        self.chap.ok("control.cancel", frm=HUMAN, task_id=tid, reason="test")
         if status != "blocked":  # an end is final: a blocked task stays blocked
             node = self.nodes[tid]
             node.end, node.holder = "cancelled", None
@@ -353,13 +353,13 @@ class OracleMachine(RuleBasedStateMachine):
         node = self.nodes[data.draw(st.sampled_from(asking))]
         event(f"human: {verdict}")
         if verdict == "unblock":
-            self.chap.ok("x-chapline.work.unblock", **{"from": HUMAN}, task_id=node.tid, answer="go on")
+            self.chap.ok("x-chapline.work.unblock", frm=HUMAN, task_id=node.tid, answer="go on")
             node.live = "ready"
         elif verdict == "approve":
-            self.chap.ok("decide.approve", **{"from": HUMAN}, task_id=node.tid)
+            self.chap.ok("decide.approve", frm=HUMAN, task_id=node.tid)
             node.end = "completed"
         else:
-            self.chap.ok("decide.reject", **{"from": HUMAN}, task_id=node.tid,
+            self.chap.ok("decide.reject", frm=HUMAN, task_id=node.tid,
                          request_revision=verdict == "revise")
             if verdict == "revise":
                 node.live = "ready"

@@ -12,13 +12,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from client import Client
-from support import ALICE, make
+from client import Client, refused
+from support import ALICE, eventually, make
+from test_work import ManualClock
 
 from coordinator import Coordinator
 from coordinator.engine.clock import epoch_ms
@@ -31,7 +31,7 @@ PROFILES = ["core/1.0", "review/1.0", "x-chapline-work/1.0"]
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def shared(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def shared_database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The database the processes share: a SQLite file, or a fresh database
     on the test suite's PostgreSQL server."""
     if request.param == "sqlite":
@@ -43,9 +43,9 @@ def shared(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def start(target: str) -> Client:
     c = Client(Coordinator(open_store(target)), WS)
     c.ok("workspace.create", profiles=PROFILES, mode="production")
-    c.ok("participant.join", **{"from": ALICE}, type="human", role="admin")
+    c.ok("participant.join", frm=ALICE, type="human", role="admin")
     for agent in AGENTS:
-        c.ok("participant.join", **{"from": agent}, type="agent", role="worker")
+        c.ok("participant.join", frm=agent, type="agent", role="worker")
     return c
 
 
@@ -57,26 +57,18 @@ def plan_tasks(n: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return tasks, edges
 
 
-class ReplayClock:
-    def __init__(self) -> None:
-        self.now = 0
-
-    def __call__(self) -> int:
-        return self.now
-
-
 def test_four_processes_drain_one_plan_exactly_once_within_capacity(
-    tmp_path: Path, shared: str
+    tmp_path: Path, shared_database: str
 ) -> None:
-    c = start(shared)
+    c = start(shared_database)
     tasks, edges = plan_tasks(30)
-    ids = c.ok("x-chapline.plan.submit", **{"from": ALICE}, plan="shared", tasks=tasks, edges=edges)["tasks"]
-    c.ok("x-chapline.work.set_capacity", **{"from": ALICE}, workspace_max=3, agent_max=1)
+    ids = c.ok("x-chapline.plan.submit", frm=ALICE, plan="shared", tasks=tasks, edges=edges)["tasks"]
+    c.ok("x-chapline.work.set_capacity", frm=ALICE, workspace_max=3, agent_max=1)
     before = c.target.snapshot(WS)
     c.target.close()
 
     outs = [tmp_path / f"{agent[6:]}.json" for agent in AGENTS]
-    procs = [subprocess.Popen([sys.executable, WORKER, "drain", shared, WS, agent, str(out)])
+    procs = [subprocess.Popen([sys.executable, WORKER, "drain", shared_database, WS, agent, str(out)])
              for agent, out in zip(AGENTS, outs, strict=True)]
     try:
         for p in procs:
@@ -90,7 +82,7 @@ def test_four_processes_drain_one_plan_exactly_once_within_capacity(
              for d in json.loads(out.read_text())["done"]]
     # Every task completed exactly once, by the worker whose report was acknowledged.
     assert sorted(d["task_id"] for d in acked) == sorted(ids.values())
-    final = Coordinator(open_store(shared))
+    final = Coordinator(open_store(shared_database))
     snap = final.snapshot(WS)
     for d in acked:
         task = snap["tasks"][d["task_id"]]
@@ -98,17 +90,15 @@ def test_four_processes_drain_one_plan_exactly_once_within_capacity(
         attempts = snap["x_chapline_work"][d["task_id"]]["attempts"]
         assert [a["outcome"] for a in attempts] == ["completed"]
         assert attempts[0]["holder"] == d["by"] and attempts[0]["token"] == d["token"]
-    assert final.dispatch({"jsonrpc": "2.0", "id": 1, "method": "audit.verify_chain",
-                           "params": {"workspace": WS}})["result"]["ok"] is True
+    assert Client(final, WS).ok("audit.verify_chain")["ok"] is True
     # Replay the log from before the workers: the same decisions, and never
     # more than three live claims (one per agent) after any entry.
-    clock = ReplayClock()
+    clock = ManualClock()
     replay = make(clock=clock)
     replay.restore(before)
-    entries = final.dispatch({"jsonrpc": "2.0", "id": 2, "method": "audit.read",
-                              "params": {"workspace": WS, "range": {"from_seq": len(before["audit"])}}})
+    entries = Client(final, WS).log(range={"from_seq": len(before["audit"])})
     final.close()
-    for entry in entries["result"]["entries"]:
+    for entry in entries:
         clock.now = epoch_ms(entry["arrived"])
         replay.dispatch(entry.get("envelope") or entry["request"])
         held = replay.snapshot(WS).get("x_chapline_claims", {})
@@ -119,38 +109,34 @@ def test_four_processes_drain_one_plan_exactly_once_within_capacity(
     assert replayed["x_chapline_work"] == snap["x_chapline_work"]
 
 
-def test_a_killed_holder_loses_its_task_and_its_late_report(tmp_path: Path, shared: str) -> None:
-    c = start(shared)
+def test_a_killed_holder_loses_its_task_and_its_late_report(tmp_path: Path, shared_database: str) -> None:
+    c = start(shared_database)
     task = {"key": "only", "kind": "k", "input": {}, "role": "worker",
             "retry": {"max_attempts": 3, "backoff_ms": 50, "max_backoff_ms": 50}}
-    tid = c.ok("x-chapline.plan.submit", **{"from": ALICE}, plan="k", tasks=[task])["tasks"]["only"]
+    tid = c.ok("x-chapline.plan.submit", frm=ALICE, plan="k", tasks=[task])["tasks"]["only"]
     c.target.close()
     out = tmp_path / "held.json"
-    holder = subprocess.Popen([sys.executable, WORKER, "hold", shared, WS, AGENTS[0], tid, str(out)])
+    holder = subprocess.Popen([sys.executable, WORKER, "hold", shared_database, WS, AGENTS[0], tid, str(out)])
     try:
-        deadline = time.monotonic() + 60
-        while not out.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        held = json.loads(out.read_text())
+        held = json.loads(eventually(lambda: out.exists() and out.read_text(), "the holder's claim"))
         assert held["claim"]["outcome"] == "claimed"
     finally:
         os.kill(holder.pid, signal.SIGKILL)
         holder.wait()
     assert holder.returncode == -signal.SIGKILL
 
-    survivor = Client(Coordinator(open_store(shared)), WS)
-    deadline = time.monotonic() + 60
-    while True:  # held until the one-second lease ends, then the backoff
-        got = survivor.ok("x-chapline.work.claim", **{"from": AGENTS[1]}, task_id=tid)
-        if got["outcome"] == "claimed" or time.monotonic() > deadline:
-            break
-        assert got["outcome"] in ("held", "blocked")
-        time.sleep(0.05)
+    # The survivor's clock, driven: the lease has just ended, then the backoff.
+    clock = ManualClock()
+    clock.now = epoch_ms(held["claim"]["lease_expires_at"])
+    survivor = Client(Coordinator(open_store(shared_database), clock=clock), WS)
+    assert survivor.ok("x-chapline.work.claim", frm=AGENTS[1], task_id=tid)["outcome"] == "blocked"
+    clock.now += 50
+    got = survivor.ok("x-chapline.work.claim", frm=AGENTS[1], task_id=tid)
     assert got["outcome"] == "claimed" and got["token"] == held["claim"]["token"] + 1
-    survivor.ok("x-chapline.work.report", **{"from": AGENTS[1]}, task_id=tid, token=got["token"],
+    survivor.ok("x-chapline.work.report", frm=AGENTS[1], task_id=tid, token=got["token"],
                 outcome="completed", output={"by": AGENTS[1]})
     late = survivor.send(held["late_report"])  # what the dead worker would have sent
-    assert late["error"]["code"] == -32960
+    refused(late, -32960)
     assert late["error"]["data"]["token"] == held["claim"]["token"]
     snap = survivor.target.snapshot(WS)
     assert snap["tasks"][tid]["output"] == {"by": AGENTS[1]}

@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from typing import Any
 
-from client import Client
+from client import Client, refused
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -88,9 +88,9 @@ class WorkMachine(RuleBasedStateMachine):
         self.coord = Coordinator(self.store, clock=self.clock, ids=self.ids)
         self.chap = Client(self.coord, WS)
         self.chap.ok("workspace.create", profiles=PROFILES, mode="production")
-        self.chap.ok("participant.join", **{"from": HUMAN}, type="human", role="admin")
+        self.chap.ok("participant.join", frm=HUMAN, type="human", role="admin")
         for a in AGENTS:
-            self.chap.ok("participant.join", **{"from": a}, type="agent", role="w")
+            self.chap.ok("participant.join", frm=a, type="agent", role="w")
         self.plans: dict[str, dict[str, Any]] = {}  # name -> {params, ids}
         self.deps: dict[str, list[tuple[str, str]]] = {}  # task id -> [(dep id, type)]
         self.live: dict[str, tuple[str, int, int]] = {}  # task id -> (holder, token, expires)
@@ -128,11 +128,11 @@ class WorkMachine(RuleBasedStateMachine):
         if name in self.plans:  # the same name again: same ids, nothing added
             held = self.plans[name]
             before = self.chap.ok("workspace.describe")["task_count"]
-            again = self.chap.ok("x-chapline.plan.submit", **{"from": HUMAN}, plan=name, **held["params"])
+            again = self.chap.ok("x-chapline.plan.submit", frm=HUMAN, plan=name, **held["params"])
             assert again["tasks"] == held["ids"] and again["added"] == []
             assert self.chap.ok("workspace.describe")["task_count"] == before
             return
-        result = self.chap.ok("x-chapline.plan.submit", **{"from": HUMAN}, plan=name, **plan)
+        result = self.chap.ok("x-chapline.plan.submit", frm=HUMAN, plan=name, **plan)
         assert set(result["tasks"]) == {t["key"] for t in plan["tasks"]}
         self.plans[name] = {"params": plan, "ids": result["tasks"]}
         for t in plan["tasks"]:
@@ -149,8 +149,8 @@ class WorkMachine(RuleBasedStateMachine):
         tasks = [dict(t) for t in params["tasks"]]
         tasks[i]["input"] = {"changed": True}
         before = self.chap.ok("workspace.describe")["task_count"]
-        r = self.chap.call("x-chapline.plan.submit", **{"from": HUMAN}, plan=name, tasks=tasks, edges=params["edges"])
-        assert r["error"]["code"] == -32961
+        r = self.chap.call("x-chapline.plan.submit", frm=HUMAN, plan=name, tasks=tasks, edges=params["edges"])
+        refused(r, -32961)
         assert r["error"]["data"]["key"] == tasks[i]["key"]
         assert self.chap.ok("workspace.describe")["task_count"] == before
 
@@ -160,8 +160,8 @@ class WorkMachine(RuleBasedStateMachine):
         given = {(e["from"], e["to"]) for e in plan["edges"]}
         back = [(keys[(i + 1) % len(keys)], k) for i, k in enumerate(keys)]
         edges = [*plan["edges"], *({"from": a, "to": b} for a, b in back if (a, b) not in given)]
-        r = self.chap.call("x-chapline.plan.submit", **{"from": HUMAN}, plan=name, tasks=plan["tasks"], edges=edges)
-        assert r["error"]["code"] == -32962, r
+        r = self.chap.call("x-chapline.plan.submit", frm=HUMAN, plan=name, tasks=plan["tasks"], edges=edges)
+        refused(r, -32962)
         cycle = r["error"]["data"]["cycle"]
         assert cycle[0] == cycle[-1] and set(cycle) <= set(keys)
 
@@ -209,14 +209,14 @@ class WorkMachine(RuleBasedStateMachine):
             tid, holder, token = data.draw(st.sampled_from(self.dead))
             if tid in live and live[tid][:2] == (holder, token):
                 return
-            assert self.chap.code(method, **{"from": holder}, task_id=tid, token=token, **params) == -32960
+            self.chap.fail(-32960, method, frm=holder, task_id=tid, token=token, **params)
             event(f"{method}: stale token refused")
             return
         if not live:
             return
         tid = data.draw(st.sampled_from(sorted(live)))
         holder, token, _ = live[tid]
-        result = self.chap.ok(method, **{"from": holder}, task_id=tid, token=token, **params)
+        result = self.chap.ok(method, frm=holder, task_id=tid, token=token, **params)
         event(f"{method}: {result.get('status', 'ok')}")
         if method == "x-chapline.work.heartbeat":
             self.live[tid] = (holder, token, self.clock.now + 60_000)
@@ -250,7 +250,7 @@ class WorkMachine(RuleBasedStateMachine):
         tid = data.draw(st.sampled_from(self.all_tasks()))
         if self.task_state(tid) in ENDED | {"superseded"}:
             return
-        self.chap.ok("control.cancel", **{"from": HUMAN}, task_id=tid, reason="test")
+        self.chap.ok("control.cancel", frm=HUMAN, task_id=tid, reason="test")
         if tid in self.live:
             self.end(tid)
 
@@ -262,9 +262,9 @@ class WorkMachine(RuleBasedStateMachine):
             return
         tid = data.draw(st.sampled_from(waiting))
         if approve:
-            self.chap.ok("decide.approve", **{"from": HUMAN}, task_id=tid)
+            self.chap.ok("decide.approve", frm=HUMAN, task_id=tid)
         else:
-            self.chap.ok("decide.reject", **{"from": HUMAN}, task_id=tid, request_revision=True)
+            self.chap.ok("decide.reject", frm=HUMAN, task_id=tid, request_revision=True)
 
     @precondition(lambda self: self.plans)
     @rule(data=st.data())
@@ -272,11 +272,11 @@ class WorkMachine(RuleBasedStateMachine):
         name = data.draw(st.sampled_from(sorted(self.plans)))
         waiting = [t for t in self.chap.ok("x-chapline.plan.describe", plan=name)["tasks"] if t["status"] == "human"]
         if waiting:
-            self.chap.ok("x-chapline.work.unblock", **{"from": HUMAN}, task_id=waiting[0]["task_id"], answer="go")
+            self.chap.ok("x-chapline.work.unblock", frm=HUMAN, task_id=waiting[0]["task_id"], answer="go")
 
     @rule(total=st.none() | st.integers(0, 3), each=st.none() | st.integers(0, 2))
     def set_capacity(self, total: int | None, each: int | None) -> None:
-        self.caps = self.chap.ok("x-chapline.work.set_capacity", **{"from": HUMAN},
+        self.caps = self.chap.ok("x-chapline.work.set_capacity", frm=HUMAN,
                             workspace_max=total, agent_max=each)
 
     @rule()

@@ -10,6 +10,7 @@ shared SQLite file, the system clock, and the x-chapline-work methods.
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -66,7 +67,7 @@ def hold(worker: Client, task_id: str, out: str) -> None:
                            outcome="completed", output={"by": worker.sender, "late": True})
     Path(out).write_text(json.dumps({"claim": got, "late_report": late}))
     while True:
-        time.sleep(60)
+        signal.pause()  # until killed
 
 
 if __name__ == "__main__":
