@@ -46,7 +46,7 @@ def test_answer_refusals_in_0_3_3_order():
     p.fail(-32011, "whisper.answer", frm=B, whisper_id="w", answer_option=1)        # not addressed: recorded
     p.fail(-32602, "whisper.answer", frm=A, whisper_id="w", answer_text="x")        # options need an option
     p.fail(-32602, "whisper.answer", frm=A, whisper_id="w", answer_option=None)
-    for wrong in (False, 0, "1", 2, [1], {"x": 1}, {"y": 2}):                  # A20: type-strict
+    for wrong in (False, 0, "1", 2, [1], {"x": 1}, {"y": 2}):                  # type-strict
         p.fail(-32022, "whisper.answer", frm=A, whisper_id="w", answer_option=wrong)
     p.ok("whisper.answer", frm=A, whisper_id="w", answer_option=1.0)               # 1 matches 1.0
     p.fail(-32020, "whisper.answer", frm=A, whisper_id="w", answer_option=True)
@@ -127,7 +127,7 @@ def test_ask_refusals():
     for name in ("to", "task_id", "question", "deadline_ms", "default_if_lapsed"):
         p.fail(-32602, "whisper.ask", frm=BOT, **{k: v for k, v in base.items() if k != name})
     p.fail(-32602, "whisper.ask", frm=BOT, **{**base, "task_id": "nope"})
-    p.fail(-32602, "whisper.ask", frm=BOT, **base, options={"id": "a"})  # A20: options must be a list
+    p.fail(-32602, "whisper.ask", frm=BOT, **base, options={"id": "a"})  # options must be a list
     p.fail(-32602, "whisper.ask", frm=BOT, **base, options="a")
     x, y = p.target.both(p.envelope("whisper.ask", frm=BOT, **{**base, "workspace": "wsp_none"}))
     refused(x, -32602)
