@@ -101,6 +101,20 @@ class Workspace:
         if index is not None:
             index.update(key, None if value is None else self.get(collection, key))
 
+    def put_values(self, values: dict[str, dict[str, Any]]) -> None:
+        """`put` each value given, `{collection: {key: value or None}}`."""
+        for collection, items in values.items():
+            if collection in self.indexes:
+                for key, value in items.items():
+                    self.put(collection, key, value)
+                continue
+            held = self.objects[collection]  # the common case, without a call per key
+            for key, value in items.items():
+                if value is None:
+                    held.pop(key, None)
+                else:
+                    held[key] = value
+
     def index(self, collection: str, build: Callable[[Iterable[tuple[str, Any]]], _I]) -> _I:
         """The collection's index, built by `build((key, object), ...)` from the
         held objects on first need, then kept up to date by `put`. It never
