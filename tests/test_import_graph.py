@@ -1,6 +1,6 @@
 """The modules of coordinator/ and storage/ import each other without a
 cycle, and the engine knows the profiles only through the registry it is
-given (SPECIFICATION.md, "Build and layout").
+given (SPECIFICATION.md, "Dispatch").
 
 An import counts wherever it is written: at module level, inside a function
 (it runs when the function first does, and a cycle through it is a cycle
