@@ -7,13 +7,13 @@ a sweep runs every hook in every held workspace, in id order, each on a
 `Sweep` it reads and writes through. `chapline serve` runs it on a timer
 (`--sweep-interval`); embedders call it when they like.
 
-A sweep is recorded like a call (SPECIFICATION.md, "Principles": a sweep is
-just another call): a hook either dispatches a call (the work profile sends
-`x-chapline.work.sweep`) or appends entries through the one append path
-(`HeldWorkspaces.append`), write-ahead under the store's compare-and-swap.
-Several processes may sweep one store: the one whose write loses the race
-reloads, finds the work done and writes nothing, so nothing is recorded
-twice.
+What a sweep decides is recorded as a call's decisions are: a hook either
+dispatches a call (the work profile sends `x-chapline.work.sweep`) or
+appends entries through the one append path (`HeldWorkspaces.append`),
+write-ahead under the store's compare-and-swap. Several processes may sweep
+one store: the one whose write loses the race reloads, finds the work done
+and writes nothing, so nothing is recorded twice (SPECIFICATION.md,
+"x-chapline-work/1.0", "Sweeps").
 """
 
 from __future__ import annotations
