@@ -84,9 +84,10 @@ def extensions() -> list:
         _say("mypyc is not importable: installing pure Python (the same behaviour, slower calls)")
         return []
     _say("compiling the hot path with mypyc (CHAPLINE_PURE=1 installs pure Python)")
-    # group_name keeps mypyc's shared runtime inside our package's namespace
-    # instead of a hash-named module at the top of site-packages.
-    return mypycify(compiled_sources(), opt_level="3", group_name="coordinator._compiled")
+    # group_name: mypyc's shared runtime is one top-level module named for the
+    # project (not a hash); a dotted name would give the compiled modules a
+    # wrong __file__.
+    return mypycify(compiled_sources(), opt_level="3", group_name="chapline")
 
 
 class BuildAndRecord(build_ext):

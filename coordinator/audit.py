@@ -1,4 +1,5 @@
-"""Audit entries: their wire shape, what is recorded, and the hash chain."""
+"""Audit entries: their wire shape and the hash chain. (Which refusals are
+recorded is the registry's: `engine.registry.refusal_is_recorded`.)"""
 
 from __future__ import annotations
 
@@ -8,45 +9,14 @@ from typing import Any, Literal
 import msgspec
 
 from coordinator.engine.canonical import ZERO_HASH, CanonicalError, canonical_bytes, link_hash
-from coordinator.engine.registry import Method
-from coordinator.engine.wire import (
-    INTERNAL_ERROR,
-    INVALID_PARAMS,
-    INVALID_REQUEST,
-    METHOD_NOT_FOUND,
-    PARSE_ERROR,
-    SIG_KEY_NOT_FOUND,
-    SIG_KEY_REVOKED,
-    SIG_ROTATION_KEY_MISMATCH,
-    SIG_VERIFY_FAILED,
-    STORED_OBJECT_UNREADABLE,
-)
 
 __all__ = [
     "AuditEntry",
     "ChainVerifier",
     "entry_is_well_formed",
     "record_of",
-    "refusal_is_recorded",
     "signed_digest",
 ]
-
-# Refusals with these codes say nothing about the workspace and are never kept:
-# a malformed or unparseable call, an internal or stored-object fault, and the
-# signature and identity checks of -32070..-32073.
-_NEVER_RECORDED_CODES = frozenset(
-    {
-        PARSE_ERROR,
-        INVALID_REQUEST,
-        INVALID_PARAMS,
-        INTERNAL_ERROR,
-        STORED_OBJECT_UNREADABLE,
-        SIG_VERIFY_FAILED,
-        SIG_KEY_NOT_FOUND,
-        SIG_KEY_REVOKED,
-        SIG_ROTATION_KEY_MISMATCH,
-    }
-)
 
 
 class AuditEntry(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -71,17 +41,6 @@ def record_of(entry: dict[str, Any]) -> Any:
     if "envelope" in entry:
         return entry["envelope"]
     return {"outcome": entry.get("outcome"), "request": entry.get("request")}
-
-
-def refusal_is_recorded(method: Method, code: int, gated: bool) -> bool:
-    """Whether a refused call by a current member is appended to the log:
-    never for the codes above; a -32601 only from the profile gate and for a
-    privileged method; otherwise as the method declares."""
-    if code in _NEVER_RECORDED_CODES:
-        return False
-    if code == METHOD_NOT_FOUND:
-        return gated and method.privileged
-    return method.records_refusals
 
 
 def signed_digest(envelope: dict[str, Any]) -> str:

@@ -27,7 +27,7 @@ from coordinator.model import Member, Override, Task
 from storage import COLLECTIONS, IDEMPOTENCY_KEYS
 
 if TYPE_CHECKING:
-    from coordinator.engine.pipeline import Coordinator
+    from coordinator.engine.held import HeldWorkspaces
     from coordinator.engine.workspace import Workspace
 
 __all__ = [
@@ -171,17 +171,26 @@ def _detached(collection: str, value: Any) -> Any:
     return _decode(text) if kind is None else _decode(text, type=kind)
 
 
+def _live(held: HeldWorkspaces, workspace_id: str) -> Workspace:
+    """The workspace as the coordinator holds it now."""
+    ws = held.get(workspace_id)
+    if ws is None:
+        raise KeyError(f"workspace {workspace_id!r} is no longer held by this coordinator")
+    return ws
+
+
 class CollectionView(Mapping[str, Any]):
     """One collection of a workspace, keyed by id, read live."""
 
-    __slots__ = ("_view", "_collection")
+    __slots__ = ("_held", "_id", "_collection")
 
-    def __init__(self, view: WorkspaceView, collection: str) -> None:
-        self._view = view
+    def __init__(self, held: HeldWorkspaces, workspace_id: str, collection: str) -> None:
+        self._held = held
+        self._id = workspace_id
         self._collection = collection
 
     def __getitem__(self, key: str) -> Any:
-        ws = self._view._live()
+        ws = _live(self._held, self._id)
         value = ws.get(self._collection, key)
         if value is None:
             raise KeyError(key)
@@ -189,18 +198,18 @@ class CollectionView(Mapping[str, Any]):
 
     def __contains__(self, key: object) -> bool:
         try:
-            return key in self._view._live().objects[self._collection]
+            return key in _live(self._held, self._id).objects[self._collection]
         except TypeError:  # an unhashable key names nothing
             return False
 
     def __iter__(self) -> Iterator[str]:
-        return iter(list(self._view._live().objects[self._collection]))
+        return iter(list(_live(self._held, self._id).objects[self._collection]))
 
     def __len__(self) -> int:
-        return len(self._view._live().objects[self._collection])
+        return len(_live(self._held, self._id).objects[self._collection])
 
     def __repr__(self) -> str:
-        return f"<{self._collection} of {self._view.id}: {len(self)}>"
+        return f"<{self._collection} of {self._id}: {len(self)}>"
 
 
 class _NoDataclassFields:
@@ -212,7 +221,7 @@ class _NoDataclassFields:
     frame alone gets the TypeError."""
 
     def __get__(self, view: object, owner: type) -> Any:
-        asking = sys._getframe(1)
+        asking = sys._getframe(1)  # noqa: SLF001 (the one way to see who asks)
         code = asking.f_code
         if code.co_name == "_is_dataclass_instance" and code.co_filename == dataclasses.__file__:
             seen = asking.f_locals.get("obj")
@@ -232,18 +241,12 @@ class WorkspaceView:
     read-only mapping. Each read looks at the coordinator's live state;
     `audit` reads the whole log from the store (O(log))."""
 
-    __slots__ = ("_coordinator", "_id")
+    __slots__ = ("_held", "_id")
     __dataclass_fields__ = _NoDataclassFields()
 
-    def __init__(self, coordinator: Coordinator, workspace_id: str) -> None:
-        self._coordinator = coordinator
+    def __init__(self, held: HeldWorkspaces, workspace_id: str) -> None:
+        self._held = held
         self._id = workspace_id
-
-    def _live(self) -> Workspace:
-        ws = self._coordinator._workspaces.get(self._id)
-        if ws is None:
-            raise KeyError(f"workspace {self._id!r} is no longer held by this coordinator")
-        return ws
 
     @property
     def id(self) -> str:
@@ -252,14 +255,14 @@ class WorkspaceView:
     @property
     def audit(self) -> tuple[AuditEntry, ...]:
         """The whole log, read from the store: O(log)."""
-        ws = self._live()
-        entries = self._coordinator._log_reader(ws).entries(0, ws.count)
+        ws = _live(self._held, self._id)
+        entries = self._held.log_reader(ws).entries(0, ws.count)
         return tuple(msgspec.convert(e, AuditEntry) for e in entries)
 
     def __getattr__(self, name: str) -> Any:
         if name in COLLECTIONS or name == IDEMPOTENCY_KEYS:
-            return CollectionView(self, name)
-        meta = self._live().meta
+            return CollectionView(self._held, self._id, name)
+        meta = _live(self._held, self._id).meta
         if name.startswith("_") or name not in meta.__struct_fields__:
             raise AttributeError(f"a workspace view has no attribute {name!r}")
         value = getattr(meta, name)
@@ -273,27 +276,27 @@ class WorkspacesView(Mapping[str, WorkspaceView]):
     """`coord.workspaces`: workspace id -> `WorkspaceView`, for the workspaces
     the coordinator holds; read-only, and always current."""
 
-    __slots__ = ("_coordinator",)
+    __slots__ = ("_held",)
 
-    def __init__(self, coordinator: Coordinator) -> None:
-        self._coordinator = coordinator
+    def __init__(self, held: HeldWorkspaces) -> None:
+        self._held = held
 
     def __getitem__(self, workspace_id: str) -> WorkspaceView:
         if workspace_id not in self:
             raise KeyError(workspace_id)
-        return WorkspaceView(self._coordinator, workspace_id)
+        return WorkspaceView(self._held, workspace_id)
 
     def __contains__(self, workspace_id: object) -> bool:
         try:
-            return workspace_id in self._coordinator._workspaces
+            return workspace_id in self._held
         except TypeError:
             return False
 
     def __iter__(self) -> Iterator[str]:
-        return iter(list(self._coordinator._workspaces))
+        return iter(self._held.ids())
 
     def __len__(self) -> int:
-        return len(self._coordinator._workspaces)
+        return len(self._held)
 
     def __repr__(self) -> str:
         return f"<workspaces: {', '.join(self)}>"

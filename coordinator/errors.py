@@ -48,11 +48,6 @@ JSON-RPC codes are defined once, in wire.py.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from coordinator.engine.wire import RpcError
-
 __all__ = ["BatchWriteError", "ChaplineError"]
 
 
@@ -71,6 +66,6 @@ class BatchWriteError(ChaplineError):
 
     remedy = "Check the store (disk space, permissions, connection) and run the calls again."
 
-    def __init__(self, error: RpcError) -> None:
-        super().__init__(error.message)
+    def __init__(self, error: ChaplineError) -> None:  # an RpcError (wire.py imports this module)
+        super().__init__(str(error))
         self.error = error

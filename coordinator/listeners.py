@@ -17,17 +17,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgspec
 
 from coordinator.audit import AuditEntry
 from coordinator.model import Member, Override, Task
 
-if TYPE_CHECKING:
-    from coordinator.projections.cursor import Attachment
-
-__all__ = ["AuditListener", "Change", "ChangeListener", "ListenerHandle", "Listeners", "RecordedCall"]
+__all__ = [
+    "AttachedProjection",
+    "AuditListener",
+    "Change",
+    "ChangeListener",
+    "ListenerHandle",
+    "Listeners",
+    "RecordedCall",
+]
 
 log = logging.getLogger("chapline")
 
@@ -64,6 +69,15 @@ class Change(msgspec.Struct, frozen=True):
 
 
 ChangeListener = Callable[[Change], None]
+
+
+class AttachedProjection(Protocol):
+    """A projection attached to the coordinator, as `Listeners` feeds it
+    (`projections.cursor.Attachment`)."""
+
+    def feed(self, changes: list[Change]) -> None: ...
+
+    def detach(self) -> None: ...
 
 # (workspace id, entry, the objects the call staged, its response)
 RecordedCall = tuple[str, AuditEntry, dict[str, dict[str, Any]], dict[str, Any]]
@@ -136,11 +150,11 @@ class ListenerHandle:
 
     def detach(self) -> None:
         """Stop telling this consumer; calling it again does nothing."""
-        self._owner._remove(self._guard)
+        self._owner._remove(self._guard)  # noqa: SLF001 (its owner, in this module)
 
     @property
     def attached(self) -> bool:
-        return self._owner._has(self._guard)
+        return self._owner._has(self._guard)  # noqa: SLF001 (its owner, in this module)
 
 
 class Listeners:
@@ -151,7 +165,7 @@ class Listeners:
     def __init__(self) -> None:
         self._audit: list[_Guard] = []
         self._change: list[_Guard] = []
-        self._attachments: list[Attachment] = []
+        self._attachments: list[AttachedProjection] = []
         self.active = False
 
     def _changed(self) -> None:
@@ -169,14 +183,14 @@ class Listeners:
         self._changed()
         return ListenerHandle(self, guard)
 
-    def add_attachment(self, attachment: Attachment) -> None:
+    def add_attachment(self, attachment: AttachedProjection) -> None:
         self._attachments.append(attachment)
         self._changed()
 
-    def attachments(self) -> list[Attachment]:
+    def attachments(self) -> list[AttachedProjection]:
         return list(self._attachments)
 
-    def remove_attachment(self, attachment: Attachment) -> None:
+    def remove_attachment(self, attachment: AttachedProjection) -> None:
         if attachment in self._attachments:
             self._attachments.remove(attachment)
         self._changed()

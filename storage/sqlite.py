@@ -13,7 +13,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any
 
@@ -251,10 +251,10 @@ class SqliteStore(Store):
     # -- transactions ------------------------------------------------------
 
     def _write(self) -> _Transaction:
-        return _Transaction(self, "BEGIN IMMEDIATE")
+        return _Transaction(self._lock, self._db, self._check_open, "BEGIN IMMEDIATE")
 
     def _read(self) -> _Transaction:
-        return _Transaction(self, "BEGIN")
+        return _Transaction(self._lock, self._db, self._check_open, "BEGIN")
 
     # -- writing -----------------------------------------------------------
 
@@ -459,22 +459,31 @@ class SqliteStore(Store):
 
 
 class _Transaction:
-    """`with` block around one explicit transaction on the store's connection,
-    holding the store's lock so threads sharing the instance take turns."""
+    """`with` block around one explicit transaction on the store's connection
+    `db`, holding the store's `lock` so threads sharing the instance take
+    turns; `check_open` refuses a closed store once the lock is held."""
 
-    __slots__ = ("_store", "_begin")
+    __slots__ = ("_lock", "_db", "_check_open", "_begin")
 
-    def __init__(self, store: SqliteStore, begin: str) -> None:
-        self._store = store
+    def __init__(
+        self,
+        lock: threading.RLock,
+        db: sqlite3.Connection,
+        check_open: Callable[[], None],
+        begin: str,
+    ) -> None:
+        self._lock = lock
+        self._db = db
+        self._check_open = check_open
         self._begin = begin
 
     def __enter__(self) -> None:
-        self._store._lock.acquire()
+        self._lock.acquire()
         try:
-            self._store._check_open()
-            self._store._db.execute(self._begin)
+            self._check_open()
+            self._db.execute(self._begin)
         except BaseException:
-            self._store._lock.release()
+            self._lock.release()
             raise
 
     def __exit__(
@@ -483,7 +492,7 @@ class _Transaction:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        db = self._store._db
+        db = self._db
         try:
             if kind is None:
                 try:
@@ -497,4 +506,4 @@ class _Transaction:
             elif db.in_transaction:
                 db.execute("ROLLBACK")
         finally:
-            self._store._lock.release()
+            self._lock.release()

@@ -604,36 +604,3 @@ def test_two_coordinators_with_the_same_id_source_never_share_a_created_workspac
     assert len(again.workspace_ids()) == 3
     for c in (first, second, again):
         c.close()
-
-
-def _imports(module: str) -> set[str]:
-    """The `coordinator.*` / `storage.*` modules `module` imports (TYPE_CHECKING ones too)."""
-    import ast
-    import importlib.util
-
-    spec = importlib.util.find_spec(module)
-    assert spec is not None and spec.origin is not None
-    origin = Path(spec.origin)
-    # A module built as an extension (setup.py) has its source beside it.
-    source = origin if origin.suffix == ".py" else origin.with_name(origin.name.split(".")[0] + ".py")
-    tree = ast.parse(source.read_text())
-    out = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            out.add(node.module)
-        elif isinstance(node, ast.Import):
-            out.update(alias.name for alias in node.names)
-    return {m for m in out if m.split(".")[0] in ("coordinator", "storage") and "." in m}
-
-
-def test_what_a_handler_imports_never_reaches_back_into_the_dispatcher() -> None:
-    """No import cycle between call.py and pipeline.py: nothing `Call` needs
-    (transitively) imports the dispatcher."""
-    seen, todo = set(), ["coordinator.engine.call"]
-    while todo:
-        module = todo.pop()
-        if module not in seen:
-            seen.add(module)
-            todo.extend(_imports(module))
-    assert "coordinator.engine.pipeline" not in seen, sorted(seen)
-    assert "coordinator.engine.workspace" in seen  # the walk follows imports

@@ -223,8 +223,9 @@ def _parser() -> argparse.ArgumentParser:
             "Takes serve's options; --host, --port and --auth apply with --http only."
         ),
     )
-    for option in serve._actions[1:]:  # serve's options, --help aside
-        mcp._add_action(option)
+    # serve's options, --help aside (argparse has no public way to share them)
+    for option in serve._actions[1:]:  # noqa: SLF001
+        mcp._add_action(option)  # noqa: SLF001
     mcp.add_argument("--http", action="store_true", help="serve over HTTP instead of stdio")
     token = commands.add_parser(
         "token",

@@ -10,21 +10,29 @@ swaps the staged values in. A handler that raises leaves nothing behind.
 from __future__ import annotations
 
 import reprlib
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
 
 from msgspec.structs import replace
 
 from coordinator.engine.log import LogReader
-from coordinator.engine.registry import Handler, Registry
 from coordinator.engine.wire import INVALID_PARAMS, NOT_AUTHORISED, RpcError, missing
 from coordinator.engine.workspace import Workspace
 from coordinator.model import HistoryEntry, Member, Task, WorkspaceMeta
 from coordinator.options import Options
 
-__all__ = ["Call", "Handler"]
+__all__ = ["Advertising", "Call"]
 
 _ABSENT = object()
+
+
+class Advertising(Protocol):
+    """What a handler may ask of the method registry (`registry.Registry`,
+    which declares handlers and so sits above this module)."""
+
+    def unadvertisable(self, profiles: Iterable[str]) -> str | None:
+        """What is wrong with advertising `profiles`, or None."""
+        ...
 
 
 class Call:
@@ -32,7 +40,9 @@ class Call:
 
     The request: `envelope` (the pipeline's own copy), `raw` (its canonical
     bytes, what the log hashes), `method`, `params`, `arrived` (the call's one
-    clock reading) and `retry` (whether a store conflict may re-run it).
+    clock reading), `retry` (whether a store conflict may re-run it) and
+    `signed_bytes` (what a string `sig` signs, None without one; set before
+    the sender checks run).
     The workspace: `held` as found (None if the call named none), `ws` the
     one it works on (a workspace it creates). What it stages: `staged`
     objects, a new `meta`, `created`. What it answers: `recorded` False for a
@@ -47,6 +57,7 @@ class Call:
         "params",
         "arrived",
         "retry",
+        "signed_bytes",
         "held",
         "ws",
         "created",
@@ -70,7 +81,7 @@ class Call:
         retry: bool,
         ws: Workspace | None,
         options: Options,
-        registry: Registry,
+        registry: Advertising,
         log: LogReader,
         new_id: Callable[[str], str],
     ) -> None:
@@ -80,6 +91,7 @@ class Call:
         self.params = params
         self.arrived = arrived
         self.retry = retry
+        self.signed_bytes: bytes | None = None
         self.held = ws
         self.ws = ws
         self.created = False

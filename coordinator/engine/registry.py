@@ -21,6 +21,13 @@ method, right beside its handler::
     def whisper_ask(call: Call) -> dict[str, Any]:
         ...
 
+A profile takes part in calls it does not own, and in sweeps, through hooks
+its `Profile` declares: `before_write` / `after_write` (around the handler
+of every write where the profile is advertised), `verify_sender` and
+`before_gate` (checks every call passes while a coordinator option turns
+them on: dispatch steps 10 and 11), and `on_sweep` (the decisions time
+alone makes due). The pipeline knows profiles only through these.
+
 `Registry(profiles)` joins the declarations with the protocol facts. It
 raises RegistryError when a name is declared twice (a profile may span
 several modules, as core/1.0 does), when a name is not a
@@ -49,11 +56,24 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from coordinator.engine.wire import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    SIG_KEY_NOT_FOUND,
+    SIG_KEY_REVOKED,
+    SIG_ROTATION_KEY_MISMATCH,
+    SIG_VERIFY_FAILED,
+    STORED_OBJECT_UNREADABLE,
+)
 from coordinator.errors import ChaplineError
 from coordinator.extras import installed
 
 if TYPE_CHECKING:
     from coordinator.engine.call import Call
+    from coordinator.engine.sweeps import Sweep
 
 __all__ = [
     "ANY",
@@ -69,18 +89,27 @@ __all__ = [
     "PROFILES_0_3",
     "STRING",
     "WORKSPACE",
+    "CallCheck",
     "Handler",
     "Method",
     "Profile",
     "Registry",
     "RegistryError",
+    "SweepHook",
     "profile_name",
     "profile_names",
+    "refusal_is_recorded",
     "schema",
 ]
 
 Handler = Callable[["Call"], Any]
 _H = TypeVar("_H", bound=Handler)
+# A check every call passes before its handler runs (`Profile.verify_sender`, `before_gate`).
+CallCheck = Callable[["Call", "Method"], None]
+_C = TypeVar("_C", bound=CallCheck)
+# What a profile decides in each workspace at a sweep (see `Profile.on_sweep`).
+SweepHook = Callable[["Sweep"], None]
+_S = TypeVar("_S", bound=SweepHook)
 
 
 @dataclass(frozen=True)
@@ -187,9 +216,41 @@ class Method:
     extension: bool = False
 
 
+# Refusals with these codes say nothing about the workspace and are never kept:
+# a malformed or unparseable call, an internal or stored-object fault, and the
+# signature and identity checks of -32070..-32073.
+_NEVER_RECORDED_CODES = frozenset(
+    {
+        PARSE_ERROR,
+        INVALID_REQUEST,
+        INVALID_PARAMS,
+        INTERNAL_ERROR,
+        STORED_OBJECT_UNREADABLE,
+        SIG_VERIFY_FAILED,
+        SIG_KEY_NOT_FOUND,
+        SIG_KEY_REVOKED,
+        SIG_ROTATION_KEY_MISMATCH,
+    }
+)
+
+
+def refusal_is_recorded(method: Method, code: int, gated: bool) -> bool:
+    """Whether a refused call by a current member is appended to the log:
+    never for the codes above; a -32601 only from the profile gate and for a
+    privileged method; otherwise as the method declares (SPECIFICATION.md,
+    "Dispatch")."""
+    if code in _NEVER_RECORDED_CODES:
+        return False
+    if code == METHOD_NOT_FOUND:
+        return gated and method.privileged
+    return method.records_refusals
+
+
 class Profile:
-    """The methods one profile module implements, declared beside their handlers;
-    `extra` names the chapline extra its handlers and checks need, if any."""
+    """The methods one profile module implements, declared beside their
+    handlers, and the hooks by which it takes part in other calls and in
+    sweeps (the pipeline knows profiles only through these); `extra` names
+    the chapline extra its handlers and checks need, if any."""
 
     def __init__(self, name: str, *, extra: str | None = None) -> None:
         self.extension = name.startswith(EXTENSION_PROFILE_PREFIX)
@@ -208,6 +269,10 @@ class Profile:
         self.methods: list[Method] = []
         self.before_hooks: list[Handler] = []
         self.write_hooks: list[Handler] = []
+        # (the coordinator option that turns it on, check)
+        self.sender_checks: list[tuple[str, CallCheck]] = []
+        self.gate_checks: list[tuple[str, CallCheck]] = []
+        self.sweep_hooks: list[SweepHook] = []
 
     def method(
         self,
@@ -279,6 +344,40 @@ class Profile:
         self.write_hooks.append(hook)
         return hook
 
+    def verify_sender(self, *, enabled_by: str) -> Callable[[_C], _C]:
+        """Declare `check(call, method)` to run on every call (whatever the
+        workspace advertises) while the coordinator option `enabled_by` is
+        on, at dispatch step 10: it checks the evidence the call carries of
+        its sender before anything is evaluated; what it raises refuses the
+        call, never recorded."""
+
+        def declare(check: _C) -> _C:
+            self.sender_checks.append((enabled_by, check))
+            return check
+
+        return declare
+
+    def before_gate(self, *, enabled_by: str) -> Callable[[_C], _C]:
+        """Declare `check(call, method)` to run on every call (whatever the
+        workspace advertises) while the coordinator option `enabled_by` is
+        on, at dispatch step 11, before the profile gate: what it raises
+        refuses the call, recorded as a member's refusal is."""
+
+        def declare(check: _C) -> _C:
+            self.gate_checks.append((enabled_by, check))
+            return check
+
+        return declare
+
+    def on_sweep(self, hook: _S) -> _S:
+        """Declare `hook(sweep)` to run in every held workspace at each
+        `Coordinator.sweep()` (whatever it advertises: the hook decides),
+        to make the decisions that time alone has made due. It reads and
+        writes through its `engine.sweeps.Sweep`, and reports there what it
+        did. A store conflict it raises is left for the next sweep."""
+        self.sweep_hooks.append(hook)
+        return hook
+
     def _extension_spec(self, name: str) -> _Spec:
         """An extension profile owns the methods it declares, all namespaced."""
         if not _EXTENSION_METHOD.fullmatch(name):
@@ -292,7 +391,9 @@ class Profile:
 
 class Registry:
     """Every CHAP 0.3 method: declared ones with their handlers, the rest
-    unimplemented. Built once from the profile modules."""
+    unimplemented, and the profiles' hooks. `coordinator.profiles.REGISTRY`
+    is built from every profile module; a `Coordinator(registry=...)` runs
+    the profiles of the one it is given."""
 
     def __init__(self, profiles: Iterable[Profile]) -> None:
         profiles = list(profiles)
@@ -342,6 +443,17 @@ class Registry:
         )
         self.write_hooks: tuple[tuple[str, Handler], ...] = tuple(
             (profile_name(p.name), hook) for p in profiles for hook in p.write_hooks
+        )
+        # (option, check): run on every call while that option is on.
+        self.sender_checks: tuple[tuple[str, CallCheck], ...] = tuple(
+            check for p in profiles for check in p.sender_checks
+        )
+        self.gate_checks: tuple[tuple[str, CallCheck], ...] = tuple(
+            check for p in profiles for check in p.gate_checks
+        )
+        # (profile name, hook): run in every held workspace at a sweep.
+        self.sweep_hooks: tuple[tuple[str, SweepHook], ...] = tuple(
+            (profile_name(p.name), hook) for p in profiles for hook in p.sweep_hooks
         )
 
     def get(self, name: str) -> Method | None:

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol, TypeVar, cast
 
 import msgspec
 
+from coordinator.engine.clock import epoch_ms, iso_ms
 from coordinator.engine.wire import STORED_OBJECT_UNREADABLE, RpcError
 from coordinator.model import WorkspaceMeta, from_text
-from storage import COLLECTIONS, EXTENSION_COLLECTIONS, IDEMPOTENCY_KEYS, SIGNED_CALLS
+from storage import (
+    COLLECTIONS,
+    EXTENSION_COLLECTIONS,
+    IDEMPOTENCY_KEYS,
+    SIGNED_CALLS,
+    HeldWorkspace,
+)
 
-__all__ = ["COLLECTION_NAMES", "CollectionIndex", "StoredObjectError", "Workspace"]
+__all__ = ["COLLECTION_NAMES", "CollectionIndex", "StoredObjectError", "Workspace", "workspace_from_held"]
+
+log = logging.getLogger("chapline")
 
 COLLECTION_NAMES = (*COLLECTIONS, IDEMPOTENCY_KEYS, SIGNED_CALLS, *EXTENSION_COLLECTIONS)
 
@@ -101,6 +111,20 @@ class Workspace:
         if index is not None:
             index.update(key, None if value is None else self.get(collection, key))
 
+    def put_values(self, values: dict[str, dict[str, Any]]) -> None:
+        """`put` each value given, `{collection: {key: value or None}}`."""
+        for collection, items in values.items():
+            if collection in self.indexes:
+                for key, value in items.items():
+                    self.put(collection, key, value)
+                continue
+            held = self.objects[collection]  # the common case, without a call per key
+            for key, value in items.items():
+                if value is None:
+                    held.pop(key, None)
+                else:
+                    held[key] = value
+
     def index(self, collection: str, build: Callable[[Iterable[tuple[str, Any]]], _I]) -> _I:
         """The collection's index, built by `build((key, object), ...)` from the
         held objects on first need, then kept up to date by `put`. It never
@@ -111,3 +135,27 @@ class Workspace:
                 (key, self.get(collection, key)) for key in list(self.objects[collection])
             )
         return cast(_I, index)  # one collection, one kind of index: the one `build` makes
+
+
+def workspace_from_held(held: HeldWorkspace) -> Workspace | None:
+    """Memory's form of a stored workspace; None (with a warning) if its own
+    fields cannot be read. Objects are checked when first used."""
+    try:
+        meta = msgspec.convert({"id": held.id, **held.meta}, WorkspaceMeta)
+    except msgspec.ValidationError as exc:
+        log.warning("workspace %s skipped: its stored fields cannot be read (%s)", held.id, exc)
+        return None
+    ws = Workspace(meta, held.version, _stamp(held.updated_at))
+    for collection, items in held.objects.items():
+        if collection in ws.objects:
+            ws.objects[collection] = items
+    return ws
+
+
+def _stamp(held: str) -> str:
+    """A store's `updated_at` as `iso_ms` writes it, or "" when it is no time
+    (a store written by other software may hold another ISO 8601 form)."""
+    try:
+        return iso_ms(epoch_ms(held))
+    except (ValueError, OverflowError, OSError):
+        return ""

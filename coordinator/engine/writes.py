@@ -1,17 +1,101 @@
-"""Writing to the store, and the JSON-RPC error a refused write is answered with."""
+"""Writing to the store: one workspace's change, built entry by entry
+(`WorkspaceWrite`), and the JSON-RPC error a refused write is answered with."""
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
+import msgspec
+
+from coordinator.audit import AuditEntry
+from coordinator.engine.canonical import ZERO_HASH, link_hash
 from coordinator.engine.ids import IdSource
 from coordinator.engine.incidents import logged
 from coordinator.engine.wire import STORE_CONFLICT, STORE_WRITE_FAILED, RpcError
+from coordinator.engine.workspace import Workspace
+from coordinator.model import WorkspaceMeta
 from storage import Store, StoreChange, StoreConflictError
 
-__all__ = ["apply_change", "apply_changes", "store_error"]
+__all__ = ["WorkspaceWrite", "apply_change", "apply_changes", "store_error"]
 
 log = logging.getLogger("chapline")
+
+_encode_sorted = msgspec.json.Encoder(order="sorted").encode
+
+
+class WorkspaceWrite:
+    """One change to one workspace on its way to the store: the entries it
+    appends, the objects it puts (`{collection: {key: value or None}}`, None
+    deleting), the fields it leaves (`meta`, the chain head included), the
+    time it is stamped with (`arrived`: the last entry's) and whether it
+    creates the workspace. Every entry a log gets is built here, linked into
+    the chain as it is added (SPECIFICATION.md, "Audit entries and the
+    chain"); `engine.held.HeldWorkspaces.append` writes it."""
+
+    __slots__ = ("ws", "meta", "objects", "arrived", "created", "entries", "calls")
+
+    def __init__(
+        self,
+        ws: Workspace,
+        meta: WorkspaceMeta,
+        objects: dict[str, dict[str, Any]],
+        arrived: str,
+        created: bool = False,
+    ) -> None:
+        self.ws = ws
+        self.meta = meta
+        self.objects = objects
+        self.arrived = arrived
+        self.created = created
+        self.entries: list[AuditEntry] = []
+        # the call each entry records, as a dict (for the signed-call index)
+        self.calls: list[dict[str, Any]] = []
+
+    def add_entry(
+        self,
+        arrived: str,
+        call: dict[str, Any],
+        canonical: bytes,
+        outcome: dict[str, Any] | None = None,
+        recorded: Any = None,
+    ) -> None:
+        """Append the entry recording `call`, whose JCS bytes are `canonical`,
+        at `arrived`: accepted, or refused with `outcome`. The entry holds
+        `recorded` as the call; by default `canonical` itself, written as it
+        is instead of being encoded a second time."""
+        if outcome is None:
+            record = canonical
+        else:  # JCS of {"outcome", "request"}: keys in order, request already canonical
+            record = b'{"outcome":' + _encode_sorted(outcome) + b',"request":' + canonical + b"}"
+        prev = None
+        if self.meta.chain_enabled:
+            prev = self.meta.chain_head or ZERO_HASH
+            self.meta = msgspec.structs.replace(self.meta, chain_head=link_hash(record, prev))
+        if recorded is None:
+            recorded = msgspec.Raw(canonical)
+        seq = self.ws.count + len(self.entries)
+        if outcome is None:
+            entry = AuditEntry(seq, arrived, envelope=recorded, prev_hash=prev)
+        else:
+            entry = AuditEntry(seq, arrived, request=recorded, outcome=outcome, prev_hash=prev)
+        self.entries.append(entry)
+        self.calls.append(call)
+        self.arrived = arrived
+
+    def change(self) -> StoreChange:
+        """The store change that writes all of it, on the entries held now."""
+        ws = self.ws
+        return StoreChange(
+            id=ws.id,
+            base=ws.count,
+            version=ws.count + len(self.entries),
+            updated_at=self.arrived,
+            meta=self.meta,
+            entries=self.entries,
+            objects=self.objects,
+            create=self.created,
+        )
 
 
 def apply_change(store: Store, change: StoreChange, ids: IdSource) -> RpcError | None:

@@ -30,6 +30,7 @@ __all__ = ["PROFILE", "check_step_up"]
 PROFILE = Profile("identity-oidc/1.0", extra="crypto")
 
 
+@PROFILE.before_gate(enabled_by="enforce_step_up")
 def check_step_up(call: Call, method: Method) -> None:
     """-32402 when a privileged call's sender has not authenticated recently enough."""
     ws = call.ws

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from coordinator.engine.registry import Profile
+from coordinator.engine.call import Call
+from coordinator.engine.registry import Method, Profile
 from coordinator.engine.wire import (
     SIG_KEY_NOT_FOUND,
     SIG_ROTATION_KEY_MISMATCH,
@@ -40,7 +41,7 @@ from coordinator.security.signing import (
     verify_envelope,
 )
 
-__all__ = ["PROFILE", "UNSIGNED_METHODS", "check_signature"]
+__all__ = ["PROFILE", "UNSIGNED_METHODS", "check_signature", "signed_by_sender"]
 
 # The profile owns no method: participant.rotate_key and participant.revoke_key
 # are core's; what it adds is this check and the key lifecycle they keep. The
@@ -51,6 +52,15 @@ PROFILE = Profile("security-signed/1.0", extra="crypto")
 # registered; and the coordinator's own sweep (`Coordinator.sweep`), which has
 # no key and does only what the clock has already decided.
 UNSIGNED_METHODS = frozenset({"workspace.create", "participant.join", "x-chapline.work.sweep"})
+
+
+@PROFILE.verify_sender(enabled_by="require_signatures")
+def signed_by_sender(call: Call, method: Method) -> None:
+    """Dispatch step 10, when the coordinator requires signatures: refuse the
+    call unless its sender's current key signed it (`check_signature`)."""
+    if method.name not in UNSIGNED_METHODS:
+        members = call.member if call.ws else None
+        check_signature(call.envelope, members, call.arrived, call.signed_bytes)
 
 
 def check_signature(

@@ -6,7 +6,8 @@ membership floor, SPECIFICATION.md "Dispatch", step 13); answers are checked
 in its order (whisper known, caller addressed, not yet answered, not lapsed,
 option in the set) and recorded as sent (the whisper's `task_id` is not
 added to them); option ids are compared type-strictly; and a whisper lapses
-only when a sweep runs (`Coordinator.check_whisper_lapses`), which records
+only when a sweep runs (`Coordinator.sweep` or
+`Coordinator.check_whisper_lapses`, through `lapse_overdue`), which records
 one `notify.message` entry per lapsed whisper and applies its default. Where
 the reference accepts malformed input or crashes on it, chapline answers
 -32602 before looking at any state. SPECIFICATION.md, "Interaction
@@ -22,7 +23,9 @@ from msgspec.structs import replace
 
 from coordinator.engine.call import Call
 from coordinator.engine.canonical import CanonicalError, canonical_bytes
+from coordinator.engine.clock import iso_ms
 from coordinator.engine.registry import ANY, ARRAY, INTEGER, STRING, Profile, schema
+from coordinator.engine.sweeps import Sweep
 from coordinator.engine.wire import (
     NOT_AN_OPTION,
     NOT_AUTHORISED,
@@ -31,9 +34,19 @@ from coordinator.engine.wire import (
     RpcError,
     invalid_params,
 )
+from coordinator.engine.writes import WorkspaceWrite
 from coordinator.model import WhisperPrompt
+from storage import StoreConflictError
 
-__all__ = ["PROFILE", "instant", "lapse", "lapse_notice", "lapsed_by", "parse_now"]
+__all__ = [
+    "PROFILE",
+    "instant",
+    "lapse",
+    "lapse_notice",
+    "lapse_overdue",
+    "lapsed_by",
+    "parse_now",
+]
 
 PROFILE = Profile("whisper/1.0")
 
@@ -264,3 +277,43 @@ def lapse_notice(workspace: str, whisper: WhisperPrompt, ts: str) -> dict[str, A
             "default_applied": whisper.default_if_lapsed,
         },
     }
+
+
+@PROFILE.on_sweep
+def lapse_overdue(sweep: Sweep) -> None:
+    """Lapse the workspace's pending whispers whose deadline is at or before
+    the sweep's time (`sweep.at`, else the clock's): each gets its default
+    applied and one `notify.message` entry on the log, all in one write.
+    Reports their ids in `sweep.lapsed`. A write that loses to another
+    writer is tried once more on the fresh state; a store failure is raised
+    and changes nothing."""
+    cutoff = parse_now(sweep.at) if sweep.at is not None else None
+    retried = False
+    while True:
+        ws = sweep.workspace()
+        if ws is None:
+            return
+        if cutoff is None:
+            cutoff = instant(sweep.now())
+        due = [w for w in ws.values("whispers") if lapsed_by(w, cutoff)]
+        if not due:
+            return
+        lapsed: dict[str, Any] = {}
+        write = WorkspaceWrite(ws, ws.meta, {"whispers": lapsed}, ws.latest)
+        latest = ws.latest
+        for held in due:
+            # 0.3.3 reads the clock for the notice's ts, then for arrived;
+            # neither is earlier than the workspace's last write.
+            ts = max(iso_ms(sweep.now()), latest)
+            arrived = latest = max(iso_ms(sweep.now()), latest)
+            notice = lapse_notice(ws.id, held, ts)
+            write.add_entry(arrived, notice, canonical_bytes(notice), recorded=notice)
+            lapsed[held.id] = lapse(held)
+        refused = sweep.write(write)
+        if isinstance(refused, StoreConflictError) and not retried and sweep.reload():
+            retried = True  # another writer appended: sweep its state once more
+            continue
+        if refused is not None:
+            raise refused
+        sweep.lapsed.extend(lapsed)
+        return

@@ -33,7 +33,7 @@ from coordinator.listeners import Change
 from coordinator.projections.sql import SqliteTarget
 
 if TYPE_CHECKING:
-    from coordinator.engine.pipeline import Coordinator
+    from coordinator.engine.held import HeldWorkspaces
 
 __all__ = ["Attachment", "CallbackProjection", "Projection"]
 
@@ -92,7 +92,7 @@ class Attachment:
 
     def __init__(
         self,
-        coordinator: Coordinator,
+        source: HeldWorkspaces,
         projection: Projection,
         *,
         page_size: int = 1000,
@@ -101,7 +101,7 @@ class Attachment:
         self.projection = projection
         self.name = projection.name
         self.page_size = page_size
-        self._coordinator = coordinator
+        self._source = source  # the coordinator's workspaces and listeners
         self._monotonic = monotonic
         self._next: dict[str, int] = {}
         self.state = "behind"
@@ -112,6 +112,14 @@ class Attachment:
 
     # -- public ---------------------------------------------------------------
 
+    def start(self) -> None:
+        """Catch up, as attaching does: a failure is reported and retried
+        with backoff by later calls, never raised."""
+        try:
+            self.catch_up()
+        except Exception as exc:
+            self._failed(exc)
+
     def catch_up(self) -> int:
         """Apply everything the store holds past the cursors; the number of
         entries applied. Raises what the projection raised (and stays behind)."""
@@ -119,7 +127,7 @@ class Attachment:
             raise RuntimeError(f"projection {self.name!r} is detached")
         self._next = dict(self.projection.cursors())
         applied = 0
-        for workspace_id, durable in self._coordinator._durable_counts().items():
+        for workspace_id, durable in self._source.durable_counts().items():
             applied += self._catch_up_workspace(workspace_id, durable)
         self._recovered()
         return applied
@@ -130,7 +138,7 @@ class Attachment:
         if self.state == "detached":
             return
         self.state = "detached"
-        self._coordinator._listeners.remove_attachment(self)
+        self._source.listeners.remove_attachment(self)
         self.projection.close()
 
     def cursor(self, workspace_id: str) -> int:
@@ -185,13 +193,13 @@ class Attachment:
         applied = 0
         while start < stop:
             end = min(start + self.page_size, stop)
-            entries = self._coordinator._durable_entries(workspace_id, start, end)
+            entries = self._source.durable_entries(workspace_id, start, end)
             if len(entries) != end - start:
                 raise RuntimeError(
                     f"workspace {workspace_id!r}: the store returned {len(entries)} entries "
                     f"for seq {start}..{end - 1}"
                 )
-            current = self._coordinator._current_objects(workspace_id) if end == stop else None
+            current = self._source.current_objects(workspace_id) if end == stop else None
             changes = [Change(workspace_id, entry) for entry in entries]
             if current is not None:
                 last = changes[-1]

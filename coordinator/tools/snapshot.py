@@ -9,14 +9,12 @@ import msgspec
 
 from coordinator.audit import ChainVerifier, entry_is_well_formed
 from coordinator.engine.canonical import ZERO_HASH
-from coordinator.engine.clock import epoch_ms, iso_ms
 from coordinator.engine.log import LogReader
 from coordinator.engine.workspace import Workspace
 from coordinator.errors import ChaplineError
 from coordinator.model import WorkspaceMeta, from_stored, to_stored
 from storage import (
     IDEMPOTENCY_KEYS,
-    HeldWorkspace,
     MalformedChangeError,
     StoreChange,
     WorkspaceRecord,
@@ -30,7 +28,6 @@ __all__ = [
     "restore_change",
     "restore_changes",
     "snapshot_of",
-    "workspace_from_held",
 ]
 
 log = logging.getLogger("chapline")
@@ -95,30 +92,6 @@ class UnknownWorkspaceError(ChaplineError, KeyError):
 
     def __str__(self) -> str:  # KeyError would show the message quoted
         return self.message
-
-
-def workspace_from_held(held: HeldWorkspace) -> Workspace | None:
-    """Memory's form of a stored workspace; None (with a warning) if its own
-    fields cannot be read. Objects are checked when first used."""
-    try:
-        meta = msgspec.convert({"id": held.id, **held.meta}, WorkspaceMeta)
-    except msgspec.ValidationError as exc:
-        log.warning("workspace %s skipped: its stored fields cannot be read (%s)", held.id, exc)
-        return None
-    ws = Workspace(meta, held.version, _stamp(held.updated_at))
-    for collection, items in held.objects.items():
-        if collection in ws.objects:
-            ws.objects[collection] = items
-    return ws
-
-
-def _stamp(held: str) -> str:
-    """A store's `updated_at` as `iso_ms` writes it, or "" when it is no time
-    (a store written by other software may hold another ISO 8601 form)."""
-    try:
-        return iso_ms(epoch_ms(held))
-    except (ValueError, OverflowError, OSError):
-        return ""
 
 
 def restore_change(item: Any) -> StoreChange:

@@ -11,12 +11,24 @@ grant what only one may have.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from coordinator.engine.call import Call
 from coordinator.engine.canonical import digest
 from coordinator.engine.clock import iso_ms
-from coordinator.engine.registry import ANY, BOOLEAN, FROM, INTEGER, STRING, Profile, schema
+from coordinator.engine.registry import (
+    ANY,
+    BOOLEAN,
+    FROM,
+    INTEGER,
+    STRING,
+    Profile,
+    profile_name,
+    profile_names,
+    schema,
+)
+from coordinator.engine.sweeps import Sweep
 from coordinator.engine.wire import (
     NOT_AUTHORISED,
     WORK_CLAIM_REQUIRED,
@@ -45,7 +57,9 @@ from coordinator.profiles.work._state import (
     to_frontier,
 )
 
-__all__ = ["PROFILE", "SWEEPER", "next_expiry"]
+__all__ = ["PROFILE", "SWEEPER", "next_expiry", "reclaim_expired"]
+
+log = logging.getLogger("chapline")
 
 PROFILE = Profile("x-chapline-work/1.0")
 
@@ -521,6 +535,30 @@ def next_expiry(ws: Workspace) -> int | None:
     """The earliest lease expiry (epoch ms) among the workspace's stored
     claims, or None: whether a sweep would reclaim anything yet."""
     return ws.index(CLAIMS, ClaimIndex.of).earliest()
+
+
+@PROFILE.on_sweep
+def reclaim_expired(sweeping: Sweep) -> None:
+    """At a sweep, reclaim the workspace's expired leases, if it has any, by
+    one `x-chapline.work.sweep` call from SWEEPER (recorded as any call is).
+    Reports the plan tasks reclaimed in `sweeping.reclaimed`."""
+    ws = sweeping.workspace()
+    if ws is None or ws.meta.state == "paused":
+        return  # a paused workspace takes no writes: its leases wait for the resume
+    if profile_name(PROFILE.name) not in profile_names(ws.meta.profiles):
+        return
+    expiry = next_expiry(ws)
+    if expiry is None or expiry > sweeping.now():
+        return
+    envelope = {"jsonrpc": "2.0", "method": "x-chapline.work.sweep",
+                "params": {"workspace": ws.id, "from": SWEEPER}}
+    response = sweeping.dispatch(envelope)
+    if "error" in response:
+        # A write the store refused (another writer won twice in a row):
+        # nothing was applied, and the next sweep or write reclaims them.
+        log.info("expired leases in %s were not reclaimed: %s", ws.id, response["error"]["message"])
+        return
+    sweeping.reclaimed.extend(response["result"]["reclaimed"])
 
 
 CAP = {"type": ["integer", "null"], "minimum": 0}
