@@ -18,6 +18,7 @@ from client import Client
 from interaction_diff import B2, BOT, INTERACTION, MEMBERS, A, B, C, W, pair, reference_ids
 from support import make
 
+from coordinator import StepClock
 from storage import SqliteStore
 
 
@@ -31,9 +32,9 @@ def _reference(store: ReferenceStore) -> chap_coordinator.Coordinator:
     )
 
 
-def _ours(path: Path):
+def _ours(path: Path, clock: StepClock | None = None):
     return make(SqliteStore(path), enable_chain=True, default_profiles=INTERACTION,
-                ids=reference_ids())
+                ids=reference_ids(), **({"clock": clock} if clock else {}))
 
 
 def _first_half(p: Client) -> str:
@@ -83,7 +84,14 @@ def test_files_move_both_ways_and_carry_on_alike(tmp_path: Path) -> None:
     swapped_ours, swapped_theirs = tmp_path / "from-theirs.db", tmp_path / "from-ours.db"
     shutil.copy(theirs_path, swapped_ours)
     shutil.copy(ours_path, swapped_theirs)
-    q = pair(ours=_ours(swapped_ours), theirs=_reference(ReferenceStore(str(swapped_theirs))))
+    # Both clocks go on from the later of the two files (the reference read
+    # its clock more often): entry times never go backwards within a
+    # workspace (SPECIFICATION.md, "Write-ahead persistence"), where a
+    # restarted 0.3.3 would stamp times before the log's last.
+    later = theirs._clock_ms
+    reference = _reference(ReferenceStore(str(swapped_theirs)))
+    reference._clock_ms = later
+    q = pair(ours=_ours(swapped_ours, StepClock(start_ms=later)), theirs=reference)
     q.n = p.n
     q.target.assert_same_state("whispers", "deliberations", "handoffs")
     _second_half(q)

@@ -250,8 +250,9 @@ def _parser() -> argparse.ArgumentParser:
 def _token(args: argparse.Namespace) -> int:
     from coordinator.server.auth import TokenStore
     from storage import StoreError
+    from storage.target import is_postgres
 
-    if args.action != "create" and not os.path.exists(args.db):
+    if args.action != "create" and not is_postgres(args.db) and not os.path.exists(args.db):
         # Opening would create an empty file at a mistyped path.
         print(f"chapline: no such database file: {args.db} (give the --db that "
               "`chapline token create` and `serve --auth` use)", file=sys.stderr)

@@ -302,9 +302,11 @@ def lapse_overdue(sweep: Sweep) -> None:
         write = WorkspaceWrite(ws, ws.meta, {"whispers": lapsed}, ws.latest)
         latest = ws.latest
         for held in due:
-            # 0.3.3 reads the clock for the notice's ts, then for arrived;
-            # neither is earlier than the workspace's last write.
-            ts = max(iso_ms(sweep.now()), latest)
+            # 0.3.3 reads the clock for the notice's ts, then for arrived. The
+            # ts is the clock's (it is part of the recorded call, as 0.3.3
+            # records it); the entry's arrived is never earlier than the
+            # workspace's last write (SPECIFICATION.md, "Lapses").
+            ts = iso_ms(sweep.now())
             arrived = latest = max(iso_ms(sweep.now()), latest)
             notice = lapse_notice(ws.id, held, ts)
             write.add_entry(arrived, notice, canonical_bytes(notice), recorded=notice)
