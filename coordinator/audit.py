@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from coordinator.engine.canonical import ZERO_HASH, CanonicalError, canonical_bytes, link_hash
+from coordinator.engine.canonical import ZERO_HASH, canonical_bytes, link_hash
 from coordinator.engine.registry import Method
 from coordinator.engine.wire import (
     INTERNAL_ERROR,
@@ -21,6 +21,7 @@ from coordinator.engine.wire import (
     SIG_VERIFY_FAILED,
     STORED_OBJECT_UNREADABLE,
 )
+from coordinator.errors import CanonicalError
 
 __all__ = [
     "AuditEntry",

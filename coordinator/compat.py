@@ -22,7 +22,7 @@ import msgspec
 from coordinator.audit import AuditEntry
 from coordinator.engine.clock import StepClock
 from coordinator.engine.ids import CounterIds
-from coordinator.errors import ChaplineError
+from coordinator.errors import UnsupportedOptionError
 from coordinator.model import Member, Override, Task
 from storage import COLLECTIONS, IDEMPOTENCY_KEYS
 
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CoordinatorOptions",
-    "UnsupportedOptionError",
     "WorkspaceState",
     "WorkspaceView",
     "WorkspacesView",
@@ -71,19 +70,6 @@ class CoordinatorOptions:
     )
     store: Any = None
     on_store_error: Callable[[Exception, dict[str, Any]], None] | None = None
-
-
-class UnsupportedOptionError(ChaplineError, ValueError):
-    """A `CoordinatorOptions` field chapline does not support was set.
-
-    `field` names it; the message says why and what to do instead."""
-
-    def __init__(self, field: str, why: str) -> None:
-        super().__init__(
-            f"CoordinatorOptions.{field} is not supported by chapline: {why}. "
-            f"Leave {field} at its default to build this coordinator."
-        )
-        self.field = field
 
 
 # Fields with no chapline counterpart yet, and why.

@@ -15,6 +15,7 @@ from storage.types import (
     EXTENSION_COLLECTIONS,
     IDEMPOTENCY_KEYS,
     SIGNED_CALLS,
+    DatabaseEncodingError,
     EntryFilter,
     HeldWorkspace,
     MalformedChangeError,
@@ -29,6 +30,7 @@ from storage.types import (
 
 __all__ = [
     "COLLECTIONS",
+    "DatabaseEncodingError",
     "EXTENSION_COLLECTIONS",
     "IDEMPOTENCY_KEYS",
     "SIGNED_CALLS",

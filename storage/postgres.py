@@ -43,6 +43,7 @@ from storage import _rows
 from storage._encode import EncodedChange, encode_change
 from storage.records import change_from_record
 from storage.types import (
+    DatabaseEncodingError,
     EntryFilter,
     HeldWorkspace,
     MalformedChangeError,
@@ -55,7 +56,7 @@ from storage.types import (
     WorkspaceRecord,
 )
 
-__all__ = ["CHANNEL", "DatabaseEncodingError", "PostgresStore", "connect", "entries_query"]
+__all__ = ["CHANNEL", "PostgresStore", "connect", "entries_query"]
 
 log = logging.getLogger(__name__)
 
@@ -136,28 +137,6 @@ T = TypeVar("T")
 
 class _Ambiguous(Exception):
     """The connection broke after COMMIT was sent: the write may have landed."""
-
-
-class DatabaseEncodingError(StoreUnavailableError):
-    """The database's `encoding` cannot hold every character a log may hold,
-    so it was not opened; nothing was read or written."""
-
-    remedy = "Use a database created with ENCODING 'UTF8' and copy the workspaces into it."
-
-    def __init__(self, encoding: str) -> None:
-        self.encoding = encoding
-        super().__init__(
-            "",
-            f"the PostgreSQL database's encoding is {encoding}, which cannot hold every "
-            "character a call may carry (the log is UTF-8 text), so it was not opened and "
-            "nothing was read or written. Use a database created as UTF8 (CREATE DATABASE "
-            "name ENCODING 'UTF8' TEMPLATE template0, or a cluster made by initdb -E UTF8) "
-            "and point the connection string at it; `chapline copy` moves workspaces there "
-            "from another database.",
-        )
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.encoding,))
 
 
 def connect(dsn: str, *, connect_timeout: int = 5, what: str = "read or written") -> psycopg.Connection[Any]:

@@ -14,6 +14,8 @@ message)::
      │    └── WorkspaceExistsError  a create named a held workspace   (workspace, held)
      ├── MalformedChangeError     the change cannot be stored as given (workspace, problem)
      └── StoreUnavailableError    closed store, unreadable row, failed I/O (path)
+          └── DatabaseEncodingError  a PostgreSQL database whose encoding cannot
+                                     hold the log was not opened    (encoding)
 
 Nothing was written whenever `apply` raises one of these.
 """
@@ -27,6 +29,7 @@ import msgspec
 
 __all__ = [
     "COLLECTIONS",
+    "DatabaseEncodingError",
     "EXTENSION_COLLECTIONS",
     "IDEMPOTENCY_KEYS",
     "SIGNED_CALLS",
@@ -204,6 +207,28 @@ class StoreUnavailableError(StoreError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.path, str(self)))
+
+
+class DatabaseEncodingError(StoreUnavailableError):
+    """The database's `encoding` cannot hold every character a log may hold,
+    so it was not opened; nothing was read or written."""
+
+    remedy = "Use a database created with ENCODING 'UTF8' and copy the workspaces into it."
+
+    def __init__(self, encoding: str) -> None:
+        self.encoding = encoding
+        super().__init__(
+            "",
+            f"the PostgreSQL database's encoding is {encoding}, which cannot hold every "
+            "character a call may carry (the log is UTF-8 text), so it was not opened and "
+            "nothing was read or written. Use a database created as UTF8 (CREATE DATABASE "
+            "name ENCODING 'UTF8' TEMPLATE template0, or a cluster made by initdb -E UTF8) "
+            "and point the connection string at it; `chapline copy` moves workspaces there "
+            "from another database.",
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.encoding,))
 
 
 @runtime_checkable

@@ -18,7 +18,8 @@ import os
 import sys
 from typing import Any
 
-from coordinator.cli.log import CommandError, opened_store, progress_bar
+from coordinator.cli.log import opened_store, progress_bar
+from coordinator.errors import CommandError
 from coordinator.tools.verification import verify_workspace
 from storage import Store
 

@@ -23,15 +23,11 @@ from typing import Any
 
 import msgspec
 
-from coordinator.errors import ChaplineError
+from coordinator.errors import CommandError
 from coordinator.tools.verification import verify_store
 from storage import SqliteStore, Store, assemble_snapshot
 
-__all__ = ["COMMANDS", "CommandError", "add_commands", "opened_store", "progress_bar"]
-
-
-class CommandError(ChaplineError):
-    """What stopped a command, said in one line (exit status 1)."""
+__all__ = ["COMMANDS", "add_commands", "opened_store", "progress_bar"]
 
 
 def add_commands(commands: Any) -> None:
@@ -408,7 +404,8 @@ def _parse_import(text: str, path: str) -> tuple[str, Any]:
 
 def _import(args: argparse.Namespace) -> int:
     from coordinator.engine.pipeline import Coordinator
-    from coordinator.engine.snapshot import RestoreError, restore_changes
+    from coordinator.engine.snapshot import restore_changes
+    from coordinator.errors import RestoreError
 
     kind, items = _parse_import(_read_input(args.file), args.file)
     # Everything that can refuse the file runs before the database is opened,

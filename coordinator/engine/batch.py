@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator.audit import AuditEntry
 from coordinator.engine.call import Call
-from coordinator.engine.wire import INTERNAL_ERROR, STORE_CONFLICT, RpcError
+from coordinator.engine.wire import INTERNAL_ERROR, STORE_CONFLICT
 from coordinator.engine.workspace import Workspace
 from coordinator.engine.writes import apply_changes
-from coordinator.errors import BatchWriteError
+from coordinator.errors import BatchWriteError, RpcError
 from coordinator.listeners import Record
 from storage import StoreChange
 

@@ -32,7 +32,7 @@ from coordinator.engine.batch import Part, Pending, put_values, run_batch
 from coordinator.engine.call import Call
 from coordinator.engine.canonical import ZERO_HASH, canonical_bytes, link_hash
 from coordinator.engine.clock import Clock, iso_ms, system_clock
-from coordinator.engine.envelope import Rejected, Request, read_envelope
+from coordinator.engine.envelope import Request, read_envelope
 from coordinator.engine.ids import IdSource, random_ids
 from coordinator.engine.incidents import internal_error, logged
 from coordinator.engine.log import LogReader
@@ -44,13 +44,7 @@ from coordinator.engine.signed_calls import (
     signed_index,
     signed_message,
 )
-from coordinator.engine.snapshot import (
-    RestoreError,
-    UnknownWorkspaceError,
-    restore_changes,
-    snapshot_of,
-    workspace_from_held,
-)
+from coordinator.engine.snapshot import restore_changes, snapshot_of, workspace_from_held
 from coordinator.engine.sweeps import Swept, sweep_all
 from coordinator.engine.wire import (
     METHOD_NOT_FOUND,
@@ -58,14 +52,13 @@ from coordinator.engine.wire import (
     STORE_CONFLICT,
     STORE_WRITE_FAILED,
     WORKSPACE_PAUSED,
-    RpcError,
     decode_json,
     error_response,
     result_response,
 )
 from coordinator.engine.workspace import Workspace
 from coordinator.engine.writes import apply_change
-from coordinator.errors import BatchWriteError
+from coordinator.errors import Rejected, RestoreError, RpcError, UnknownWorkspaceError
 from coordinator.listeners import (
     AuditListener,
     ChangeListener,
@@ -95,7 +88,7 @@ from storage import (
     StoreError,
 )
 
-__all__ = ["AuditListener", "BatchWriteError", "Coordinator", "Options"]
+__all__ = ["AuditListener", "Coordinator", "Options"]
 
 log = logging.getLogger("chapline")
 

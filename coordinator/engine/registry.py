@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from coordinator.errors import ChaplineError
+from coordinator.errors import RegistryError
 
 if TYPE_CHECKING:
     from coordinator.engine.call import Call
@@ -69,7 +69,6 @@ __all__ = [
     "Method",
     "Profile",
     "Registry",
-    "RegistryError",
     "profile_name",
     "profile_names",
     "schema",
@@ -138,18 +137,6 @@ EXTENSION_PROFILE_PREFIX = "x-chapline-"
 EXTENSION_METHOD_PREFIX = "x-chapline."
 _EXTENSION_PROFILE = re.compile(r"x-chapline-[a-z][a-z0-9-]*/[0-9]+\.[0-9]+")
 _EXTENSION_METHOD = re.compile(r"x-chapline\.[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
-
-
-class RegistryError(ChaplineError):
-    """The method declarations disagree with CHAP 0.3 or with each other.
-
-    Raised when the registry is built (at import), never during a call;
-    `method` names the declaration at fault.
-    """
-
-    def __init__(self, method: str, problem: str) -> None:
-        self.method = method
-        super().__init__(f"{method}: {problem}")
 
 
 @dataclass(frozen=True)

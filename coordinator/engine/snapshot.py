@@ -12,7 +12,7 @@ from coordinator.engine.canonical import ZERO_HASH
 from coordinator.engine.clock import epoch_ms, iso_ms
 from coordinator.engine.log import LogReader
 from coordinator.engine.workspace import Workspace
-from coordinator.errors import ChaplineError
+from coordinator.errors import RestoreError
 from coordinator.model import WorkspaceMeta, from_stored, to_stored
 from storage import (
     IDEMPOTENCY_KEYS,
@@ -24,22 +24,9 @@ from storage import (
     change_from_record,
 )
 
-__all__ = [
-    "RestoreError",
-    "UnknownWorkspaceError",
-    "restore_change",
-    "restore_changes",
-    "snapshot_of",
-    "workspace_from_held",
-]
+__all__ = ["restore_change", "restore_changes", "snapshot_of", "workspace_from_held"]
 
 log = logging.getLogger("chapline")
-
-
-class RestoreError(ChaplineError, ValueError):
-    """`restore()` was given data it cannot take; nothing was written."""
-
-    remedy = "Fix the snapshot the message names and restore again."
 
 
 def snapshot_of(ws: Workspace, log: LogReader) -> dict[str, Any]:
@@ -74,27 +61,6 @@ def restore_changes(data: Any) -> list[StoreChange]:
                 raise RestoreError(f"{_TAKES}; item {at} of the list is {_kind(item)}")
         return [restore_change(item) for item in data]
     return [restore_change(data)]
-
-
-class UnknownWorkspaceError(ChaplineError, KeyError):
-    """A workspace this coordinator does not hold was asked for by id.
-
-    `workspace` is the id asked for; the message names the ones held. A
-    KeyError, so code that caught the bare one keeps working."""
-
-    remedy = "Ask for one of the workspaces held (coord.workspace_ids()), or restore() it first."
-
-    def __init__(self, workspace: Any, held: list[str]) -> None:
-        shown = ", ".join(map(repr, held[:10])) + (", ..." if len(held) > 10 else "")
-        self.message = (
-            f"no workspace {workspace!r} is held by this coordinator "
-            f"(held: {shown or 'none'}); check the id, or restore() it first"
-        )
-        super().__init__(self.message)
-        self.workspace = workspace
-
-    def __str__(self) -> str:  # KeyError would show the message quoted
-        return self.message
 
 
 def workspace_from_held(held: HeldWorkspace) -> Workspace | None:

@@ -7,11 +7,12 @@ from typing import Any, Protocol, TypeVar, cast
 
 import msgspec
 
-from coordinator.engine.wire import STORED_OBJECT_UNREADABLE, RpcError
+from coordinator.engine.wire import STORED_OBJECT_UNREADABLE
+from coordinator.errors import StoredObjectError
 from coordinator.model import WorkspaceMeta, from_text
 from storage import COLLECTIONS, EXTENSION_COLLECTIONS, IDEMPOTENCY_KEYS, SIGNED_CALLS
 
-__all__ = ["COLLECTION_NAMES", "CollectionIndex", "StoredObjectError", "Workspace"]
+__all__ = ["COLLECTION_NAMES", "CollectionIndex", "Workspace"]
 
 COLLECTION_NAMES = (*COLLECTIONS, IDEMPOTENCY_KEYS, SIGNED_CALLS, *EXTENSION_COLLECTIONS)
 
@@ -24,22 +25,6 @@ class CollectionIndex(Protocol):
 
 
 _I = TypeVar("_I", bound=CollectionIndex)
-
-
-class StoredObjectError(RpcError):
-    """An object the store holds cannot be read as the coordinator's type.
-
-    Answered -32903 with `{workspace, collection, key}`; the call changes
-    nothing and is not recorded (the fault is the store's, not the caller's).
-    """
-
-    def __init__(self, workspace: str, collection: str, key: str, detail: str) -> None:
-        super().__init__(
-            STORED_OBJECT_UNREADABLE,
-            f"workspace {workspace!r}: the stored {collection} object {key!r} cannot be "
-            f"read ({detail}); repair or delete its row in the store",
-            {"workspace": workspace, "collection": collection, "key": key},
-        )
 
 
 class Workspace:
@@ -82,7 +67,9 @@ class Workspace:
             try:
                 value = held[key] = from_text(collection, value)
             except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                raise StoredObjectError(self.id, collection, key, str(exc)) from None
+                raise StoredObjectError(
+                    STORED_OBJECT_UNREADABLE, self.id, collection, key, str(exc)
+                ) from None
         return value
 
     def values(self, collection: str) -> list[Any]:

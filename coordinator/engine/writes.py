@@ -6,7 +6,8 @@ import logging
 
 from coordinator.engine.ids import IdSource
 from coordinator.engine.incidents import logged
-from coordinator.engine.wire import STORE_CONFLICT, STORE_WRITE_FAILED, RpcError
+from coordinator.engine.wire import STORE_CONFLICT, STORE_WRITE_FAILED
+from coordinator.errors import RpcError
 from storage import Store, StoreChange, StoreConflictError
 
 __all__ = ["apply_change", "apply_changes", "store_error"]

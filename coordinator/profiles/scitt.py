@@ -29,9 +29,9 @@ from coordinator.engine.wire import (
     SCITT_RECEIPT_INVALID,
     SCITT_STATEMENT_REJECTED,
     SCITT_UNREACHABLE,
-    RpcError,
     invalid_params,
 )
+from coordinator.errors import RpcError
 from coordinator.security.transparency import build_statement
 
 __all__ = ["PROFILE"]

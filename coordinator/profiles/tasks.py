@@ -18,9 +18,9 @@ from coordinator.engine.wire import (
     MODE_CEILING_EXCEEDED,
     NOT_AUTHORISED,
     WORKSPACE_PAUSED,
-    RpcError,
     invalid_params,
 )
+from coordinator.errors import RpcError
 from coordinator.model import (
     HistoryEntry,
     Review,

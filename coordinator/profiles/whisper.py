@@ -19,16 +19,16 @@ from typing import Any
 from msgspec.structs import replace
 
 from coordinator.engine.call import Call
-from coordinator.engine.canonical import CanonicalError, canonical_bytes
+from coordinator.engine.canonical import canonical_bytes
 from coordinator.engine.registry import ANY, ARRAY, INTEGER, STRING, Profile, schema
 from coordinator.engine.wire import (
     NOT_AN_OPTION,
     NOT_AUTHORISED,
     WHISPER_ANSWERED,
     WHISPER_LAPSED,
-    RpcError,
     invalid_params,
 )
+from coordinator.errors import CanonicalError, RpcError
 from coordinator.model import WhisperPrompt
 
 __all__ = ["PROFILE", "instant", "lapse", "lapse_notice", "lapsed_by", "parse_now"]

@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
-from coordinator.errors import ChaplineError
+from coordinator.errors import CoseError
 
 __all__ = [
     "ALG",
@@ -43,7 +43,6 @@ __all__ = [
     "CWT_ISS",
     "CWT_SUB",
     "KID",
-    "CoseError",
     "Sign1",
     "decode_sign1",
     "sign1",
@@ -61,10 +60,6 @@ CWT_IAT = 6
 ALG_EDDSA = -8
 CHAP_CONTENT_TYPE = "application/chap+json;version=0.3"
 _SIGN1_TAG = 18
-
-
-class CoseError(ChaplineError, ValueError):
-    """Bytes that are not a COSE_Sign1 this module accepts, or whose signature fails."""
 
 
 class Sign1:

@@ -1,6 +1,7 @@
 """Transports: ways to reach a Coordinator from outside the process."""
 
-from coordinator.server.dispatcher import Dispatcher, DispatcherClosed, SerialDispatcher
+from coordinator.errors import DispatcherClosed
+from coordinator.server.dispatcher import Dispatcher, SerialDispatcher
 from coordinator.server.http import MAX_BODY_BYTES, create_app
 
 __all__ = ["MAX_BODY_BYTES", "Dispatcher", "DispatcherClosed", "SerialDispatcher", "create_app"]

@@ -51,13 +51,13 @@ from coordinator.engine.wire import (
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     PARSE_ERROR,
-    RpcError,
     error_response,
 )
+from coordinator.errors import NotJsonError, RpcError
 from coordinator.server.auth import Authenticator
 from coordinator.server.body import MAX_BODY_BYTES, read_body
 from coordinator.server.mcp import Call, tool_name
-from coordinator.server.strict_json import NotJsonError, loads
+from coordinator.server.strict_json import loads
 
 __all__ = ["A2A_PATH", "ChaplineAgentExecutor", "a2a_routes", "agent_card"]
 

@@ -35,15 +35,15 @@ from coordinator.engine.wire import (
     STORE_CONFLICT,
     STORE_WRITE_FAILED,
     STORED_OBJECT_UNREADABLE,
-    RpcError,
     error_response,
 )
+from coordinator.errors import DispatcherClosed, RpcError
 from coordinator.profiles import REGISTRY
 from coordinator.server.a2a import A2A_PATH, a2a_routes
 from coordinator.server.auth import Authenticator
 from coordinator.server.body import MAX_BODY_BYTES, read_body
 from coordinator.server.desk import DeskTarget, EventHub, desk_routes
-from coordinator.server.dispatcher import DispatcherClosed, SerialDispatcher, sweep_every
+from coordinator.server.dispatcher import SerialDispatcher, sweep_every
 from coordinator.server.mcp import create_mcp_server
 
 __all__ = ["MAX_BODY_BYTES", "MCP_PATH", "create_app", "status_of"]

@@ -40,9 +40,10 @@ from coordinator import __version__
 from coordinator.engine.incidents import internal_error
 from coordinator.engine.registry import Method
 from coordinator.engine.wire import INVALID_PARAMS, METHOD_NOT_FOUND
+from coordinator.errors import NotJsonError
 from coordinator.server.auth import Authenticator
 from coordinator.server.dispatcher import Dispatcher, SerialDispatcher, sweep_every
-from coordinator.server.strict_json import NotJsonError, loads, non_finite
+from coordinator.server.strict_json import loads, non_finite
 
 __all__ = [
     "DISCOVER_VERSIONS",

@@ -27,7 +27,8 @@ from typing import Any
 
 from coordinator.engine.call import Call
 from coordinator.engine.clock import epoch_ms, iso_ms
-from coordinator.engine.wire import WORK_STALE_TOKEN, RpcError
+from coordinator.engine.wire import WORK_STALE_TOKEN
+from coordinator.errors import RpcError
 from coordinator.model import Task
 from coordinator.profiles.work._index import CLAIMS, LiveClaims
 from coordinator.profiles.work._plan import retry_delay_ms

@@ -14,7 +14,8 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from coordinator.audit import AuditEntry
-from coordinator.engine.wire import INVALID_PARAMS, RpcError, error_response
+from coordinator.engine.wire import INVALID_PARAMS, error_response
+from coordinator.errors import RpcError
 from coordinator.server.auth import Authenticator
 from coordinator.server.desk.events import EventHub
 from coordinator.server.dispatcher import SerialDispatcher
