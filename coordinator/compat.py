@@ -23,7 +23,7 @@ from coordinator.audit import AuditEntry
 from coordinator.engine.clock import StepClock
 from coordinator.engine.ids import CounterIds
 from coordinator.errors import UnsupportedOptionError
-from coordinator.model import Member, Override, Task
+from coordinator.model import from_text
 from storage import COLLECTIONS, IDEMPOTENCY_KEYS
 
 if TYPE_CHECKING:
@@ -144,17 +144,13 @@ def coordinator_settings(
 
 # -- read-only views ---------------------------------------------------------
 
-_TYPES: dict[str, type[msgspec.Struct]] = {"members": Member, "tasks": Task, "overrides": Override}
 _encode = msgspec.json.Encoder().encode
-_decode = msgspec.json.decode
 
 
 def _detached(collection: str, value: Any) -> Any:
     """A held value as readers get it: Structs are frozen, and their nested
     lists and dicts are fresh copies, so nothing a reader does reaches memory."""
-    kind = _TYPES.get(collection)
-    text = _encode(value)
-    return _decode(text) if kind is None else _decode(text, type=kind)
+    return from_text(collection, _encode(value))
 
 
 class CollectionView(Mapping[str, Any]):

@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 __all__ = [
+    "COLLECTION_TYPES",
     "MODES",
     "Deliberation",
     "Handoff",
@@ -215,7 +216,10 @@ class Handoff(msgspec.Struct, frozen=True):
     decline_suggested_target: Any = None
 
 
-_TYPES: dict[str, type[msgspec.Struct]] = {
+# The one collection -> type map: memory, the store's rows, listeners and
+# projections (`Change.objects`) and the 0.3.3 views all hold these objects as
+# these Structs; a collection not named here holds plain JSON values.
+COLLECTION_TYPES: dict[str, type[msgspec.Struct]] = {
     "members": Member,
     "tasks": Task,
     "overrides": Override,
@@ -225,7 +229,7 @@ _TYPES: dict[str, type[msgspec.Struct]] = {
     "deliberations": Deliberation,
     "handoffs": Handoff,
 }
-_DECODERS = {c: msgspec.json.Decoder(t) for c, t in _TYPES.items()}
+_DECODERS = {c: msgspec.json.Decoder(t) for c, t in COLLECTION_TYPES.items()}
 _decode_json = msgspec.json.Decoder().decode
 
 
@@ -235,7 +239,7 @@ def from_stored(collection: str, value: Any) -> Any:
     A collection no profile types stays plain JSON, kept as read so it
     round-trips unchanged.
     """
-    kind = _TYPES.get(collection)
+    kind = COLLECTION_TYPES.get(collection)
     if kind is None:
         return value
     return msgspec.convert(value, kind)
