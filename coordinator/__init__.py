@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from coordinator.audit import AuditEntry
     from coordinator.compat import CoordinatorOptions, WorkspaceState
+    from coordinator.coordinator import Coordinator
     from coordinator.engine.canonical import canonical_bytes, digest
     from coordinator.engine.clock import StepClock
     from coordinator.engine.ids import CounterIds
-    from coordinator.engine.pipeline import Coordinator
     from coordinator.engine.sweeps import Swept
     from coordinator.errors import (
         BatchWriteError,
@@ -42,7 +42,7 @@ _HOMES = {
     "CanonicalError": "coordinator.errors",
     "Change": "coordinator.listeners",
     "ChaplineError": "coordinator.errors",
-    "Coordinator": "coordinator.engine.pipeline",
+    "Coordinator": "coordinator.coordinator",
     "CoordinatorOptions": "coordinator.compat",
     "CounterIds": "coordinator.engine.ids",
     "Listening": "coordinator.listeners",

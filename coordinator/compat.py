@@ -1,7 +1,7 @@
 """What code written against `chap-coordinator` 0.3.3 reads and passes.
 
 - `CoordinatorOptions`: 0.3.3's option names and defaults, mapped onto
-  chapline's keyword arguments (`coordinator_settings`); a field chapline does
+  chapline's arguments (`chapline_arguments`); a field chapline does
   not support yet is refused when set to anything but its default.
 - `coord.workspaces`: a read-only mapping of read-only views over what the
   coordinator holds (nothing is copied ahead of time or kept in sync: each
@@ -24,10 +24,11 @@ from coordinator.engine.clock import StepClock
 from coordinator.engine.ids import CounterIds
 from coordinator.errors import UnsupportedOptionError
 from coordinator.model import from_text
+from coordinator.options import OPTION_NAMES
 from storage import COLLECTIONS, IDEMPOTENCY_KEYS
 
 if TYPE_CHECKING:
-    from coordinator.engine.pipeline import Coordinator
+    from coordinator.engine.pipeline import Pipeline
     from coordinator.engine.workspace import Workspace
 
 __all__ = [
@@ -35,7 +36,7 @@ __all__ = [
     "WorkspaceState",
     "WorkspaceView",
     "WorkspacesView",
-    "coordinator_settings",
+    "chapline_arguments",
 ]
 
 
@@ -83,38 +84,32 @@ _UNSUPPORTED: dict[str, str] = {
         "answer (-32900) rather than a report after the fact"
     ),
 }
-# chapline's keyword arguments that carry a 0.3.3 field under the same name.
-SHARED = (
-    "enable_chain",
-    "default_profiles",
-    "max_envelope_bytes",
-    "require_read_membership",
-    "on_audit",
-    "routing_policy",
-    "review_depth_policy",
-    "escalation_policy",
-    "require_signatures",
-    "enforce_step_up",
-    "verify_oidc_token",
-    "verify_vc",
-    "scitt_submitter",
-    "verify_scitt_receipt",
+# The fields that carry one of chapline's arguments under the same name: each
+# option of coordinator/options.py that 0.3.3 has, and `on_audit`.
+_SAME_NAME = tuple(
+    f.name
+    for f in dataclasses.fields(CoordinatorOptions)
+    if f.name in OPTION_NAMES or f.name == "on_audit"
 )
 _FIELDS = frozenset(f.name for f in dataclasses.fields(CoordinatorOptions))
 _DEFAULTS = CoordinatorOptions()
+# The flag that stands for an argument, where it is not the argument's own name.
+_FLAGS = {"clock": "deterministic_clock", "ids": "deterministic_ids"}
 
 
-def coordinator_settings(
+def chapline_arguments(
     options: CoordinatorOptions | None,
     overrides: dict[str, Any],
-    explicit: dict[str, Any],
+    given: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """chapline's keyword arguments for `Coordinator(options, **overrides)`.
+    """chapline's arguments (store, clock, ids, on_audit and each option of
+    coordinator/options.py, by name) for `Coordinator(options, **overrides)`.
 
-    `options` starts from 0.3.3's defaults; without it, from chapline's (chain
-    on). `overrides` are 0.3.3 field names given as keywords, as 0.3.3 takes
-    them; `explicit` are chapline's own arguments that were given (not None),
-    which win. Returns store, clock, ids and the SHARED arguments."""
+    `options` gives 0.3.3's values (its defaults included); without it only
+    what `overrides` names is taken, and every other option keeps chapline's
+    default. `overrides` are CoordinatorOptions fields given as keywords, as
+    0.3.3 takes them; `given` holds chapline's own arguments, which win where
+    they are not None. An argument left None takes its default."""
     unknown = sorted(set(overrides) - _FIELDS)
     if unknown:
         raise TypeError(
@@ -125,21 +120,27 @@ def coordinator_settings(
         raise TypeError(
             f"options must be a CoordinatorOptions, not {type(options).__name__}"
         )
-    base = options if options is not None else CoordinatorOptions(enable_chain=True)
-    chosen = dataclasses.replace(base, **overrides)
+    if options is None:
+        values = dict(overrides)
+    else:
+        chosen = dataclasses.replace(options, **overrides)
+        values = {name: getattr(chosen, name) for name in _FIELDS}
     for name, why in _UNSUPPORTED.items():
-        if getattr(chosen, name) != getattr(_DEFAULTS, name):
+        if values.get(name, getattr(_DEFAULTS, name)) != getattr(_DEFAULTS, name):
             raise UnsupportedOptionError(name, why)
-    settings: dict[str, Any] = {name: getattr(chosen, name) for name in SHARED}
-    settings["store"] = chosen.store
-    settings["clock"] = StepClock() if chosen.deterministic_clock else None
-    settings["ids"] = CounterIds() if chosen.deterministic_ids else None
+    arguments: dict[str, Any] = {name: values.get(name) for name in _SAME_NAME}
+    arguments["store"] = values.get("store")
+    arguments["clock"] = StepClock() if values.get("deterministic_clock") else None
+    arguments["ids"] = CounterIds() if values.get("deterministic_ids") else None
     for name in ("clock", "ids", "store"):
-        if explicit.get(name) is not None and settings[name] is not None:
-            flag = {"clock": "deterministic_clock", "ids": "deterministic_ids"}.get(name, name)
-            raise TypeError(f"Coordinator() got both {name}= and the option {flag}: give one")
-    settings.update({k: v for k, v in explicit.items() if v is not None})
-    return settings
+        if given.get(name) is not None and arguments[name] is not None:
+            raise TypeError(
+                f"Coordinator() got both {name}= and the option {_FLAGS.get(name, name)}: give one"
+            )
+    for name in (*OPTION_NAMES, "on_audit", "store", "clock", "ids"):
+        if given.get(name) is not None:
+            arguments[name] = given[name]
+    return arguments
 
 
 # -- read-only views ---------------------------------------------------------
@@ -217,7 +218,7 @@ class WorkspaceView:
     __slots__ = ("_coordinator", "_id")
     __dataclass_fields__ = _NoDataclassFields()
 
-    def __init__(self, coordinator: Coordinator, workspace_id: str) -> None:
+    def __init__(self, coordinator: Pipeline, workspace_id: str) -> None:
         self._coordinator = coordinator
         self._id = workspace_id
 
@@ -257,7 +258,7 @@ class WorkspacesView(Mapping[str, WorkspaceView]):
 
     __slots__ = ("_coordinator",)
 
-    def __init__(self, coordinator: Coordinator) -> None:
+    def __init__(self, coordinator: Pipeline) -> None:
         self._coordinator = coordinator
 
     def __getitem__(self, workspace_id: str) -> WorkspaceView:

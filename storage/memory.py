@@ -94,11 +94,15 @@ def _record(held: HeldWorkspace, log: list[Any] | None) -> WorkspaceRecord:
     )
 
 
+_DOC = """A store held in memory; `close()` empties it. It writes one change at a
+    time, so `apply_many` is the protocol's one-by-one default."""
+
+
 # Compiled (setup.py); applications subclass it, to wrap or fail its writes.
+# Its docstring is _DOC, set after the class: compiled, a class keeps only its
+# signature there.
 @mypyc_attr(allow_interpreted_subclasses=True)
 class MemoryStore(Store):
-    """A store held in memory; `close()` empties it. It writes one change at a
-    time, so `apply_many` is the protocol's one-by-one default."""
 
     def __init__(self) -> None:
         self._workspaces: dict[str, _Workspace] = {}
@@ -202,3 +206,8 @@ class MemoryStore(Store):
     def close(self) -> None:
         with self._lock:
             self._workspaces.clear()
+
+
+# mypyc compiles an assignment to a class's attribute only for attributes it
+# declares; setattr is the plain Python one, which a compiled class allows.
+setattr(MemoryStore, "__doc__", _DOC)  # noqa: B010

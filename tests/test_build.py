@@ -8,7 +8,9 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.machinery
+import inspect
 import os
+import pydoc
 import tomllib
 from pathlib import Path
 
@@ -71,3 +73,86 @@ def test_no_listed_function_reuses_an_except_name_across_types(path: str) -> Non
                     types.setdefault(node.name, set()).add(ast.unparse(node.type))
             reused += [f"{fn.name}: {name} {sorted(t)}" for name, t in types.items() if len(t) > 1]
     assert reused == [], f"{path}: give each except clause its own name: {reused}"
+
+
+# -- the public surface, in the form installed -------------------------------
+#
+# A compiled class keeps no docstring and a compiled function no signature
+# `inspect` can read (mypyc writes "mypyc filler docstring", and
+# `inspect.signature` raises ValueError). What users introspect, `help()`,
+# Jupyter's `?`, frameworks wrapping the constructor, must work on both
+# builds (SPECIFICATION.md, "Public API").
+
+# Each public method and the parameters it takes (SPECIFICATION.md, "Public API").
+COORDINATOR_METHODS = {
+    "dispatch": ["self", "envelope"],
+    "add_audit_listener": ["self", "listener"],
+    "add_change_listener": ["self", "listener"],
+    "attach": ["self", "projection", "page_size"],
+    "workspace_ids": ["self"],
+    "get_workspace": ["self", "workspace_id"],
+    "batch": ["self"],
+    "snapshot": ["self", "workspace_id"],
+    "restore": ["self", "data", "overwrite"],
+    "sweep": ["self"],
+    "check_whisper_lapses": ["self", "workspace_id", "now"],
+    "close": ["self"],
+}
+STORE_METHODS = {
+    "apply": ["self", "change"],
+    "apply_many": ["self", "changes"],
+    "load_held": ["self", "workspace"],
+    "read_entries": ["self", "workspace", "start", "stop", "where"],
+    "read_entry_texts": ["self", "workspace", "start", "stop"],
+    "workspace_ids": ["self"],
+    "close": ["self"],
+}
+
+
+def _public(cls: type) -> set[str]:
+    return {name for name in dir(cls) if not name.startswith("_")}
+
+
+def _help(cls: type) -> str:
+    return pydoc.render_doc(cls, renderer=pydoc.plaintext)
+
+
+def test_coordinator_documents_itself() -> None:
+    from coordinator import Coordinator
+
+    doc = Coordinator.__doc__ or ""
+    assert doc.startswith("A CHAP coordinator: `dispatch(envelope)`"), doc[:80]
+    text = _help(Coordinator)
+    assert "A CHAP coordinator: `dispatch(envelope)`" in text
+    assert _public(Coordinator) == {*COORDINATOR_METHODS, "workspaces"}
+    for name in _public(Coordinator):
+        member = inspect.getattr_static(Coordinator, name)
+        first = (inspect.getdoc(member) or "").splitlines()
+        assert first and first[0] in text, name
+
+
+def test_coordinator_signatures_read() -> None:
+    from coordinator import Coordinator
+    from coordinator.options import OPTION_NAMES
+
+    parameters = inspect.signature(Coordinator).parameters
+    assert list(parameters) == [
+        "store", "options", "clock", "ids", "on_audit", *OPTION_NAMES, "overrides",
+    ]
+    assert all(p.default is None for name, p in parameters.items() if name != "overrides")
+    for name, expected in COORDINATOR_METHODS.items():
+        assert list(inspect.signature(getattr(Coordinator, name)).parameters) == expected, name
+    assert inspect.signature(Coordinator.check_whisper_lapses).parameters["now"].default is None
+
+
+@pytest.mark.parametrize("name", ["MemoryStore", "SqliteStore"])
+def test_the_stores_document_themselves(name: str) -> None:
+    import storage
+
+    cls = getattr(storage, name)
+    doc = inspect.getdoc(cls) or ""
+    assert doc.startswith("A store "), doc[:80]
+    assert doc.splitlines()[0] in _help(cls)
+    assert "path" in inspect.signature(cls).parameters or name == "MemoryStore"
+    for method, expected in STORE_METHODS.items():
+        assert list(inspect.signature(getattr(cls, method)).parameters) == expected, method

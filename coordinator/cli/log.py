@@ -403,7 +403,7 @@ def _parse_import(text: str, path: str) -> tuple[str, Any]:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from coordinator.engine.pipeline import Coordinator
+    from coordinator.coordinator import Coordinator
     from coordinator.engine.snapshot import restore_changes
     from coordinator.errors import RestoreError
 

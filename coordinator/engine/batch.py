@@ -21,7 +21,7 @@ from coordinator.listeners import Record
 from storage import StoreChange
 
 if TYPE_CHECKING:
-    from coordinator.engine.pipeline import Coordinator
+    from coordinator.engine.pipeline import Pipeline
 
 __all__ = ["Part", "Pending", "put_values", "run_batch"]
 
@@ -139,7 +139,7 @@ class Pending:
         self.current: tuple[str, dict[str, Any]] | None = None
 
 
-def run_batch(coord: Coordinator) -> Iterator[None]:
+def run_batch(coord: Pipeline) -> Iterator[None]:
     """The body of `Coordinator.batch` (a generator for contextmanager).
 
     Calls see each other's effects at once and are answered provisionally.
@@ -200,7 +200,7 @@ def run_batch(coord: Coordinator) -> Iterator[None]:
         raise BatchWriteError(next(iter(failed.values())))
 
 
-def _undo(coord: Coordinator, wid: str, part: Part) -> None:
+def _undo(coord: Pipeline, wid: str, part: Part) -> None:
     if part.created:
         coord._workspaces.pop(wid, None)
     else:

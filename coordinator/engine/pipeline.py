@@ -1,4 +1,4 @@
-"""The Coordinator: one call in, one JSON-RPC response out, write-ahead.
+"""The pipeline: one call in, one JSON-RPC response out, write-ahead.
 
 The flow of a call (SPECIFICATION.md, "Dispatch"): decode and check the
 envelope, route it through the profile gate, membership floor and paused gate,
@@ -18,16 +18,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import msgspec
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from mypy_extensions import mypyc_attr
 
 from coordinator.audit import AuditEntry, refusal_is_recorded, signed_digest
-from coordinator.compat import (
-    CoordinatorOptions,
-    WorkspaceState,
-    WorkspacesView,
-    coordinator_settings,
-)
+from coordinator.compat import WorkspaceState, WorkspacesView
 from coordinator.engine.batch import Part, Pending, put_values, run_batch
 from coordinator.engine.call import Call
 from coordinator.engine.canonical import ZERO_HASH, canonical_bytes, link_hash
@@ -68,13 +62,7 @@ from coordinator.listeners import (
     encode_objects,
 )
 from coordinator.model import WorkspaceMeta
-from coordinator.options import (
-    EscalationPolicy,
-    Options,
-    ReviewDepthPolicy,
-    RoutingPolicy,
-    unenforced,
-)
+from coordinator.options import Options, unenforced
 from coordinator.profiles import REGISTRY, whisper
 from coordinator.profiles.identity import check_step_up
 from coordinator.profiles.signed import UNSIGNED_METHODS, check_signature
@@ -88,7 +76,7 @@ from storage import (
     StoreError,
 )
 
-__all__ = ["AuditListener", "Coordinator", "Options"]
+__all__ = ["Pipeline"]
 
 log = logging.getLogger("chapline")
 
@@ -97,104 +85,42 @@ _encode_sorted = msgspec.json.Encoder(order="sorted").encode
 _encode = msgspec.json.Encoder().encode  # keeps key order, as results are shown
 
 
-# Compiled (setup.py) as an ordinary Python class, so that applications can
-# subclass it and replace its methods on an instance as before.
+# Compiled (setup.py) as an ordinary Python class, so that the public
+# `Coordinator` (coordinator/coordinator.py), and applications through it,
+# can subclass it and replace its methods on an instance.
 @mypyc_attr(native_class=False)
-class Coordinator:
-    """A CHAP coordinator: `dispatch(envelope)` answers one JSON-RPC call.
+class Pipeline:
+    """The engine behind `coordinator.Coordinator`, which documents it: one
+    JSON-RPC call in, one response out, written ahead (SPECIFICATION.md,
+    "Dispatch").
 
-    `store` defaults to a MemoryStore; `clock` (epoch ms) and `ids`
-    (`prefix -> id`) are injectable so that the same calls give byte-identical
-    stores. Every workspace the store holds is restored at construction.
-    `routing_policy`, `review_depth_policy` and `escalation_policy` replace
-    routing/1.0's default policies (SPECIFICATION.md, "Control and routing").
+    `options` are built (coordinator/options.py); `store` None is a
+    MemoryStore. Every workspace the store holds is restored here.
     """
 
     def __init__(
         self,
-        store: Store | CoordinatorOptions | None = None,
+        store: Store | None,
+        options: Options,
         *,
-        options: CoordinatorOptions | None = None,
         clock: Clock | None = None,
         ids: IdSource | None = None,
-        enable_chain: bool | None = None,
-        default_profiles: tuple[str, ...] | list[str] | None = None,
-        max_envelope_bytes: int | None = None,
-        require_read_membership: bool | None = None,
         on_audit: AuditListener | None = None,
-        routing_policy: RoutingPolicy | None = None,
-        review_depth_policy: ReviewDepthPolicy | None = None,
-        escalation_policy: EscalationPolicy | None = None,
-        require_signatures: bool | None = None,
-        enforce_step_up: bool | None = None,
-        verify_oidc_token: Callable[[Any], Any] | None = None,
-        verify_vc: Callable[[Any], Any] | None = None,
-        scitt_submitter: Callable[[dict[str, Any]], Any] | None = None,
-        verify_scitt_receipt: Callable[[Any], Any] | None = None,
-        scitt_issuer_key: Ed25519PrivateKey | None = None,
-        scitt_issuer_kid: str | None = None,
-        **overrides: Any,
     ) -> None:
-        if isinstance(store, CoordinatorOptions):  # 0.3.3's Coordinator(options)
-            if options is not None:
-                raise TypeError("Coordinator() got options twice (positionally and as options=)")
-            options, store = store, None
-        explicit = {
-            "store": store,
-            "clock": clock,
-            "ids": ids,
-            "enable_chain": enable_chain,
-            "default_profiles": default_profiles,
-            "max_envelope_bytes": max_envelope_bytes,
-            "require_read_membership": require_read_membership,
-            "on_audit": on_audit,
-            "routing_policy": routing_policy,
-            "review_depth_policy": review_depth_policy,
-            "escalation_policy": escalation_policy,
-            "require_signatures": require_signatures,
-            "enforce_step_up": enforce_step_up,
-            "verify_oidc_token": verify_oidc_token,
-            "verify_vc": verify_vc,
-            "scitt_submitter": scitt_submitter,
-            "verify_scitt_receipt": verify_scitt_receipt,
-            "scitt_issuer_key": scitt_issuer_key,
-            "scitt_issuer_kid": scitt_issuer_kid,
-        }
-        settings = coordinator_settings(options, overrides, explicit)
-        chosen: Store | None = settings["store"]
-        clock, ids = settings["clock"], settings["ids"]
-        default_profiles = settings["default_profiles"]
-        on_audit = settings["on_audit"]
-        problem = REGISTRY.unadvertisable(default_profiles)
+        problem = REGISTRY.unadvertisable(options.default_profiles)
         if problem:
             raise ValueError(f"default_profiles: {problem}")
-        if chosen is not None and not callable(getattr(chosen, "load_held", None)):
+        if store is not None and not callable(getattr(store, "load_held", None)):
             raise TypeError(
                 f"store must be a chapline store (storage.MemoryStore, storage.SqliteStore), "
-                f"not {type(chosen).__module__}.{type(chosen).__name__}: to keep a 0.3.3 SQLite "
+                f"not {type(store).__module__}.{type(store).__name__}: to keep a 0.3.3 SQLite "
                 "file, open it with storage.SqliteStore(path)"
             )
-        self.store: Store = chosen if chosen is not None else MemoryStore()
+        self.store: Store = store if store is not None else MemoryStore()
         self._clock = clock or system_clock
         self._ids = ids or random_ids
-        self.options = Options(
-            enable_chain=settings["enable_chain"],
-            default_profiles=tuple(default_profiles),
-            max_envelope_bytes=settings["max_envelope_bytes"],
-            require_read_membership=settings["require_read_membership"],
-            routing_policy=settings["routing_policy"],
-            review_depth_policy=settings["review_depth_policy"],
-            escalation_policy=settings["escalation_policy"],
-            require_signatures=settings["require_signatures"],
-            enforce_step_up=settings["enforce_step_up"],
-            verify_oidc_token=settings["verify_oidc_token"],
-            verify_vc=settings["verify_vc"],
-            scitt_submitter=settings["scitt_submitter"],
-            verify_scitt_receipt=settings["verify_scitt_receipt"],
-            scitt_issuer_key=settings.get("scitt_issuer_key"),
-            scitt_issuer_kid=settings.get("scitt_issuer_kid") or "scitt-issuer",
-        )
-        problem = unenforced(self.options, profile_names(list(default_profiles)))
+        self.options = options
+        problem = unenforced(self.options, profile_names(list(options.default_profiles)))
         if problem:
             raise ValueError(f"default_profiles: {problem}")
         self._listeners = Listeners()
@@ -424,7 +350,7 @@ class Coordinator:
             attachment.detach()
         self.store.close()
 
-    def __enter__(self) -> Coordinator:
+    def __enter__(self) -> Pipeline:
         return self
 
     def __exit__(self, *exc: object) -> None:

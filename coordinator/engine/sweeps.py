@@ -25,7 +25,7 @@ from coordinator.profiles import work
 from storage import StoreConflictError
 
 if TYPE_CHECKING:
-    from coordinator.engine.pipeline import Coordinator
+    from coordinator.engine.pipeline import Pipeline
 
 __all__ = ["Swept", "sweep_all"]
 
@@ -42,7 +42,7 @@ class Swept:
     lapsed: list[str]
 
 
-def sweep_all(coord: Coordinator) -> list[Swept]:
+def sweep_all(coord: Pipeline) -> list[Swept]:
     """The body of `Coordinator.sweep`: every held workspace, in id order."""
     if coord._batch is not None:
         raise RuntimeError("sweep() cannot run inside batch(): finish the batch first")
@@ -64,7 +64,7 @@ def sweep_all(coord: Coordinator) -> list[Swept]:
     return done
 
 
-def _reclaim(coord: Coordinator, wid: str) -> list[str]:
+def _reclaim(coord: Pipeline, wid: str) -> list[str]:
     """Reclaim the workspace's expired leases, if it has any."""
     ws = coord._workspace(wid)
     if ws is None or ws.meta.state == "paused":

@@ -33,7 +33,7 @@ from coordinator.listeners import Change
 from coordinator.projections.sql import SqliteTarget
 
 if TYPE_CHECKING:
-    from coordinator.engine.pipeline import Coordinator
+    from coordinator.engine.pipeline import Pipeline
 
 __all__ = ["Attachment", "CallbackProjection", "Projection"]
 
@@ -92,7 +92,7 @@ class Attachment:
 
     def __init__(
         self,
-        coordinator: Coordinator,
+        coordinator: Pipeline,
         projection: Projection,
         *,
         page_size: int = 1000,

@@ -206,7 +206,7 @@ def _replay(
 
 
 def _coordinator(clock: _Clock, ids: Any, chained: bool, profiles: Any) -> Any:
-    from coordinator.engine.pipeline import Coordinator  # the pipeline itself replays
+    from coordinator.coordinator import Coordinator  # the pipeline itself replays
 
     if profiles is not None and not (
         isinstance(profiles, list) and all(isinstance(p, str) for p in profiles)

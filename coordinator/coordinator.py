@@ -1,0 +1,236 @@
+"""`Coordinator`, the public face of the pipeline.
+
+The pipeline (coordinator/engine/pipeline.py) is compiled where a compiler
+is, and a compiled class keeps neither its docstrings nor signatures that
+`inspect` can read. This subclass stays interpreted: each public method is
+declared again here, documented, and passes its call on in one frame, so
+`help()`, `inspect.signature` and Jupyter's `?` work on both builds
+(SPECIFICATION.md, "Public API").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import textwrap
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Self, overload
+
+from coordinator.compat import CoordinatorOptions, chapline_arguments
+from coordinator.engine.pipeline import Pipeline
+from coordinator.options import (
+    EscalationPolicy,
+    ReviewDepthPolicy,
+    RoutingPolicy,
+    describe_options,
+    options_from,
+)
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from coordinator.compat import WorkspaceState, WorkspacesView
+    from coordinator.engine.clock import Clock
+    from coordinator.engine.ids import IdSource
+    from coordinator.engine.sweeps import Swept
+    from coordinator.listeners import AuditListener, ChangeListener, Listening
+    from coordinator.projections.cursor import Attachment, Projection
+    from storage import Store
+
+__all__ = ["Coordinator"]
+
+
+class Coordinator(Pipeline):
+    __doc__ = f"""A CHAP coordinator: `dispatch(envelope)` answers one JSON-RPC call.
+
+    Every call is written to `store` (a MemoryStore when None) before memory
+    changes or anyone is told; every workspace the store holds is restored
+    at construction. `clock` (epoch ms) and `ids` (`prefix -> id`) are
+    injectable, so the same calls give byte-identical stores (`StepClock`,
+    `CounterIds`). `on_audit(workspace_id, entry)` is an audit listener from
+    the start.
+
+    `Coordinator(CoordinatorOptions(...), **fields)` and
+    `Coordinator(options=CoordinatorOptions(...))` build it as 0.3.3 does
+    (SPECIFICATION.md, "Built as 0.3.3 is built").
+
+    Options, each declared once in coordinator/options.py with its default
+    (None, or leaving one out, takes the default):
+
+{textwrap.indent(describe_options(), "    ")}
+
+    Single-writer: call it from one thread at a time. Several coordinators
+    may share a store. `with Coordinator(...) as coord:` closes it.
+    """
+
+    @overload
+    def __init__(self, options: CoordinatorOptions, /, **overrides: Any) -> None: ...
+
+    @overload
+    def __init__(
+        self,
+        store: Store | None = None,
+        *,
+        options: CoordinatorOptions | None = None,
+        clock: Clock | None = None,
+        ids: IdSource | None = None,
+        on_audit: AuditListener | None = None,
+        enable_chain: bool | None = None,
+        default_profiles: Sequence[str] | None = None,
+        max_envelope_bytes: int | None = None,
+        require_read_membership: bool | None = None,
+        routing_policy: RoutingPolicy | None = None,
+        review_depth_policy: ReviewDepthPolicy | None = None,
+        escalation_policy: EscalationPolicy | None = None,
+        require_signatures: bool | None = None,
+        enforce_step_up: bool | None = None,
+        verify_oidc_token: Callable[[Any], Any] | None = None,
+        verify_vc: Callable[[Any], Any] | None = None,
+        scitt_submitter: Callable[[dict[str, Any]], Any] | None = None,
+        verify_scitt_receipt: Callable[[Any], Any] | None = None,
+        scitt_issuer_key: Ed25519PrivateKey | None = None,
+        scitt_issuer_kid: str | None = None,
+        **overrides: Any,
+    ) -> None: ...
+
+    # The first form's overrides are CoordinatorOptions fields, `store` among
+    # them; given with a positional CoordinatorOptions, it is a TypeError
+    # (store given twice), which the overloads cannot say.
+    def __init__(  # type: ignore[misc]
+        self,
+        store: Store | CoordinatorOptions | None = None,
+        *,
+        options: CoordinatorOptions | None = None,
+        clock: Clock | None = None,
+        ids: IdSource | None = None,
+        on_audit: AuditListener | None = None,
+        enable_chain: bool | None = None,
+        default_profiles: Sequence[str] | None = None,
+        max_envelope_bytes: int | None = None,
+        require_read_membership: bool | None = None,
+        routing_policy: RoutingPolicy | None = None,
+        review_depth_policy: ReviewDepthPolicy | None = None,
+        escalation_policy: EscalationPolicy | None = None,
+        require_signatures: bool | None = None,
+        enforce_step_up: bool | None = None,
+        verify_oidc_token: Callable[[Any], Any] | None = None,
+        verify_vc: Callable[[Any], Any] | None = None,
+        scitt_submitter: Callable[[dict[str, Any]], Any] | None = None,
+        verify_scitt_receipt: Callable[[Any], Any] | None = None,
+        scitt_issuer_key: Ed25519PrivateKey | None = None,
+        scitt_issuer_kid: str | None = None,
+        **overrides: Any,
+    ) -> None:
+        if isinstance(store, CoordinatorOptions):  # 0.3.3's Coordinator(options)
+            if options is not None:
+                raise TypeError("Coordinator() got options twice (positionally and as options=)")
+            options, store = store, None
+        # Every argument by its name: their values, defaults and checks come
+        # from coordinator/options.py and coordinator/compat.py.
+        arguments = chapline_arguments(options, overrides, locals())
+        super().__init__(
+            arguments["store"],
+            options_from(arguments),
+            clock=arguments["clock"],
+            ids=arguments["ids"],
+            on_audit=arguments["on_audit"],
+        )
+
+    def dispatch(self, envelope: Any) -> dict[str, Any]:
+        """Answer one JSON-RPC envelope (a dict, or its JSON text as str or
+        bytes) with the response dict. Never raises: a refusal is the
+        response's `error`, and a defect is answered -32603 and logged."""
+        # Named, not super(): the one call every request makes.
+        return Pipeline.dispatch(self, envelope)
+
+    def add_audit_listener(self, listener: AuditListener) -> Listening:
+        """Call `listener(workspace_id, entry)` after each entry is durable,
+        in log order. The handle's `detach()` stops it."""
+        return super().add_audit_listener(listener)
+
+    def add_change_listener(self, listener: ChangeListener) -> Listening:
+        """Call `listener(change)` after each entry is durable, with what the
+        call changed (`Change`: entry, objects written, result), in log order.
+        The handle's `detach()` stops it."""
+        return super().add_change_listener(listener)
+
+    def attach(self, projection: Projection, *, page_size: int = 1000) -> Attachment:
+        """Catch `projection` up from its cursors (every workspace, from the
+        store, in pages of `page_size` entries), then feed it every durable
+        change. A failure is reported and retried with backoff, never passed
+        to a call. The returned handle's `detach()` stops it; its cursors
+        stay. Refused inside `batch()`."""
+        return super().attach(projection, page_size=page_size)
+
+    def workspace_ids(self) -> list[str]:
+        """The ids of the workspaces this coordinator holds."""
+        return super().workspace_ids()
+
+    @property
+    def workspaces(self) -> WorkspacesView:
+        """Workspace id -> a read-only view of it, as 0.3.3's `workspaces` is
+        read (`in`, `len`, iteration, `.get`, `ws.members[uri].role`, ...).
+        Views read the live state; nothing is copied ahead of time."""
+        return super().workspaces
+
+    def get_workspace(self, workspace_id: str) -> WorkspaceState | None:
+        """The workspace in 0.3.3's field layout with its whole audit log, as
+        plain values `dataclasses.asdict` takes; None if it is not held.
+        Reads the log from the store: O(log), meant for notebooks and tests."""
+        return super().get_workspace(workspace_id)
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """A context manager: the calls made inside are written as one store
+        change per workspace; if a workspace's write fails, its calls are
+        undone together and `BatchWriteError` is raised (SPECIFICATION.md,
+        "Batches")."""
+        with super().batch():
+            yield
+
+    def snapshot(self, workspace_id: str) -> dict[str, Any]:
+        """The workspace as a JSON-safe dict: its own fields, each collection
+        keyed by id, `idempotency_keys` and `audit` (the whole log, read from
+        the store). Raises UnknownWorkspaceError if it is not held."""
+        return super().snapshot(workspace_id)
+
+    def restore(self, data: Any, *, overwrite: bool = False) -> list[str]:
+        """Write snapshots (one dict, a list, or `{"workspaces": [...]}`) to the
+        store, replacing what it held for them, and load them. Returns the ids.
+
+        Every one is checked first (a chained one must verify); RestoreError,
+        writing nothing, if any cannot be taken. A workspace the store holds
+        with entries the snapshot does not have (its log is not a prefix of
+        the snapshot's) is refused, since replacing it would lose them,
+        unless `overwrite=True`."""
+        return super().restore(data, overwrite=overwrite)
+
+    def sweep(self) -> list[Swept]:
+        """Make every decision that time alone has made due, in every held
+        workspace, at the clock's time: reclaim expired work leases and lapse
+        overdue whispers, each recorded. Returns a `Swept` per workspace where
+        something was done; a workspace with nothing due is not written.
+        Safe beside other processes sweeping the same store."""
+        return super().sweep()
+
+    def check_whisper_lapses(self, workspace_id: str, now: str | None = None) -> list[dict[str, Any]]:
+        """Lapse the workspace's pending whispers whose deadline is at or
+        before `now` (ISO 8601 with a zone; the clock when None): each gets
+        its default applied and one `notify.message` entry on the log.
+        Returns those envelopes. Written to the store before memory changes;
+        a store failure is raised and changes nothing."""
+        if now is not None and not isinstance(now, str):
+            raise TypeError(
+                "check_whisper_lapses() argument 'now' must be an ISO 8601 time with a "
+                f"zone as a str (e.g. 2024-01-01T00:00:00Z) or None, not {type(now).__name__}"
+            )
+        return super().check_whisper_lapses(workspace_id, now)
+
+    def close(self) -> None:
+        """Detach every projection (closing it), then close the store."""
+        super().close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
