@@ -23,9 +23,8 @@ from coordinator.audit import AuditEntry
 from coordinator.engine.clock import StepClock
 from coordinator.engine.ids import CounterIds
 from coordinator.errors import UnsupportedOptionError
-from coordinator.model import from_text
+from coordinator.model import COLLECTIONS, IDEMPOTENCY_KEYS, from_text
 from coordinator.options import OPTION_NAMES
-from storage import COLLECTIONS, IDEMPOTENCY_KEYS
 
 if TYPE_CHECKING:
     from coordinator.engine.pipeline import Pipeline

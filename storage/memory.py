@@ -19,7 +19,7 @@ from mypy_extensions import mypyc_attr
 from storage._encode import Held, Prepared, held_text, hold_change
 from storage._encode import decode as _decode
 from storage.match import entry_matches, indexed_keys, struct_keys, text_keys
-from storage.records import assemble_snapshot, change_from_record
+from storage.records import SHARED_LAYOUT, WorkspaceRecord, assemble_snapshot
 from storage.types import (
     EntryFilter,
     HeldWorkspace,
@@ -27,7 +27,6 @@ from storage.types import (
     StoreChange,
     StoreConflictError,
     WorkspaceExistsError,
-    WorkspaceRecord,
 )
 
 __all__ = ["MemoryStore"]
@@ -90,7 +89,7 @@ def _record(held: HeldWorkspace, log: list[Any] | None) -> WorkspaceRecord:
     """The decoded record of a held workspace; `log` None leaves "audit" out."""
     items = [(c, k, _decode(v)) for c, objs in held.objects.items() for k, v in objs.items()]
     return WorkspaceRecord(
-        held.id, assemble_snapshot(held.meta, log, items), held.version, held.updated_at
+        held.id, assemble_snapshot(held.meta, log, items, SHARED_LAYOUT), held.version, held.updated_at
     )
 
 
@@ -135,9 +134,6 @@ class MemoryStore(Store):
                 ws.objects.get(c, {}).pop(k, None)
             else:
                 ws.objects.setdefault(c, {})[k] = body
-
-    def save(self, record: WorkspaceRecord) -> None:
-        self.apply(change_from_record(record))
 
     def _held(self, workspace: str | None) -> list[tuple[str, _Workspace]]:
         if workspace is None:

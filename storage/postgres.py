@@ -41,7 +41,7 @@ from psycopg import errors as pg_errors
 
 from storage import _rows
 from storage._encode import EncodedChange, encode_change
-from storage.records import change_from_record
+from storage.records import WorkspaceRecord
 from storage.types import (
     DatabaseEncodingError,
     EntryFilter,
@@ -53,7 +53,6 @@ from storage.types import (
     StoreError,
     StoreUnavailableError,
     WorkspaceExistsError,
-    WorkspaceRecord,
 )
 
 __all__ = ["CHANNEL", "PostgresStore", "connect", "entries_query"]
@@ -373,9 +372,6 @@ class PostgresStore(Store):
                 "DO UPDATE SET data = excluded.data",
                 kept,
             )
-
-    def save(self, record: WorkspaceRecord) -> None:
-        self.apply(change_from_record(record))
 
     def delete(self, workspace: str) -> None:
         def work(conn: psycopg.Connection[Any]) -> None:

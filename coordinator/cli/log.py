@@ -24,8 +24,10 @@ from typing import Any
 import msgspec
 
 from coordinator.errors import CommandError
+from coordinator.model import DOCUMENT_LAYOUT
 from coordinator.tools.verification import verify_store
-from storage import SqliteStore, Store, assemble_snapshot
+from storage import SqliteStore, Store
+from storage.records import assemble_snapshot
 
 __all__ = ["COMMANDS", "add_commands", "opened_store", "progress_bar"]
 
@@ -339,7 +341,7 @@ def _snapshot(store: Store, wid: str) -> dict[str, Any]:
     h = held[0]
     decode = msgspec.json.decode
     objects = [(c, k, decode(text)) for c, items in h.objects.items() for k, text in items.items()]
-    return assemble_snapshot({"id": wid, **h.meta}, store.read_entries(wid), objects)
+    return assemble_snapshot({"id": wid, **h.meta}, store.read_entries(wid), objects, DOCUMENT_LAYOUT)
 
 
 def _export(args: argparse.Namespace) -> int:

@@ -61,14 +61,13 @@ from coordinator.listeners import (
     decode_objects,
     encode_objects,
 )
-from coordinator.model import WorkspaceMeta
+from coordinator.model import SIGNED_CALLS, WorkspaceMeta
 from coordinator.options import Options, unenforced
 from coordinator.profiles import REGISTRY, whisper
 from coordinator.profiles.identity import check_step_up
 from coordinator.profiles.signed import UNSIGNED_METHODS, check_signature
 from coordinator.projections.cursor import Attachment, Projection
 from storage import (
-    SIGNED_CALLS,
     MemoryStore,
     Store,
     StoreChange,

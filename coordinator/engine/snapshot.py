@@ -13,16 +13,15 @@ from coordinator.engine.clock import epoch_ms, iso_ms
 from coordinator.engine.log import LogReader
 from coordinator.engine.workspace import Workspace
 from coordinator.errors import RestoreError
-from coordinator.model import WorkspaceMeta, from_stored, to_stored
-from storage import (
+from coordinator.model import (
+    DOCUMENT_LAYOUT,
     IDEMPOTENCY_KEYS,
-    HeldWorkspace,
-    MalformedChangeError,
-    StoreChange,
-    WorkspaceRecord,
-    assemble_snapshot,
-    change_from_record,
+    WorkspaceMeta,
+    from_stored,
+    to_stored,
 )
+from storage import HeldWorkspace, MalformedChangeError, StoreChange
+from storage.records import WorkspaceRecord, assemble_snapshot, change_from_record
 
 __all__ = ["restore_change", "restore_changes", "snapshot_of", "workspace_from_held"]
 
@@ -33,7 +32,7 @@ def snapshot_of(ws: Workspace, log: LogReader) -> dict[str, Any]:
     """The workspace as a JSON-safe dict: meta, collections keyed by id, audit."""
     objects = [(c, k, to_stored(v)) for c, items in ws.objects.items() for k, v in items.items()]
     entries = log.entries(0, ws.count)
-    return assemble_snapshot(msgspec.to_builtins(ws.meta), entries, objects)
+    return assemble_snapshot(msgspec.to_builtins(ws.meta), entries, objects, DOCUMENT_LAYOUT)
 
 
 _TAKES = (
@@ -116,7 +115,8 @@ def restore_change(item: Any) -> StoreChange:
     updated = audit[-1].get("arrived") if audit else item.get("created", "")
     try:
         change = change_from_record(
-            WorkspaceRecord(item["id"], item, len(audit), updated if isinstance(updated, str) else "")
+            WorkspaceRecord(item["id"], item, len(audit), updated if isinstance(updated, str) else ""),
+            DOCUMENT_LAYOUT,
         )
         # Every object must be one this coordinator can hold.
         for collection, items in change.objects.items():

@@ -9,12 +9,9 @@ import msgspec
 
 from coordinator.engine.wire import STORED_OBJECT_UNREADABLE
 from coordinator.errors import StoredObjectError
-from coordinator.model import WorkspaceMeta, from_text
-from storage import COLLECTIONS, EXTENSION_COLLECTIONS, IDEMPOTENCY_KEYS, SIGNED_CALLS
+from coordinator.model import COLLECTION_NAMES, WorkspaceMeta, from_text
 
-__all__ = ["COLLECTION_NAMES", "CollectionIndex", "Workspace"]
-
-COLLECTION_NAMES = (*COLLECTIONS, IDEMPOTENCY_KEYS, SIGNED_CALLS, *EXTENSION_COLLECTIONS)
+__all__ = ["CollectionIndex", "Workspace"]
 
 
 class CollectionIndex(Protocol):

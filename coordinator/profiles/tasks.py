@@ -22,13 +22,13 @@ from coordinator.engine.wire import (
 )
 from coordinator.errors import RpcError
 from coordinator.model import (
+    IDEMPOTENCY_KEYS,
     HistoryEntry,
     Review,
     Task,
     mode_le,
     trial_forces_review,
 )
-from storage import IDEMPOTENCY_KEYS
 
 __all__ = ["PROFILE"]
 

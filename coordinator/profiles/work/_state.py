@@ -2,7 +2,7 @@
 `Call` so that each decision lands in the call's one write (same CAS, same
 audit entry) or not at all.
 
-Three collections (storage.EXTENSION_COLLECTIONS), values plain dicts never
+Three collections (model.EXTENSION_COLLECTIONS), values plain dicts never
 changed in place (a transition stages a new dict):
 
 - `x_chapline_work`: per plan task (by CHAP task id) its descriptor facts,
