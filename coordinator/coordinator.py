@@ -2,17 +2,18 @@
 
 The pipeline (coordinator/engine/pipeline.py) is compiled where a compiler
 is, and a compiled class keeps neither its docstrings nor signatures that
-`inspect` can read. This subclass stays interpreted: each public method is
-declared again here, documented, and passes its call on in one frame, so
-`help()`, `inspect.signature` and Jupyter's `?` work on both builds
-(SPECIFICATION.md, "Public API").
+`inspect` can read, nor can interpreted code subclass it. `Coordinator`
+stays interpreted and holds one: each public method is declared here,
+documented, and passes its call on in one frame, so `help()`,
+`inspect.signature` and Jupyter's `?` work on both builds, and applications
+subclass `Coordinator` (SPECIFICATION.md, "Public API").
 """
 
 from __future__ import annotations
 
-import contextlib
 import textwrap
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Self, overload
 
 from coordinator.compat import CoordinatorOptions, chapline_arguments
@@ -33,13 +34,14 @@ if TYPE_CHECKING:
     from coordinator.engine.ids import IdSource
     from coordinator.engine.sweeps import Swept
     from coordinator.listeners import AuditListener, ChangeListener, Listening
+    from coordinator.options import Options
     from coordinator.projections.cursor import Attachment, Projection
     from storage import Store
 
 __all__ = ["Coordinator"]
 
 
-class Coordinator(Pipeline):
+class Coordinator:
     __doc__ = f"""A CHAP coordinator: `dispatch(envelope)` answers one JSON-RPC call.
 
     Every call is written to `store` (a MemoryStore when None) before memory
@@ -127,7 +129,7 @@ class Coordinator(Pipeline):
         # Every argument by its name: their values, defaults and checks come
         # from coordinator/options.py and coordinator/compat.py.
         arguments = chapline_arguments(options, overrides, locals())
-        super().__init__(
+        self._pipeline = Pipeline(
             arguments["store"],
             options_from(arguments),
             clock=arguments["clock"],
@@ -135,23 +137,32 @@ class Coordinator(Pipeline):
             on_audit=arguments["on_audit"],
         )
 
+    @property
+    def store(self) -> Store:
+        """The store every call is written to."""
+        return self._pipeline.store
+
+    @property
+    def options(self) -> Options:
+        """The options this coordinator was built with (coordinator/options.py)."""
+        return self._pipeline.options
+
     def dispatch(self, envelope: Any) -> dict[str, Any]:
         """Answer one JSON-RPC envelope (a dict, or its JSON text as str or
         bytes) with the response dict. Never raises: a refusal is the
         response's `error`, and a defect is answered -32603 and logged."""
-        # Named, not super(): the one call every request makes.
-        return Pipeline.dispatch(self, envelope)
+        return self._pipeline.dispatch(envelope)
 
     def add_audit_listener(self, listener: AuditListener) -> Listening:
         """Call `listener(workspace_id, entry)` after each entry is durable,
         in log order. The handle's `detach()` stops it."""
-        return super().add_audit_listener(listener)
+        return self._pipeline.add_audit_listener(listener)
 
     def add_change_listener(self, listener: ChangeListener) -> Listening:
         """Call `listener(change)` after each entry is durable, with what the
         call changed (`Change`: entry, objects written, result), in log order.
         The handle's `detach()` stops it."""
-        return super().add_change_listener(listener)
+        return self._pipeline.add_change_listener(listener)
 
     def attach(self, projection: Projection, *, page_size: int = 1000) -> Attachment:
         """Catch `projection` up from its cursors (every workspace, from the
@@ -159,39 +170,37 @@ class Coordinator(Pipeline):
         change. A failure is reported and retried with backoff, never passed
         to a call. The returned handle's `detach()` stops it; its cursors
         stay. Refused inside `batch()`."""
-        return super().attach(projection, page_size=page_size)
+        return self._pipeline.attach(projection, page_size=page_size)
 
     def workspace_ids(self) -> list[str]:
         """The ids of the workspaces this coordinator holds."""
-        return super().workspace_ids()
+        return self._pipeline.workspace_ids()
 
     @property
     def workspaces(self) -> WorkspacesView:
         """Workspace id -> a read-only view of it, as 0.3.3's `workspaces` is
         read (`in`, `len`, iteration, `.get`, `ws.members[uri].role`, ...).
         Views read the live state; nothing is copied ahead of time."""
-        return super().workspaces
+        return self._pipeline.workspaces
 
     def get_workspace(self, workspace_id: str) -> WorkspaceState | None:
         """The workspace in 0.3.3's field layout with its whole audit log, as
         plain values `dataclasses.asdict` takes; None if it is not held.
         Reads the log from the store: O(log), meant for notebooks and tests."""
-        return super().get_workspace(workspace_id)
+        return self._pipeline.get_workspace(workspace_id)
 
-    @contextlib.contextmanager
-    def batch(self) -> Iterator[None]:
+    def batch(self) -> AbstractContextManager[None]:
         """A context manager: the calls made inside are written as one store
         change per workspace; if a workspace's write fails, its calls are
         undone together and `BatchWriteError` is raised (SPECIFICATION.md,
         "Batches")."""
-        with super().batch():
-            yield
+        return self._pipeline.batch()
 
     def snapshot(self, workspace_id: str) -> dict[str, Any]:
         """The workspace as a JSON-safe dict: its own fields, each collection
         keyed by id, `idempotency_keys` and `audit` (the whole log, read from
         the store). Raises UnknownWorkspaceError if it is not held."""
-        return super().snapshot(workspace_id)
+        return self._pipeline.snapshot(workspace_id)
 
     def restore(self, data: Any, *, overwrite: bool = False) -> list[str]:
         """Write snapshots (one dict, a list, or `{"workspaces": [...]}`) to the
@@ -202,7 +211,7 @@ class Coordinator(Pipeline):
         with entries the snapshot does not have (its log is not a prefix of
         the snapshot's) is refused, since replacing it would lose them,
         unless `overwrite=True`."""
-        return super().restore(data, overwrite=overwrite)
+        return self._pipeline.restore(data, overwrite=overwrite)
 
     def sweep(self) -> list[Swept]:
         """Make every decision that time alone has made due, in every held
@@ -210,7 +219,7 @@ class Coordinator(Pipeline):
         overdue whispers, each recorded. Returns a `Swept` per workspace where
         something was done; a workspace with nothing due is not written.
         Safe beside other processes sweeping the same store."""
-        return super().sweep()
+        return self._pipeline.sweep()
 
     def check_whisper_lapses(self, workspace_id: str, now: str | None = None) -> list[dict[str, Any]]:
         """Lapse the workspace's pending whispers whose deadline is at or
@@ -223,11 +232,11 @@ class Coordinator(Pipeline):
                 "check_whisper_lapses() argument 'now' must be an ISO 8601 time with a "
                 f"zone as a str (e.g. 2024-01-01T00:00:00Z) or None, not {type(now).__name__}"
             )
-        return super().check_whisper_lapses(workspace_id, now)
+        return self._pipeline.check_whisper_lapses(workspace_id, now)
 
     def close(self) -> None:
         """Detach every projection (closing it), then close the store."""
-        super().close()
+        self._pipeline.close()
 
     def __enter__(self) -> Self:
         return self

@@ -13,6 +13,7 @@ import os
 import pydoc
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -124,7 +125,7 @@ def test_coordinator_documents_itself() -> None:
     assert doc.startswith("A CHAP coordinator: `dispatch(envelope)`"), doc[:80]
     text = _help(Coordinator)
     assert "A CHAP coordinator: `dispatch(envelope)`" in text
-    assert _public(Coordinator) == {*COORDINATOR_METHODS, "workspaces"}
+    assert _public(Coordinator) == {*COORDINATOR_METHODS, "workspaces", "store", "options"}
     for name in _public(Coordinator):
         member = inspect.getattr_static(Coordinator, name)
         first = (inspect.getdoc(member) or "").splitlines()
@@ -156,3 +157,27 @@ def test_the_stores_document_themselves(name: str) -> None:
     assert "path" in inspect.signature(cls).parameters or name == "MemoryStore"
     for method, expected in STORE_METHODS.items():
         assert list(inspect.signature(getattr(cls, method)).parameters) == expected, method
+
+
+def test_an_application_subclasses_the_coordinator_and_its_methods_run_on_the_subclass() -> None:
+    # Compiled, a method takes only its very class as `self`: an interpreted
+    # subclass of the compiled pipeline would be refused at its first call.
+    from coordinator import Coordinator
+
+    class Counting(Coordinator):
+        calls = 0
+
+        def dispatch(self, envelope: Any) -> dict[str, Any]:
+            self.calls += 1
+            return super().dispatch(envelope)
+
+    coord = Counting(enable_chain=False)
+    created = coord.dispatch({"jsonrpc": "2.0", "id": 1, "method": "workspace.create",
+                              "params": {"workspace": "wsp_sub"}})
+    assert created["result"]["workspace"] == "wsp_sub" and coord.calls == 1
+    with coord.batch():
+        coord.dispatch({"jsonrpc": "2.0", "id": 2, "method": "participant.join",
+                        "params": {"workspace": "wsp_sub", "from": "human:a", "type": "human"}})
+    assert coord.snapshot("wsp_sub")["members"].keys() == {"human:a"}
+    assert coord.sweep() == [] and coord.workspace_ids() == ["wsp_sub"]
+    coord.close()

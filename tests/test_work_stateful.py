@@ -315,7 +315,7 @@ class WorkMachine(RuleBasedStateMachine):
         stored claims, and answers expiry questions as a scan would."""
         if not hasattr(self, "coord"):
             return
-        ws = self.coord._workspaces[WS]
+        ws = self.coord._pipeline._workspaces[WS]
         held = dict(self.coord.snapshot(WS).get("x_chapline_claims", {}))
         kept = ws.index(CLAIMS, ClaimIndex.of)
         assert kept.facts() == ClaimIndex.of(held.items()).facts()

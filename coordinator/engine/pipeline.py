@@ -84,14 +84,13 @@ _encode_sorted = msgspec.json.Encoder(order="sorted").encode
 _encode = msgspec.json.Encoder().encode  # keeps key order, as results are shown
 
 
-# Compiled (setup.py) as an ordinary Python class, so that the public
-# `Coordinator` (coordinator/coordinator.py), and applications through it,
-# can subclass it and replace its methods on an instance.
+# Compiled (setup.py) as an ordinary Python class. Interpreted code cannot
+# subclass it (compiled, each method takes only this very class as `self`),
+# so the public `Coordinator` (coordinator/coordinator.py) holds one.
 @mypyc_attr(native_class=False)
 class Pipeline:
-    """The engine behind `coordinator.Coordinator`, which documents it: one
-    JSON-RPC call in, one response out, written ahead (SPECIFICATION.md,
-    "Dispatch").
+    """The engine `coordinator.Coordinator` holds and documents: one JSON-RPC
+    call in, one response out, written ahead (SPECIFICATION.md, "Dispatch").
 
     `options` are built (coordinator/options.py); `store` None is a
     MemoryStore. Every workspace the store holds is restored here.
