@@ -271,6 +271,7 @@ DOCUMENT_LAYOUT = DocumentLayout(
         ),
     },
     shown=(*COLLECTIONS, IDEMPOTENCY_KEYS),
+    keyed_by={"members": "uri"},
 )
 _DECODERS = {c: msgspec.json.Decoder(t) for c, t in COLLECTION_TYPES.items()}
 _decode_json = msgspec.json.Decoder().decode

@@ -25,7 +25,6 @@ __all__ = [
     "WorkspaceRecord",
     "assemble_snapshot",
     "change_from_record",
-    "object_key",
 ]
 
 
@@ -43,8 +42,8 @@ class DocumentLayout(msgspec.Struct, frozen=True):
     """Which fields of a workspace document are not its own fields.
 
     - `collections`: every one, in the order a change writes them; each
-      holds objects keyed by their id (`members` by `uri`), given as an
-      object or as an array of them, unless it is one of
+      holds objects keyed by their `id` (or the field `keyed_by` names),
+      given as an object or as an array of them, unless it is one of
     - `maps`: key -> value objects (`idempotency_keys`), each with the words
       that say what it holds and how to give it, for a refusal;
     - `shown`: those a document shows even when empty (the others only when
@@ -54,6 +53,7 @@ class DocumentLayout(msgspec.Struct, frozen=True):
     collections: tuple[str, ...]
     maps: dict[str, tuple[str, str]]
     shown: tuple[str, ...]
+    keyed_by: dict[str, str] = {}
 
 
 # The shared schema's workspace document: 0.3.x's collections and its map.
@@ -72,30 +72,22 @@ SHARED_LAYOUT = DocumentLayout(
     collections=(*_CHAP_COLLECTIONS, _IDEMPOTENCY_KEYS),
     maps={_IDEMPOTENCY_KEYS: ("key -> task id", "Give it as {key: task_id}.")},
     shown=(*_CHAP_COLLECTIONS, _IDEMPOTENCY_KEYS),
+    keyed_by={"members": "uri"},
 )
 
 
-def object_key(collection: str, item: Any) -> str | None:
-    """The key an object is stored under in its collection (members by uri)."""
-    if not isinstance(item, dict):
-        return None
-    key = item.get("uri") if collection == "members" else item.get("id")
-    return key if isinstance(key, str) else None
-
-
-def _keyed(workspace: str, collection: str, value: Any) -> dict[str, Any]:
-    """A collection as dict keyed by id, whether given keyed or as an array."""
+def _keyed(workspace: str, collection: str, value: Any, field: str) -> dict[str, Any]:
+    """A collection as dict keyed by `field`, whether given keyed or as an array."""
     if isinstance(value, dict):
         return dict(value)
     if isinstance(value, list):
         out: dict[str, Any] = {}
         for item in value:
-            key = object_key(collection, item)
-            if key is None:
+            key = item.get(field) if isinstance(item, dict) else None
+            if not isinstance(key, str):
                 raise MalformedChangeError(
                     workspace,
-                    f"an item of collection {collection!r} has no string "
-                    f"{'uri' if collection == 'members' else 'id'}",
+                    f"an item of collection {collection!r} has no string {field}",
                     "Give every item its key, or give the collection as an object keyed by it.",
                 )
             out[key] = item
@@ -127,7 +119,7 @@ def change_from_record(record: WorkspaceRecord, layout: DocumentLayout) -> Store
                 raise MalformedChangeError(record.id, f"{c} must be an object of {holds}", remedy)
             objects[c] = dict(value)
         elif c in layout.shown or value is not None:
-            objects[c] = _keyed(record.id, c, value)
+            objects[c] = _keyed(record.id, c, value, layout.keyed_by.get(c, "id"))
     objects = {c: v for c, v in objects.items() if v}
     entries = list(data.get("audit") or [])
     return StoreChange(
