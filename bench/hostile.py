@@ -41,9 +41,10 @@ import msgspec
 
 from coordinator import Coordinator, CounterIds, StepClock
 from coordinator.engine.wire import WORKSPACE_PAUSED
+from coordinator.model import COLLECTIONS, IDEMPOTENCY_KEYS
 from coordinator.profiles import REGISTRY
 from coordinator.tools.verification import verify_workspace
-from storage import COLLECTIONS, IDEMPOTENCY_KEYS, SqliteStore
+from storage import SqliteStore
 
 __all__ = ["Failure", "Generator", "Checker", "Report", "run", "main"]
 

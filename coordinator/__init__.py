@@ -12,17 +12,24 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from coordinator.audit import AuditEntry
-    from coordinator.compat import CoordinatorOptions, UnsupportedOptionError, WorkspaceState
-    from coordinator.engine.canonical import CanonicalError, canonical_bytes, digest
+    from coordinator.compat import CoordinatorOptions, WorkspaceState
+    from coordinator.coordinator import Coordinator
+    from coordinator.engine.canonical import canonical_bytes, digest
     from coordinator.engine.clock import StepClock
     from coordinator.engine.ids import CounterIds
-    from coordinator.engine.pipeline import Coordinator
     from coordinator.engine.sweeps import Swept
-    from coordinator.engine.wire import RpcError
-    from coordinator.errors import BatchWriteError, ChaplineError
+    from coordinator.errors import (
+        BatchWriteError,
+        CanonicalError,
+        ChaplineError,
+        RestoreError,
+        RpcError,
+        SignatureError,
+        UnknownWorkspaceError,
+        UnsupportedOptionError,
+    )
     from coordinator.listeners import Change, ListenerHandle
-    from coordinator.security.signing import SignatureError, public_jwk, sign_envelope
-    from coordinator.tools.snapshot import RestoreError, UnknownWorkspaceError
+    from coordinator.security.signing import public_jwk, sign_envelope
 
 # The one place the version is written: pyproject.toml reads it from here
 # (setuptools, `version = {attr = ...}`) and `chapline --version` prints it.
@@ -32,20 +39,20 @@ __version__ = "0.1.0"
 _HOMES = {
     "AuditEntry": "coordinator.audit",
     "BatchWriteError": "coordinator.errors",
-    "CanonicalError": "coordinator.engine.canonical",
+    "CanonicalError": "coordinator.errors",
     "Change": "coordinator.listeners",
     "ChaplineError": "coordinator.errors",
-    "Coordinator": "coordinator.engine.pipeline",
+    "Coordinator": "coordinator.coordinator",
     "CoordinatorOptions": "coordinator.compat",
     "CounterIds": "coordinator.engine.ids",
     "ListenerHandle": "coordinator.listeners",
-    "RestoreError": "coordinator.tools.snapshot",
-    "RpcError": "coordinator.engine.wire",
-    "SignatureError": "coordinator.security.signing",
+    "RestoreError": "coordinator.errors",
+    "RpcError": "coordinator.errors",
+    "SignatureError": "coordinator.errors",
     "StepClock": "coordinator.engine.clock",
     "Swept": "coordinator.engine.sweeps",
-    "UnknownWorkspaceError": "coordinator.tools.snapshot",
-    "UnsupportedOptionError": "coordinator.compat",
+    "UnknownWorkspaceError": "coordinator.errors",
+    "UnsupportedOptionError": "coordinator.errors",
     "WorkspaceState": "coordinator.compat",
     "canonical_bytes": "coordinator.engine.canonical",
     "digest": "coordinator.engine.canonical",

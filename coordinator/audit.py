@@ -8,7 +8,8 @@ from typing import Any, Literal
 
 import msgspec
 
-from coordinator.engine.canonical import ZERO_HASH, CanonicalError, canonical_bytes, link_hash
+from coordinator.engine.canonical import ZERO_HASH, canonical_bytes, link_hash
+from coordinator.errors import CanonicalError
 
 __all__ = [
     "AuditEntry",

@@ -1,7 +1,7 @@
 """What code written against `chap-coordinator` 0.3.3 reads and passes.
 
 - `CoordinatorOptions`: 0.3.3's option names and defaults, mapped onto
-  chapline's keyword arguments (`coordinator_settings`); a field chapline does
+  chapline's arguments (`chapline_arguments`); a field chapline does
   not support yet is refused when set to anything but its default.
 - `coord.workspaces`: a read-only mapping of read-only views over what the
   coordinator holds (nothing is copied ahead of time or kept in sync: each
@@ -22,9 +22,9 @@ import msgspec
 from coordinator.audit import AuditEntry
 from coordinator.engine.clock import StepClock
 from coordinator.engine.ids import CounterIds
-from coordinator.errors import ChaplineError
-from coordinator.model import Member, Override, Task
-from storage import COLLECTIONS, IDEMPOTENCY_KEYS
+from coordinator.errors import UnsupportedOptionError
+from coordinator.model import COLLECTIONS, IDEMPOTENCY_KEYS, from_text
+from coordinator.options import OPTION_NAMES
 
 if TYPE_CHECKING:
     from coordinator.engine.held import HeldWorkspaces
@@ -32,11 +32,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CoordinatorOptions",
-    "UnsupportedOptionError",
     "WorkspaceState",
     "WorkspaceView",
     "WorkspacesView",
-    "coordinator_settings",
+    "chapline_arguments",
 ]
 
 
@@ -73,19 +72,6 @@ class CoordinatorOptions:
     on_store_error: Callable[[Exception, dict[str, Any]], None] | None = None
 
 
-class UnsupportedOptionError(ChaplineError, ValueError):
-    """A `CoordinatorOptions` field chapline does not support was set.
-
-    `field` names it; the message says why and what to do instead."""
-
-    def __init__(self, field: str, why: str) -> None:
-        super().__init__(
-            f"CoordinatorOptions.{field} is not supported by chapline: {why}. "
-            f"Leave {field} at its default to build this coordinator."
-        )
-        self.field = field
-
-
 # Fields with no chapline counterpart yet, and why.
 _UNSUPPORTED: dict[str, str] = {
     "on_auto_escalate": (
@@ -97,38 +83,32 @@ _UNSUPPORTED: dict[str, str] = {
         "answer (-32900) rather than a report after the fact"
     ),
 }
-# chapline's keyword arguments that carry a 0.3.3 field under the same name.
-SHARED = (
-    "enable_chain",
-    "default_profiles",
-    "max_envelope_bytes",
-    "require_read_membership",
-    "on_audit",
-    "routing_policy",
-    "review_depth_policy",
-    "escalation_policy",
-    "require_signatures",
-    "enforce_step_up",
-    "verify_oidc_token",
-    "verify_vc",
-    "scitt_submitter",
-    "verify_scitt_receipt",
+# The fields that carry one of chapline's arguments under the same name: each
+# option of coordinator/options.py that 0.3.3 has, and `on_audit`.
+_SAME_NAME = tuple(
+    f.name
+    for f in dataclasses.fields(CoordinatorOptions)
+    if f.name in OPTION_NAMES or f.name == "on_audit"
 )
 _FIELDS = frozenset(f.name for f in dataclasses.fields(CoordinatorOptions))
 _DEFAULTS = CoordinatorOptions()
+# The flag that stands for an argument, where it is not the argument's own name.
+_FLAGS = {"clock": "deterministic_clock", "ids": "deterministic_ids"}
 
 
-def coordinator_settings(
+def chapline_arguments(
     options: CoordinatorOptions | None,
     overrides: dict[str, Any],
-    explicit: dict[str, Any],
+    given: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """chapline's keyword arguments for `Coordinator(options, **overrides)`.
+    """chapline's arguments (store, clock, ids, on_audit and each option of
+    coordinator/options.py, by name) for `Coordinator(options, **overrides)`.
 
-    `options` starts from 0.3.3's defaults; without it, from chapline's (chain
-    on). `overrides` are 0.3.3 field names given as keywords, as 0.3.3 takes
-    them; `explicit` are chapline's own arguments that were given (not None),
-    which win. Returns store, clock, ids and the SHARED arguments."""
+    `options` gives 0.3.3's values (its defaults included); without it only
+    what `overrides` names is taken, and every other option keeps chapline's
+    default. `overrides` are CoordinatorOptions fields given as keywords, as
+    0.3.3 takes them; `given` holds chapline's own arguments, which win where
+    they are not None. An argument left None takes its default."""
     unknown = sorted(set(overrides) - _FIELDS)
     if unknown:
         raise TypeError(
@@ -139,36 +119,38 @@ def coordinator_settings(
         raise TypeError(
             f"options must be a CoordinatorOptions, not {type(options).__name__}"
         )
-    base = options if options is not None else CoordinatorOptions(enable_chain=True)
-    chosen = dataclasses.replace(base, **overrides)
+    if options is None:
+        values = dict(overrides)
+    else:
+        chosen = dataclasses.replace(options, **overrides)
+        values = {name: getattr(chosen, name) for name in _FIELDS}
     for name, why in _UNSUPPORTED.items():
-        if getattr(chosen, name) != getattr(_DEFAULTS, name):
+        if values.get(name, getattr(_DEFAULTS, name)) != getattr(_DEFAULTS, name):
             raise UnsupportedOptionError(name, why)
-    settings: dict[str, Any] = {name: getattr(chosen, name) for name in SHARED}
-    settings["store"] = chosen.store
-    settings["clock"] = StepClock() if chosen.deterministic_clock else None
-    settings["ids"] = CounterIds() if chosen.deterministic_ids else None
+    arguments: dict[str, Any] = {name: values.get(name) for name in _SAME_NAME}
+    arguments["store"] = values.get("store")
+    arguments["clock"] = StepClock() if values.get("deterministic_clock") else None
+    arguments["ids"] = CounterIds() if values.get("deterministic_ids") else None
     for name in ("clock", "ids", "store"):
-        if explicit.get(name) is not None and settings[name] is not None:
-            flag = {"clock": "deterministic_clock", "ids": "deterministic_ids"}.get(name, name)
-            raise TypeError(f"Coordinator() got both {name}= and the option {flag}: give one")
-    settings.update({k: v for k, v in explicit.items() if v is not None})
-    return settings
+        if given.get(name) is not None and arguments[name] is not None:
+            raise TypeError(
+                f"Coordinator() got both {name}= and the option {_FLAGS.get(name, name)}: give one"
+            )
+    for name in (*OPTION_NAMES, "on_audit", "store", "clock", "ids"):
+        if given.get(name) is not None:
+            arguments[name] = given[name]
+    return arguments
 
 
 # -- read-only views ---------------------------------------------------------
 
-_TYPES: dict[str, type[msgspec.Struct]] = {"members": Member, "tasks": Task, "overrides": Override}
 _encode = msgspec.json.Encoder().encode
-_decode = msgspec.json.decode
 
 
 def _detached(collection: str, value: Any) -> Any:
     """A held value as readers get it: Structs are frozen, and their nested
     lists and dicts are fresh copies, so nothing a reader does reaches memory."""
-    kind = _TYPES.get(collection)
-    text = _encode(value)
-    return _decode(text) if kind is None else _decode(text, type=kind)
+    return from_text(collection, _encode(value))
 
 
 def _live(held: HeldWorkspaces, workspace_id: str) -> Workspace:

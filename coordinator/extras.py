@@ -22,7 +22,7 @@ import importlib.util
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from coordinator.errors import ChaplineError
+from coordinator.errors import MissingExtraError
 
 __all__ = ["EXTRAS", "MissingExtraError", "installed", "needs"]
 
@@ -37,24 +37,6 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "crypto": ("cryptography", "joserfc", "cbor2"),
     "cli": ("rich",),
 }
-
-
-class MissingExtraError(ChaplineError, ImportError):
-    """Something was used that needs an extra which is not installed.
-
-    `extra` names it (`crypto`), `module` the package found missing;
-    `remedy` is the command that installs it.
-    """
-
-    def __init__(self, extra: str, module: str) -> None:
-        self.extra = extra
-        self.module = module
-        self.remedy = f"pip install 'chapline[{extra}]'"
-        super().__init__(
-            f"this needs chapline[{extra}], which is not installed (no module {module}): "
-            f"{self.remedy}",
-            name=module,
-        )
 
 
 def _provides(extra: str, module: str) -> bool:

@@ -3,8 +3,8 @@ coordinator/ was grouped into folders (`coordinator.inward.wrap_mcp_tool_call`).
 They live in `coordinator.server.inward`; this module only re-exports them,
 so code written against that README keeps working."""
 
+from coordinator.errors import InwardCallError
 from coordinator.server.inward import (
-    InwardCallError,
     content_hash,
     wrap_a2a_message_exchange,
     wrap_mcp_tool_call,

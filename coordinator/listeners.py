@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import msgspec
 
 from coordinator.audit import AuditEntry
-from coordinator.model import Member, Override, Task
+from coordinator.model import COLLECTION_TYPES
 
 __all__ = [
     "AttachedProjection",
@@ -82,9 +82,9 @@ class AttachedProjection(Protocol):
 # (workspace id, entry, the objects the call staged, its response)
 RecordedCall = tuple[str, AuditEntry, dict[str, dict[str, Any]], dict[str, Any]]
 
-_TYPED: dict[str, Any] = {"members": Member, "tasks": Task, "overrides": Override}
 _OBJECT_DECODERS = {
-    c: msgspec.json.Decoder(dict[str, t | None]) for c, t in _TYPED.items()  # type: ignore[valid-type]
+    c: msgspec.json.Decoder(dict[str, t | None])  # type: ignore[valid-type]
+    for c, t in COLLECTION_TYPES.items()
 }
 _encode = msgspec.json.Encoder(order="sorted").encode
 _encode_ordered = msgspec.json.Encoder().encode  # results keep their key order
@@ -93,7 +93,8 @@ _decode_entry = msgspec.json.Decoder(AuditEntry).decode
 
 
 def decode_objects(texts: dict[str, bytes]) -> dict[str, dict[str, Any]]:
-    """Objects from their encoded form: typed collections as frozen Structs."""
+    """Objects from their encoded form, each collection's as its type in
+    `model.COLLECTION_TYPES` (frozen Structs)."""
     out: dict[str, dict[str, Any]] = {}
     for collection, text in texts.items():
         decoder = _OBJECT_DECODERS.get(collection)

@@ -1,4 +1,5 @@
-"""The objects a workspace holds, as immutable msgspec Structs.
+"""The objects a workspace holds, as immutable msgspec Structs, and the name
+of every collection they are held in.
 
 Field names and shapes are the stored object bodies that the CHAP 0.3.3
 reference writes and reads (its dataclass fields, `from_` included), so files
@@ -12,8 +13,17 @@ from typing import Any
 
 import msgspec
 
+from storage.records import DocumentLayout
+
 __all__ = [
+    "COLLECTIONS",
+    "COLLECTION_NAMES",
+    "COLLECTION_TYPES",
+    "DOCUMENT_LAYOUT",
+    "EXTENSION_COLLECTIONS",
+    "IDEMPOTENCY_KEYS",
     "MODES",
+    "SIGNED_CALLS",
     "Deliberation",
     "Handoff",
     "HandoffTask",
@@ -215,17 +225,55 @@ class Handoff(msgspec.Struct, frozen=True):
     decline_suggested_target: Any = None
 
 
-_TYPES: dict[str, type[msgspec.Struct]] = {
+# Every collection a workspace holds, named here and nowhere else (the store
+# is given them as data: DOCUMENT_LAYOUT).
+#
+# The one collection -> type map: memory, the store's rows, listeners and
+# projections (`Change.objects`) and the 0.3.3 views all hold these objects as
+# these Structs. CHAP's collections, in 0.3.3's order.
+COLLECTION_TYPES: dict[str, type[msgspec.Struct]] = {
     "members": Member,
     "tasks": Task,
     "overrides": Override,
-    "snapshots": Snapshot,
-    "route_decisions": RouteDecision,
     "whispers": WhisperPrompt,
     "deliberations": Deliberation,
     "handoffs": Handoff,
+    "snapshots": Snapshot,
+    "route_decisions": RouteDecision,
 }
-_DECODERS = {c: msgspec.json.Decoder(t) for c, t in _TYPES.items()}
+COLLECTIONS: tuple[str, ...] = tuple(COLLECTION_TYPES)
+# Plain JSON values from here on. idempotency key -> task id (tasks/1.0).
+IDEMPOTENCY_KEYS = "idempotency_keys"
+# chapline's own: signed digest -> {seq, result} of each accepted signed call,
+# so that a verbatim resend is answered, not run again. 0.3.3 keeps rows of
+# collections it does not know and ignores them.
+SIGNED_CALLS = "signed_calls"
+# The x-chapline-work/1.0 scheduler's state (coordinator/profiles/work/): per
+# task and per plan, the frontier of tasks whose dependencies are met, and the
+# live claims. Namespaced so that no CHAP collection can ever share the name;
+# 0.3.3 keeps and ignores them like signed_calls.
+EXTENSION_COLLECTIONS: tuple[str, ...] = ("x_chapline_work", "x_chapline_frontier", "x_chapline_claims")
+COLLECTION_NAMES: tuple[str, ...] = (
+    *COLLECTIONS,
+    IDEMPOTENCY_KEYS,
+    SIGNED_CALLS,
+    *EXTENSION_COLLECTIONS,
+)
+# A workspace as one document (snapshot(), restore(), export, copy): which of
+# its fields are collections, the maps among them, and those always shown.
+DOCUMENT_LAYOUT = DocumentLayout(
+    collections=COLLECTION_NAMES,
+    maps={
+        IDEMPOTENCY_KEYS: ("key -> task id", "Give it as {key: task_id}."),
+        SIGNED_CALLS: (
+            "signed digest -> {seq, result}",
+            "Give it as a snapshot() wrote it, or leave it out.",
+        ),
+    },
+    shown=(*COLLECTIONS, IDEMPOTENCY_KEYS),
+    keyed_by={"members": "uri"},
+)
+_DECODERS = {c: msgspec.json.Decoder(t) for c, t in COLLECTION_TYPES.items()}
 _decode_json = msgspec.json.Decoder().decode
 
 
@@ -235,7 +283,7 @@ def from_stored(collection: str, value: Any) -> Any:
     A collection no profile types stays plain JSON, kept as read so it
     round-trips unchanged.
     """
-    kind = _TYPES.get(collection)
+    kind = COLLECTION_TYPES.get(collection)
     if kind is None:
         return value
     return msgspec.convert(value, kind)

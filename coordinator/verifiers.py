@@ -3,12 +3,12 @@ coordinator/ was grouped into folders (`coordinator.verifiers.OidcVerifier`).
 They live in `coordinator.security.identity_verifiers`; this module only
 re-exports them, so code written against that README keeps working."""
 
+from coordinator.errors import IdentityRejected
 from coordinator.security.identity_verifiers import (
     OIDC_CNF_MISMATCH,
     OIDC_TOKEN_INVALID,
     VC_HOLDER_BINDING_INVALID,
     VC_VP_INVALID,
-    IdentityRejected,
     OidcVerifier,
     VcVerifier,
     same_public_key,

@@ -8,13 +8,10 @@ from typing import Any
 
 from storage.match import entry_matches
 from storage.memory import MemoryStore
-from storage.records import assemble_snapshot, change_from_record, object_key
+from storage.records import WorkspaceRecord
 from storage.sqlite import SqliteStore
 from storage.types import (
-    COLLECTIONS,
-    EXTENSION_COLLECTIONS,
-    IDEMPOTENCY_KEYS,
-    SIGNED_CALLS,
+    DatabaseEncodingError,
     EntryFilter,
     HeldWorkspace,
     MalformedChangeError,
@@ -24,14 +21,10 @@ from storage.types import (
     StoreError,
     StoreUnavailableError,
     WorkspaceExistsError,
-    WorkspaceRecord,
 )
 
 __all__ = [
-    "COLLECTIONS",
-    "EXTENSION_COLLECTIONS",
-    "IDEMPOTENCY_KEYS",
-    "SIGNED_CALLS",
+    "DatabaseEncodingError",
     "EntryFilter",
     "HeldWorkspace",
     "MalformedChangeError",
@@ -45,10 +38,7 @@ __all__ = [
     "StoreUnavailableError",
     "WorkspaceExistsError",
     "WorkspaceRecord",
-    "assemble_snapshot",
-    "change_from_record",
     "entry_matches",
-    "object_key",
 ]
 
 

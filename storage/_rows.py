@@ -18,8 +18,8 @@ import msgspec
 
 from storage._encode import decode
 from storage.match import entry_matches
-from storage.records import assemble_snapshot
-from storage.types import EntryFilter, HeldWorkspace, StoreUnavailableError, WorkspaceRecord
+from storage.records import SHARED_LAYOUT, WorkspaceRecord, assemble_snapshot
+from storage.types import EntryFilter, HeldWorkspace, StoreUnavailableError
 
 __all__ = [
     "WORKSPACE_IDS",
@@ -189,7 +189,7 @@ def records(
         except _Unreadable as exc:
             _skip(log, source, held.id, exc)
             continue
-        data = assemble_snapshot(held.meta, entries, items)
+        data = assemble_snapshot(held.meta, entries, items, SHARED_LAYOUT)
         out.append(WorkspaceRecord(held.id, data, held.version, held.updated_at))
     return out
 

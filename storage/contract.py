@@ -9,7 +9,7 @@ and provides a `factory` fixture returning a `StoreFactory`:
             return MyFactory(tmp_path)
 
 `store_machine(factory)` builds the hypothesis state machine (random apply,
-conflicting apply, replace, save, delete, reopen, ranged reads) checked
+conflicting apply, replace as a change or as a record, delete, reopen, ranged reads) checked
 against a plain in-memory model after every step; `StoreContract` runs it.
 Needs pytest and hypothesis (the test extras).
 """
@@ -35,8 +35,6 @@ from hypothesis.stateful import (
 )
 
 from storage import (
-    COLLECTIONS,
-    IDEMPOTENCY_KEYS,
     EntryFilter,
     MalformedChangeError,
     Store,
@@ -44,25 +42,40 @@ from storage import (
     StoreConflictError,
     StoreError,
     WorkspaceExistsError,
-    WorkspaceRecord,
-    assemble_snapshot,
     entry_matches,
 )
+from storage.records import SHARED_LAYOUT, WorkspaceRecord, assemble_snapshot, change_from_record
 
-__all__ = ["StoreContract", "StoreFactory", "store_machine"]
+__all__ = ["ContractStore", "StoreContract", "StoreFactory", "store_machine"]
+
+# The shared schema's collections and its one map, as `load()` shows them.
+COLLECTIONS = tuple(c for c in SHARED_LAYOUT.shown if c not in SHARED_LAYOUT.maps)
+[IDEMPOTENCY_KEYS] = SHARED_LAYOUT.maps
+
+
+class ContractStore(Store, Protocol):
+    """A store as the contract drives it: the `Store` protocol (the change
+    API), and `load()`, through which the contract looks at what the store
+    holds as whole records in the shared schema's shape (every chapline
+    store has it; SPECIFICATION.md, "Stores")."""
+
+    def load(self, *, entries: bool = True, workspace: str | None = None) -> list[WorkspaceRecord]:
+        """Every readable workspace (or only `workspace`) as a record; without
+        `entries`, `data` has no "audit" and the log is not read."""
+        ...
 
 
 class StoreFactory(Protocol):
-    def open(self) -> Store:
+    def open(self) -> ContractStore:
         """A new, empty store (a new file for file stores)."""
         ...
 
-    def reopen(self, store: Store) -> Store:
+    def reopen(self, store: ContractStore) -> ContractStore:
         """Close `store` and open what it holds again, as after a restart.
         A store that keeps nothing past `close` returns `store` unchanged."""
         ...
 
-    def another(self, store: Store) -> Store:
+    def another(self, store: ContractStore) -> ContractStore:
         """A second handle on the same data (another connection), or `store`
         itself when the store has only one. The caller closes it."""
         ...
@@ -103,18 +116,18 @@ class StoreContract:
     """The behaviours every store shares (see SPECIFICATION.md, "Stores")."""
 
     @pytest.fixture
-    def store(self, factory: StoreFactory) -> Iterator[Store]:
+    def store(self, factory: StoreFactory) -> Iterator[ContractStore]:
         store = factory.open()
         yield store
         store.close()
 
-    def test_empty_store(self, store: Store) -> None:
+    def test_empty_store(self, store: ContractStore) -> None:
         assert store.load() == []
         assert store.load(entries=False) == []
         assert store.read_entries("nowhere") == []
         assert store.workspace_ids() == []
 
-    def test_workspace_ids_list_every_workspace_in_id_order(self, store: Store) -> None:
+    def test_workspace_ids_list_every_workspace_in_id_order(self, store: ContractStore) -> None:
         store.apply(change("w", 0, 2))
         store.apply(change("a", 0, 1))
         store.apply(change("m", 0, 0))
@@ -122,7 +135,7 @@ class StoreContract:
         store.delete("m")
         assert store.workspace_ids() == ["a", "w"]
 
-    def test_round_trip(self, store: Store) -> None:
+    def test_round_trip(self, store: ContractStore) -> None:
         store.apply(change("w", 0, 2, {"tasks": {"T1": {"id": "T1", "n": 1.5}},
                                        "members": {"human:a": {"uri": "human:a"}},
                                        IDEMPOTENCY_KEYS: {"k1": "T1"}}))
@@ -141,7 +154,7 @@ class StoreContract:
         assert light.version == 2
         assert light.data == {k: v for k, v in record.data.items() if k != "audit"}
 
-    def test_workspace_ids(self, store: Store) -> None:
+    def test_workspace_ids(self, store: ContractStore) -> None:
         assert store.workspace_ids() == []
         store.apply(change("b", 0, 1))
         store.apply(change("a", 0, 0, {"tasks": {"T1": {"id": "T1"}}}))
@@ -149,7 +162,7 @@ class StoreContract:
         store.delete("b")
         assert store.workspace_ids() == ["a"]
 
-    def test_load_one_workspace(self, store: Store) -> None:
+    def test_load_one_workspace(self, store: ContractStore) -> None:
         store.apply(change("a", 0, 2, {"tasks": {"T1": {"id": "T1"}}}))
         store.apply(change("b", 0, 3))
         everything = {r.id: r for r in store.load()}
@@ -159,7 +172,7 @@ class StoreContract:
         ]
         assert store.load(workspace="nowhere") == []
 
-    def test_held_is_load_without_entries_undecoded(self, store: Store) -> None:
+    def test_held_is_load_without_entries_undecoded(self, store: ContractStore) -> None:
         store.apply(change("a", 0, 2, {"tasks": {"T1": {"id": "T1"}, "T2": {"id": "T2"}},
                                        "members": {"human:a": {"uri": "human:a"}}}))
         store.apply(change("b", 0, 1))
@@ -173,7 +186,7 @@ class StoreContract:
         assert [h.id for h in store.load_held(workspace="b")] == ["b"]
         assert store.load_held(workspace="nowhere") == []
 
-    def test_filtered_reads_stay_right_as_the_log_grows(self, store: Store) -> None:
+    def test_filtered_reads_stay_right_as_the_log_grows(self, store: ContractStore) -> None:
         def write(base: int, entries: list[dict[str, Any]]) -> None:
             store.apply(StoreChange(id="w", base=base, version=base + len(entries),
                                     updated_at="t", meta={"id": "w"}, entries=entries))
@@ -191,7 +204,7 @@ class StoreContract:
         assert [e["seq"] for e in store.read_entries("w", where=both)] == [5]
         assert [e["seq"] for e in store.read_entries("w", 3, 6, a)] == [3, 5]
 
-    def test_entries_given_as_stored_text_are_indexed_like_any_other(self, store: Store) -> None:
+    def test_entries_given_as_stored_text_are_indexed_like_any_other(self, store: ContractStore) -> None:
         store.apply(StoreChange(id="w", base=0, version=1, updated_at="t", meta={"id": "w"},
                                 entries=[entry(0, task="A")]))
         assert len(store.read_entries("w", where=EntryFilter(task_id="A"))) == 1
@@ -201,13 +214,13 @@ class StoreContract:
         assert [e["seq"] for e in store.read_entries("w", where=EntryFilter(task_id="A"))] == [0, 1]
         assert store.load()[0].version == 2
 
-    def test_entry_texts_are_the_entries(self, store: Store) -> None:
+    def test_entry_texts_are_the_entries(self, store: ContractStore) -> None:
         store.apply(change("w", 0, 4))
         texts = store.read_entry_texts("w", 1, 3)
         assert [json.loads(t) for t in texts] == store.read_entries("w", 1, 3)
         assert store.read_entry_texts("w") and store.read_entry_texts("nowhere") == []
 
-    def test_entries_append_at_base(self, store: Store) -> None:
+    def test_entries_append_at_base(self, store: ContractStore) -> None:
         store.apply(change("w", 0, 2))
         store.apply(change("w", 2, 3))
         store.apply(change("w", 5, 0))
@@ -215,7 +228,7 @@ class StoreContract:
         assert store.load()[0].version == 5
 
     @pytest.mark.parametrize("base", [0, 1, 3, 7])
-    def test_conflict_writes_nothing(self, store: Store, base: int) -> None:
+    def test_conflict_writes_nothing(self, store: ContractStore, base: int) -> None:
         store.apply(change("w", 0, 2, {"tasks": {"T1": {"id": "T1"}}}))
         before = store.load()
         with pytest.raises(StoreConflictError) as caught:
@@ -225,13 +238,13 @@ class StoreContract:
         assert "reload" in str(caught.value)
         assert store.load() == before
 
-    def test_new_workspace_needs_base_zero(self, store: Store) -> None:
+    def test_new_workspace_needs_base_zero(self, store: ContractStore) -> None:
         with pytest.raises(StoreConflictError) as caught:
             store.apply(change("w", 3, 1))
         assert (caught.value.held, caught.value.base) == (0, 3)
         assert store.load() == []
 
-    def test_unencodable_change_writes_nothing(self, store: Store) -> None:
+    def test_unencodable_change_writes_nothing(self, store: ContractStore) -> None:
         store.apply(change("w", 0, 1))
         before = store.load()
         bad = StoreChange("w", 1, 2, "t2", {"id": "w"}, [entry(1)],
@@ -247,7 +260,7 @@ class StoreContract:
         StoreChange("w", 1, 1, "t", ["not", "a", "dict"]),  # type: ignore[arg-type]
         StoreChange("w", 1, 1, "t", {"id": "w"}, [], {"tasks": {1: {"id": 1}}}),  # type: ignore[dict-item]
     ])
-    def test_malformed_change_is_refused(self, store: Store, bad: StoreChange) -> None:
+    def test_malformed_change_is_refused(self, store: ContractStore, bad: StoreChange) -> None:
         store.apply(change("w", 0, 1))
         before = store.load()
         with pytest.raises(MalformedChangeError, match="'w'") as caught:
@@ -255,7 +268,7 @@ class StoreContract:
         assert isinstance(caught.value, StoreError) and caught.value.workspace == "w"
         assert store.load() == before
 
-    def test_none_deletes_and_meta_is_replaced(self, store: Store) -> None:
+    def test_none_deletes_and_meta_is_replaced(self, store: ContractStore) -> None:
         store.apply(change("w", 0, 1, {"tasks": {"T1": {"id": "T1"}, "T2": {"id": "T2"}}},
                            meta={"id": "w", "state": "active", "mode": "trial"}))
         store.apply(change("w", 1, 1, {"tasks": {"T1": None, "T3": None},
@@ -267,7 +280,7 @@ class StoreContract:
         assert record.data["state"] == "paused" and "mode" not in record.data
         assert (record.version, record.updated_at) == (2, "t2")
 
-    def test_replace_drops_everything_first(self, store: Store) -> None:
+    def test_replace_drops_everything_first(self, store: ContractStore) -> None:
         store.apply(change("w", 0, 3, {"tasks": {"T1": {"id": "T1"}}}))
         store.apply(change("w", 99, 1, {"members": {"m": {"uri": "m"}}}, replace=True))
         (record,) = store.load()
@@ -276,14 +289,14 @@ class StoreContract:
         store.apply(change("new", 5, 2, replace=True))
         assert by_id(store.load())["new"][1] == 2
 
-    def test_save_is_a_whole_replace(self, store: Store) -> None:
+    def test_save_is_a_whole_replace(self, store: ContractStore) -> None:
         store.apply(change("w", 0, 4, {"tasks": {"old": {"id": "old"}}}))
         data = {"id": "w", "state": "active",
                 "members": [{"uri": "human:a", "type": "human"}],
                 "tasks": {"T1": {"id": "T1"}},
                 IDEMPOTENCY_KEYS: {"k": "T1"},
                 "audit": [entry(0), entry(1, refused=True)]}
-        store.save(WorkspaceRecord("w", data, 2, "t9"))
+        store.apply(change_from_record(WorkspaceRecord("w", data, 2, "t9"), SHARED_LAYOUT))
         (record,) = store.load()
         assert record.version == 2 and record.updated_at == "t9"
         assert record.data["members"] == {"human:a": {"uri": "human:a", "type": "human"}}
@@ -291,7 +304,7 @@ class StoreContract:
         assert record.data[IDEMPOTENCY_KEYS] == {"k": "T1"}
         assert record.data["audit"] == data["audit"]
 
-    def test_delete(self, store: Store) -> None:
+    def test_delete(self, store: ContractStore) -> None:
         store.apply(change("w", 0, 2, {"tasks": {"T1": {"id": "T1"}}}))
         store.apply(change("v", 0, 1))
         store.delete("w")
@@ -302,7 +315,7 @@ class StoreContract:
         (record,) = [r for r in store.load() if r.id == "w"]
         assert record.data["tasks"] == {} and record.version == 1
 
-    def test_caller_mutation_does_not_leak(self, store: Store) -> None:
+    def test_caller_mutation_does_not_leak(self, store: ContractStore) -> None:
         history: list[int] = [1]
         profiles = ["core/1.0"]
         task = {"id": "T1", "history": history}
@@ -319,11 +332,11 @@ class StoreContract:
         record.data["tasks"]["T1"]["history"].append(3)
         assert store.load()[0].data["tasks"]["T1"]["history"] == [1]
 
-    def test_struct_values_are_stored_as_json(self, store: Store) -> None:
+    def test_struct_values_are_stored_as_json(self, store: ContractStore) -> None:
         store.apply(change("w", 0, 1, {"tasks": {"T1": _Task("T1", "created")}}))
         assert store.load()[0].data["tasks"] == {"T1": {"id": "T1", "state": "created"}}
 
-    def test_read_entries_range(self, store: Store) -> None:
+    def test_read_entries_range(self, store: ContractStore) -> None:
         store.apply(change("w", 0, 6))
         log = [entry(i) for i in range(6)]
         for start, stop in [(0, None), (2, 4), (4, 100), (-3, 2), (5, 5), (3, 1),
@@ -331,7 +344,7 @@ class StoreContract:
             expected = log[max(start, 0): None if stop is None else max(stop, 0)]
             assert store.read_entries("w", start, stop) == expected, (start, stop)
 
-    def test_read_entries_filter_matches_entry_matches(self, store: Store) -> None:
+    def test_read_entries_filter_matches_entry_matches(self, store: ContractStore) -> None:
         odd = [
             {"seq": 0, "arrived": "t", "envelope": None, "request": {"method": "m", "params": {"task_id": "A"}}},
             {"seq": 0, "arrived": "t", "envelope": {"method": "m", "params": "not-a-dict"}},
@@ -395,12 +408,12 @@ class StoreContract:
         finally:
             again.close()
 
-    def test_create_writes_a_new_workspace(self, store: Store) -> None:
+    def test_create_writes_a_new_workspace(self, store: ContractStore) -> None:
         store.apply(StoreChange("w", 0, 0, "t0", {"id": "w", "state": "active"}, create=True))
         assert [(r.id, r.version, r.data["state"]) for r in store.load()] == [("w", 0, "active")]
 
     @pytest.mark.parametrize("entries", [0, 2])
-    def test_create_never_overwrites_a_held_workspace(self, store: Store, entries: int) -> None:
+    def test_create_never_overwrites_a_held_workspace(self, store: ContractStore, entries: int) -> None:
         # With no entries a generated workspace's base (0) alone cannot tell
         # two creators apart; `create` does.
         store.apply(change("w", 0, entries, {"tasks": {"T1": {"id": "T1"}}}))
@@ -413,12 +426,12 @@ class StoreContract:
         assert "already exists" in str(caught.value)
         assert store.load() == before
 
-    def test_create_with_replace_is_malformed(self, store: Store) -> None:
+    def test_create_with_replace_is_malformed(self, store: ContractStore) -> None:
         with pytest.raises(MalformedChangeError, match="create and replace"):
             store.apply(StoreChange("w", 0, 0, "t0", {"id": "w"}, replace=True, create=True))
         assert store.load() == []
 
-    def test_apply_many_keeps_only_the_first_create(self, store: Store) -> None:
+    def test_apply_many_keeps_only_the_first_create(self, store: ContractStore) -> None:
         first = StoreChange("w", 0, 0, "t0", {"id": "w", "by": "first"}, create=True)
         second = StoreChange("w", 0, 0, "t1", {"id": "w", "by": "second"}, create=True)
         results = store.apply_many([first, second])
@@ -438,7 +451,7 @@ class StoreContract:
                 second.close()
             first.close()
 
-    def test_apply_many_isolates_each_change(self, store: Store) -> None:
+    def test_apply_many_isolates_each_change(self, store: ContractStore) -> None:
         store.apply(change("w", 0, 2))
         results = store.apply_many([
             change("w", 2, 1), change("w", 2, 1), change("v", 0, 1),
@@ -461,7 +474,7 @@ class StoreContract:
                 barrier = threading.Barrier(2)
 
                 def write(
-                    s: Store,
+                    s: ContractStore,
                     who: str,
                     r: int = r,
                     barrier: threading.Barrier = barrier,
@@ -569,15 +582,15 @@ def store_machine(factory: StoreFactory) -> type[RuleBasedStateMachine]:
                                              self._entries(base, specs), {"tasks": {"a": 1}}))
             assert (caught.value.held, caught.value.base) == (count, base)
 
-        @rule(wid=_WIDS, specs=_ENTRIES, objects=_OBJECTS, via_save=st.booleans())
-        def replace(self, wid: str, specs: list[tuple[str, Any, bool]], objects: dict[str, dict[str, Any]], via_save: bool) -> None:
+        @rule(wid=_WIDS, specs=_ENTRIES, objects=_OBJECTS, as_record=st.booleans())
+        def replace(self, wid: str, specs: list[tuple[str, Any, bool]], objects: dict[str, dict[str, Any]], as_record: bool) -> None:
             entries = self._entries(0, specs)
             kept = {c: {k: v for k, v in items.items() if v is not None}
                     for c, items in objects.items()}
             meta = {"id": wid, "state": "replaced"}
-            if via_save:
-                self.store.save(WorkspaceRecord(wid, {**meta, **kept, "audit": entries},
-                                                len(entries), "r"))
+            if as_record:
+                record = WorkspaceRecord(wid, {**meta, **kept, "audit": entries}, len(entries), "r")
+                self.store.apply(change_from_record(record, SHARED_LAYOUT))
             else:
                 self.store.apply(StoreChange(wid, 7, len(entries), "r", meta, entries,
                                              objects, replace=True))
@@ -611,7 +624,9 @@ def store_machine(factory: StoreFactory) -> type[RuleBasedStateMachine]:
             expected = {}
             for wid, (meta, entries, objects, updated_at) in self.model.items():
                 items = [(c, k, v) for c, kv in objects.items() for k, v in kv.items()]
-                expected[wid] = (assemble_snapshot(meta, entries, items), len(entries), updated_at)
+                expected[wid] = (
+                    assemble_snapshot(meta, entries, items, SHARED_LAYOUT), len(entries), updated_at
+                )
             assert by_id(self.store.load()) == expected
             light = {wid: ({k: v for k, v in data.items() if k != "audit"}, n, u)
                      for wid, (data, n, u) in expected.items()}

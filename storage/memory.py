@@ -18,7 +18,7 @@ from storage._encode import Held, Prepared, held_text, hold_change
 from storage._encode import decode as _decode
 from storage._mypyc import mypyc_attr
 from storage.match import entry_matches, indexed_keys, struct_keys, text_keys
-from storage.records import assemble_snapshot, change_from_record
+from storage.records import SHARED_LAYOUT, WorkspaceRecord, assemble_snapshot
 from storage.types import (
     EntryFilter,
     HeldWorkspace,
@@ -26,7 +26,6 @@ from storage.types import (
     StoreChange,
     StoreConflictError,
     WorkspaceExistsError,
-    WorkspaceRecord,
 )
 
 __all__ = ["MemoryStore"]
@@ -89,15 +88,19 @@ def _record(held: HeldWorkspace, log: list[Any] | None) -> WorkspaceRecord:
     """The decoded record of a held workspace; `log` None leaves "audit" out."""
     items = [(c, k, _decode(v)) for c, objs in held.objects.items() for k, v in objs.items()]
     return WorkspaceRecord(
-        held.id, assemble_snapshot(held.meta, log, items), held.version, held.updated_at
+        held.id, assemble_snapshot(held.meta, log, items, SHARED_LAYOUT), held.version, held.updated_at
     )
 
 
+_DOC = """A store held in memory; `close()` empties it. It writes one change at a
+    time, so `apply_many` is the protocol's one-by-one default."""
+
+
 # Compiled (setup.py); applications subclass it, to wrap or fail its writes.
+# Its docstring is _DOC, set after the class: compiled, a class keeps only its
+# signature there.
 @mypyc_attr(allow_interpreted_subclasses=True)
 class MemoryStore(Store):
-    """A store held in memory; `close()` empties it. It writes one change at a
-    time, so `apply_many` is the protocol's one-by-one default."""
 
     def __init__(self) -> None:
         self._workspaces: dict[str, _Workspace] = {}
@@ -130,9 +133,6 @@ class MemoryStore(Store):
                 ws.objects.get(c, {}).pop(k, None)
             else:
                 ws.objects.setdefault(c, {})[k] = body
-
-    def save(self, record: WorkspaceRecord) -> None:
-        self.apply(change_from_record(record))
 
     def _held(self, workspace: str | None) -> list[tuple[str, _Workspace]]:
         if workspace is None:
@@ -201,3 +201,8 @@ class MemoryStore(Store):
     def close(self) -> None:
         with self._lock:
             self._workspaces.clear()
+
+
+# mypyc compiles an assignment to a class's attribute only for attributes it
+# declares; setattr is the plain Python one, which a compiled class allows.
+setattr(MemoryStore, "__doc__", _DOC)  # noqa: B010

@@ -41,8 +41,9 @@ from typing import Any, TypeVar
 from coordinator.extras import needs
 from storage import _rows
 from storage._encode import EncodedChange, encode_change
-from storage.records import change_from_record
+from storage.records import WorkspaceRecord
 from storage.types import (
+    DatabaseEncodingError,
     EntryFilter,
     HeldWorkspace,
     MalformedChangeError,
@@ -52,14 +53,13 @@ from storage.types import (
     StoreError,
     StoreUnavailableError,
     WorkspaceExistsError,
-    WorkspaceRecord,
 )
 
 with needs("postgres"):
     import psycopg
     from psycopg import errors as pg_errors
 
-__all__ = ["CHANNEL", "DatabaseEncodingError", "PostgresStore", "connect", "entries_query"]
+__all__ = ["CHANNEL", "PostgresStore", "connect", "entries_query"]
 
 log = logging.getLogger(__name__)
 
@@ -140,28 +140,6 @@ T = TypeVar("T")
 
 class _Ambiguous(Exception):
     """The connection broke after COMMIT was sent: the write may have landed."""
-
-
-class DatabaseEncodingError(StoreUnavailableError):
-    """The database's `encoding` cannot hold every character a log may hold,
-    so it was not opened; nothing was read or written."""
-
-    remedy = "Use a database created with ENCODING 'UTF8' and copy the workspaces into it."
-
-    def __init__(self, encoding: str) -> None:
-        self.encoding = encoding
-        super().__init__(
-            "",
-            f"the PostgreSQL database's encoding is {encoding}, which cannot hold every "
-            "character a call may carry (the log is UTF-8 text), so it was not opened and "
-            "nothing was read or written. Use a database created as UTF8 (CREATE DATABASE "
-            "name ENCODING 'UTF8' TEMPLATE template0, or a cluster made by initdb -E UTF8) "
-            "and point the connection string at it; `chapline copy` moves workspaces there "
-            "from another database.",
-        )
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.encoding,))
 
 
 def connect(dsn: str, *, connect_timeout: int = 5, what: str = "read or written") -> psycopg.Connection[Any]:
@@ -398,9 +376,6 @@ class PostgresStore(Store):
                 "DO UPDATE SET data = excluded.data",
                 kept,
             )
-
-    def save(self, record: WorkspaceRecord) -> None:
-        self.apply(change_from_record(record))
 
     def delete(self, workspace: str) -> None:
         def work(conn: psycopg.Connection[Any]) -> None:

@@ -20,10 +20,8 @@ from typing import Any
 from storage import _rows
 from storage._encode import EncodedChange, encode_change
 from storage._rows import _Unreadable, decode_object
-from storage.records import change_from_record
+from storage.records import SHARED_LAYOUT, WorkspaceRecord, change_from_record
 from storage.types import (
-    COLLECTIONS,
-    IDEMPOTENCY_KEYS,
     EntryFilter,
     HeldWorkspace,
     MalformedChangeError,
@@ -33,7 +31,6 @@ from storage.types import (
     StoreError,
     StoreUnavailableError,
     WorkspaceExistsError,
-    WorkspaceRecord,
 )
 
 __all__ = ["SqliteStore"]
@@ -116,7 +113,7 @@ def _view_sql() -> str:
         "(SELECT data FROM chap_entries WHERE workspace = m.workspace "
         "ORDER BY seq) AS e))"
     ]
-    for c in (*COLLECTIONS, IDEMPOTENCY_KEYS):
+    for c in SHARED_LAYOUT.shown:
         parts.append(
             f"'$.{c}', json((SELECT json_group_object(o.id, json(o.data)) "
             f"FROM chap_objects AS o WHERE o.workspace = m.workspace "
@@ -217,7 +214,9 @@ class SqliteStore(Store):
         for wid, text, version, updated_at in rows:
             try:
                 data = decode_object(text, "its data")
-                change = change_from_record(WorkspaceRecord(wid, data, version, updated_at))
+                change = change_from_record(
+                    WorkspaceRecord(wid, data, version, updated_at), SHARED_LAYOUT
+                )
                 encoded = encode_change(change)
             except (_Unreadable, MalformedChangeError) as exc:
                 log.warning(
@@ -354,9 +353,6 @@ class SqliteStore(Store):
                 "DO UPDATE SET data = excluded.data",
                 kept,
             )
-
-    def save(self, record: WorkspaceRecord) -> None:
-        self.apply(change_from_record(record))
 
     def delete(self, workspace: str) -> None:
         with self._write():

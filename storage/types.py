@@ -1,5 +1,5 @@
-"""What crosses the store boundary: changes, records, filters, the Store
-protocol and the errors a store raises.
+"""What crosses the store boundary: changes, filters, the Store protocol
+and the errors a store raises.
 
 A store applies one `StoreChange` per write, atomically, under a
 compare-and-swap on `base` (the number of audit entries the writer believes
@@ -14,6 +14,8 @@ message)::
      │    └── WorkspaceExistsError  a create named a held workspace   (workspace, held)
      ├── MalformedChangeError     the change cannot be stored as given (workspace, problem)
      └── StoreUnavailableError    closed store, unreadable row, failed I/O (path)
+          └── DatabaseEncodingError  a PostgreSQL database whose encoding cannot
+                                     hold the log was not opened    (encoding)
 
 Nothing was written whenever `apply` raises one of these.
 """
@@ -26,10 +28,7 @@ from typing import Any, Protocol, runtime_checkable
 import msgspec
 
 __all__ = [
-    "COLLECTIONS",
-    "EXTENSION_COLLECTIONS",
-    "IDEMPOTENCY_KEYS",
-    "SIGNED_CALLS",
+    "DatabaseEncodingError",
     "EntryFilter",
     "HeldWorkspace",
     "MalformedChangeError",
@@ -39,31 +38,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailableError",
     "WorkspaceExistsError",
-    "WorkspaceRecord",
 ]
-
-COLLECTIONS: tuple[str, ...] = (
-    "members",
-    "tasks",
-    "overrides",
-    "whispers",
-    "deliberations",
-    "handoffs",
-    "snapshots",
-    "route_decisions",
-)
-IDEMPOTENCY_KEYS = "idempotency_keys"
-# chapline's own: signed digest -> {seq, result} of each accepted signed call,
-# so that a verbatim resend is answered, not run again. 0.3.3 keeps rows of
-# collections it does not know and ignores them.
-SIGNED_CALLS = "signed_calls"
-# The x-chapline-work/1.0 scheduler's state (coordinator/profiles/work/__init__.py):
-# per task and per plan, the frontier of tasks whose dependencies are met, and
-# the live claims.
-# Namespaced so that no CHAP collection can ever share the name; 0.3.3 keeps
-# and ignores them like signed_calls.
-EXTENSION_COLLECTIONS: tuple[str, ...] = ("x_chapline_work", "x_chapline_frontier", "x_chapline_claims")
-
 
 class StoreChange(msgspec.Struct, frozen=True):
     """One atomic write to one workspace.
@@ -87,15 +62,6 @@ class StoreChange(msgspec.Struct, frozen=True):
     objects: dict[str, dict[str, Any]] = {}
     replace: bool = False
     create: bool = False
-
-
-class WorkspaceRecord(msgspec.Struct, frozen=True):
-    """A whole workspace as a store returns it from `load`."""
-
-    id: str
-    data: dict[str, Any]
-    version: int
-    updated_at: str
 
 
 class HeldWorkspace(msgspec.Struct, frozen=True):
@@ -206,18 +172,37 @@ class StoreUnavailableError(StoreError):
         return (type(self), (self.path, str(self)))
 
 
+class DatabaseEncodingError(StoreUnavailableError):
+    """The database's `encoding` cannot hold every character a log may hold,
+    so it was not opened; nothing was read or written."""
+
+    remedy = "Use a database created with ENCODING 'UTF8' and copy the workspaces into it."
+
+    def __init__(self, encoding: str) -> None:
+        self.encoding = encoding
+        super().__init__(
+            "",
+            f"the PostgreSQL database's encoding is {encoding}, which cannot hold every "
+            "character a call may carry (the log is UTF-8 text), so it was not opened and "
+            "nothing was read or written. Use a database created as UTF8 (CREATE DATABASE "
+            "name ENCODING 'UTF8' TEMPLATE template0, or a cluster made by initdb -E UTF8) "
+            "and point the connection string at it; `chapline copy` moves workspaces there "
+            "from another database.",
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.encoding,))
+
+
 @runtime_checkable
 class Store(Protocol):
-    """What a coordinator needs from a store (see SPECIFICATION.md, "Stores").
+    """What a coordinator needs from a store: the change API (SPECIFICATION.md,
+    "Stores"). It names no collection: what a workspace holds is the
+    coordinator's to say.
 
     A store that cannot batch writes subclasses `Store` to inherit
     `apply_many` (one `apply` per change).
     """
-
-    def load(self, *, entries: bool = True, workspace: str | None = None) -> list[WorkspaceRecord]:
-        """Every readable workspace (or only `workspace`); without `entries`,
-        `data` has no "audit" and the log is not read."""
-        ...
 
     def workspace_ids(self) -> list[str]:
         """The id of every workspace the store holds rows of, readable or
@@ -226,7 +211,8 @@ class Store(Protocol):
 
     def load_held(self, workspace: str | None = None) -> list[HeldWorkspace]:
         """Every readable workspace (or only `workspace`) without its log, its
-        objects as stored JSON text; skips a workspace as `load` does."""
+        objects as stored JSON text, unchecked; a workspace whose other rows
+        cannot be read is skipped, with a warning (SPECIFICATION.md, "Stores")."""
         ...
 
     def read_entries(
@@ -264,10 +250,6 @@ class Store(Protocol):
             except Exception as exc:  # each change stands alone: report it, go on
                 results.append(exc)
         return results
-
-    def save(self, record: WorkspaceRecord) -> None:
-        """Write a whole workspace record, replacing what the store held."""
-        ...
 
     def delete(self, workspace: str) -> None:
         """Forget a workspace (nothing happens if it is not held)."""

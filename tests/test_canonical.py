@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 from coordinator.engine.canonical import (
     MAX_SAFE_INTEGER,
     ZERO_HASH,
-    CanonicalError,
     canonical_bytes,
     digest,
     inspect,
     link_hash,
 )
+from coordinator.errors import CanonicalError
 
 VECTORS = json.loads(
     (Path(__file__).parent / "vectors" / "canonical-number-vectors.json").read_text(encoding="utf-8")

@@ -18,19 +18,9 @@ from pycose.messages import Sign1Message
 from transparency import TransparencyService
 
 from coordinator.engine.canonical import canonical_bytes
-from coordinator.security.cose import (
-    CHAP_CONTENT_TYPE,
-    CoseError,
-    decode_sign1,
-    sign1,
-    verify_sign1,
-)
-from coordinator.security.transparency import (
-    ReceiptVerifier,
-    ScittSubmitter,
-    ScittUnreachable,
-    build_statement,
-)
+from coordinator.errors import CoseError, ScittUnreachable
+from coordinator.security.cose import CHAP_CONTENT_TYPE, decode_sign1, sign1, verify_sign1
+from coordinator.security.transparency import ReceiptVerifier, ScittSubmitter, build_statement
 
 RECORD = {"jsonrpc": "2.0", "id": "r1", "method": "task.create",
           "params": {"workspace": "wsp_t", "from": "human:alice", "kind": "k", "input": {"é": 1}}}

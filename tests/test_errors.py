@@ -54,6 +54,31 @@ def test_every_coordinator_error_has_the_common_base_and_a_remedy() -> None:
     )
 
 
+def test_every_coordinator_error_is_defined_in_errors_under_the_tree_it_draws() -> None:
+    errors = _public_errors(coordinator)
+    assert {e.__module__ for e in errors} == {"coordinator.errors"}, sorted(
+        f"{e.__module__}.{e.__name__}" for e in errors if e.__module__ != "coordinator.errors"
+    )
+    # The drawing names each class under its base: a line's indent is its depth.
+    module = importlib.import_module("coordinator.errors")
+    parents: dict[str, str] = {}
+    stack: list[tuple[int, str]] = []
+    for line in (module.__doc__ or "").splitlines():
+        drawn = re.match(r"^(\s*(?:[│ ]*[├└]── )?)([A-Z]\w+)\b", line)
+        if drawn is None or not (drawn.group(1).strip() or drawn.group(2) == "ChaplineError"):
+            continue
+        depth = len(drawn.group(1))
+        while stack and stack[-1][0] >= depth:
+            stack.pop()
+        if stack:
+            parents[drawn.group(2)] = stack[-1][1]
+        stack.append((depth, drawn.group(2)))
+    assert set(parents) == {e.__name__ for e in errors} - {"ChaplineError"}
+    for error in errors:
+        if error.__name__ != "ChaplineError":
+            assert error.__mro__[1].__name__ == parents[error.__name__], error
+
+
 def test_every_store_error_has_the_common_base_and_a_remedy() -> None:
     errors = _public_errors(storage)
     assert {e.__name__ for e in errors} == {
@@ -62,7 +87,9 @@ def test_every_store_error_has_the_common_base_and_a_remedy() -> None:
         "WorkspaceExistsError",
         "MalformedChangeError",
         "StoreUnavailableError",
+        "DatabaseEncodingError",
     }
+    assert {e.__module__ for e in errors} == {"storage.types"}
     for error in errors:
         assert issubclass(error, StoreError) and error.remedy, error
 

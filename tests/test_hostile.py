@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -290,10 +291,22 @@ class _DownStore(SqliteStore):
         return super().load_held(workspace)
 
 
+class _BreakableClock:
+    """The system clock, until `broken`: then reading it raises (a defect)."""
+
+    broken = False
+
+    def __call__(self) -> int:
+        if self.broken:
+            raise RuntimeError("clock source unreadable")
+        return time.time_ns() // 1_000_000
+
+
 @pytest.mark.parametrize("form", ["dict", "str", "bytes"])
 def test_a_store_down_or_a_defect_keeps_the_id_of_a_body_given_as_text(tmp_path: Path, form: str) -> None:
     store = _DownStore(str(tmp_path / "c.db"))
-    coord = Coordinator(store)
+    clock = _BreakableClock()
+    coord = Coordinator(store, clock=clock)
     store.down = True
     envelope = _forms('{"jsonrpc": "2.0", "id": "down-1", "method": "workspace.describe", '
                       '"params": {"workspace": "not-held"}}')[form]
@@ -301,11 +314,7 @@ def test_a_store_down_or_a_defect_keeps_the_id_of_a_body_given_as_text(tmp_path:
     refused(r, -32900)
     assert r["id"] == "down-1"
     store.down = False
-
-    def broken() -> int:
-        raise RuntimeError("clock source unreadable")
-
-    coord._clock = broken
+    clock.broken = True
     r = coord.dispatch(envelope)
     refused(r, -32603)
     assert r["id"] == "down-1"
@@ -318,16 +327,14 @@ def test_over_http_a_defect_keeps_the_id_and_a_surrogate_id_comes_back_as_sent(t
 
     from coordinator.server import create_app
 
-    coord = Coordinator(SqliteStore(str(tmp_path / "c.db")))
+    clock = _BreakableClock()
+    coord = Coordinator(SqliteStore(str(tmp_path / "c.db")), clock=clock)
     with TestClient(create_app(coord)) as http:
         body = '{"jsonrpc": "2.0", "id": "\\ud800", ' + DESCRIBE + "}"
         answer = http.post("/chap", content=body.encode(), headers={"content-type": "application/json"})
         assert json.loads(answer.content)["id"] == "\ud800" and b'"id":"\\ud800"' in answer.content
 
-        def broken() -> int:
-            raise RuntimeError("clock source unreadable")
-
-        coord._clock = broken
+        clock.broken = True
         answer = http.post("/chap", content=b'{"jsonrpc": "2.0", "id": "h1", ' + DESCRIBE.encode() + b"}")
         refused(answer.json(), -32603)
         assert answer.json()["id"] == "h1"

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from support import make, stored
 
 from coordinator import Coordinator, public_jwk, sign_envelope
-from coordinator.security.identity_verifiers import IdentityRejected
+from coordinator.errors import IdentityRejected
 from storage import MemoryStore, SqliteStore
 
 URI = "human:ann"

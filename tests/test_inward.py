@@ -12,12 +12,8 @@ from chap_coordinator.transports import wrap as reference_wrap
 from client import Client
 
 from coordinator import Coordinator, CounterIds, StepClock
-from coordinator.server.inward import (
-    InwardCallError,
-    content_hash,
-    wrap_a2a_message_exchange,
-    wrap_mcp_tool_call,
-)
+from coordinator.errors import InwardCallError
+from coordinator.server.inward import content_hash, wrap_a2a_message_exchange, wrap_mcp_tool_call
 
 MEMBERS = (("agent:a", "agent"), ("service:bridge", "service"))
 

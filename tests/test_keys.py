@@ -38,7 +38,8 @@ from hypothesis import strategies as st
 from support import make
 
 from coordinator import Coordinator, CounterIds, StepClock, public_jwk, sign_envelope
-from coordinator.security.signing import SignatureError, verify_envelope, verify_recorded
+from coordinator.errors import SignatureError
+from coordinator.security.signing import verify_envelope, verify_recorded
 from storage import SqliteStore
 
 # -- edwards25519 (RFC 8032 §5.1), affine, to build inputs ----------------------

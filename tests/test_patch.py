@@ -18,7 +18,8 @@ from chap_coordinator import apply_json_patch as ref_apply
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.engine.patch import MAX_NODES, MAX_OPS, PatchError, apply_patch
+from coordinator.engine.patch import MAX_NODES, MAX_OPS, apply_patch
+from coordinator.errors import PatchError
 
 # The CHAP JSON Patch vectors, kept in tests/vectors so a fresh clone runs them.
 VECTORS = json.loads((Path(__file__).parent / "vectors" / "json-patch-vectors.json").read_text())

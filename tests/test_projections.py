@@ -3,6 +3,7 @@ analytics projection (SPECIFICATION.md, "Listeners" and "Projections")."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import random
@@ -10,11 +11,13 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import chap_analytics
+import chap_coordinator.types
 import httpx
 import msgspec
 import pandas as pd
@@ -99,6 +102,42 @@ def test_a_change_listener_sees_the_entry_the_objects_and_the_result() -> None:
     assert coord.workspaces["wsp_l"].tasks[task_id].input == {"a": [1]}
     with pytest.raises(AttributeError):
         made.workspace = "x"  # type: ignore[misc]
+
+
+def test_a_change_listener_gets_every_collection_a_call_writes_as_typed_objects() -> None:
+    # The oracle is 0.3.3's workspace: each collection it keeps maps ids to
+    # one dataclass, whose fields the Struct a listener gets carries exactly.
+    kept = typing.get_type_hints(chap_coordinator.types.Workspace)
+    coord = make()
+    seen: list[Change] = []
+    coord.add_change_listener(seen.append)
+    c = Client(coord, "wsp_l")
+    c.setup((wl.ALICE, wl.BOT, "agent:b2"), profiles=[
+        "core/1.0", "review/1.0", "whisper/1.0", "deliberation/1.0", "handoff/1.0",
+        "control/1.0", "routing/1.0",
+    ])
+    task = c.new_task(wl.ALICE, wl.BOT)
+    c.ok("review.request", wl.BOT, task_id=task, artefact={"text": "a"}, to=[wl.ALICE])
+    c.ok("decide.override", wl.ALICE, task_id=task, diff=[], rationale="fine as it is")
+    other = c.new_task(wl.ALICE, wl.BOT)
+    c.ok("whisper.ask", wl.BOT, to=wl.ALICE, task_id=other, question="q", deadline_ms=60_000,
+         default_if_lapsed="d")
+    c.ok("deliberate.open", wl.ALICE, rule="all_approve", to=[wl.ALICE])
+    c.ok("handoff.propose", wl.BOT, to="agent:b2", tasks=[{"task_id": other}])
+    c.ok("control.snapshot", wl.ALICE, label="now")
+    c.ok("task.route", wl.ALICE, task_id=c.new_task(wl.ALICE, wl.BOT), candidates=[wl.BOT])
+    written: dict[str, list[Any]] = {}
+    for change in seen:
+        for collection, items in (change.objects or {}).items():
+            written.setdefault(collection, []).extend(v for v in items.values() if v is not None)
+    typed = {c for c in written if c in kept}
+    assert typed == {"members", "tasks", "overrides", "whispers", "deliberations", "handoffs",
+                     "snapshots", "route_decisions"}
+    for collection in typed:
+        fields = {f.name for f in dataclasses.fields(typing.get_args(kept[collection])[1])}
+        for value in written[collection]:
+            assert isinstance(value, msgspec.Struct), (collection, value)
+            assert set(value.__struct_fields__) == fields, collection
 
 
 def test_old_style_listeners_are_unchanged_and_every_listener_detaches() -> None:

@@ -9,7 +9,8 @@ import pytest
 from client import Client, env, refused
 from support import ALICE, WS, make, s0
 
-from coordinator.engine.registry import CHAP_0_3, Profile, Registry, RegistryError, schema
+from coordinator.engine.registry import CHAP_0_3, Profile, Registry, schema
+from coordinator.errors import RegistryError
 from coordinator.profiles import REGISTRY
 
 # The method catalogue of CHAP 0.3 (schemas/profiles/chap-methods.schema.json),

@@ -20,11 +20,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coordinator import public_jwk, sign_envelope
+from coordinator.errors import SignatureError
 from coordinator.security.signing import (
     SIG_KEY_NOT_FOUND,
     SIG_KEY_REVOKED,
     SIG_VERIFY_FAILED,
-    SignatureError,
     key_at,
     key_for_call,
     parse_sig,

@@ -83,3 +83,27 @@ class TestContract(StoreContract):
         if request.param == "postgres":
             return PostgresFactory(request.getfixturevalue("pg_schema"))
         return SqliteMemoryFactory()
+
+
+def test_the_protocol_is_the_change_api_and_names_no_coordinator_collection() -> None:
+    """What a workspace holds is the coordinator's to say (coordinator/model.py):
+    the protocol reads and writes changes, and no module of storage/ spells
+    a collection of chapline's own; the stores show the shared schema's."""
+    from coordinator.model import (
+        COLLECTIONS,
+        DOCUMENT_LAYOUT,
+        EXTENSION_COLLECTIONS,
+        IDEMPOTENCY_KEYS,
+        SIGNED_CALLS,
+    )
+    from storage.records import SHARED_LAYOUT
+
+    methods = {name for name in vars(Store) if not name.startswith("_")}
+    assert methods == {
+        "workspace_ids", "load_held", "read_entries", "read_entry_texts",
+        "apply", "apply_many", "delete", "close",
+    }
+    for path in sorted((Path(__file__).resolve().parent.parent / "storage").glob("*.py")):
+        text = path.read_text()
+        assert [name for name in (SIGNED_CALLS, *EXTENSION_COLLECTIONS) if name in text] == [], path
+    assert SHARED_LAYOUT.shown == DOCUMENT_LAYOUT.shown == (*COLLECTIONS, IDEMPOTENCY_KEYS)

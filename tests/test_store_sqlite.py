@@ -12,15 +12,13 @@ from pathlib import Path
 import pytest
 
 from storage import (
-    COLLECTIONS,
-    IDEMPOTENCY_KEYS,
     EntryFilter,
     SqliteStore,
     StoreChange,
     StoreConflictError,
     StoreError,
 )
-from storage.contract import change, entry
+from storage.contract import COLLECTIONS, IDEMPOTENCY_KEYS, change, entry
 from storage.sqlite import _FILTER_SQL, _REFUSED
 
 SHARED_TABLES = {

@@ -10,12 +10,12 @@ import pytest
 from joserfc import jwt
 from joserfc.jwk import ECKey, OctKey, OKPKey, RSAKey
 
+from coordinator.errors import IdentityRejected
 from coordinator.security.identity_verifiers import (
     OIDC_CNF_MISMATCH,
     OIDC_TOKEN_INVALID,
     VC_HOLDER_BINDING_INVALID,
     VC_VP_INVALID,
-    IdentityRejected,
     OidcVerifier,
     VcVerifier,
     same_public_key,

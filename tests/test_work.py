@@ -15,7 +15,8 @@ from support import ALICE, BOT, make
 
 from coordinator import Coordinator, CounterIds
 from coordinator.engine.clock import iso_ms
-from coordinator.engine.registry import CHAP_0_3, Profile, Registry, RegistryError
+from coordinator.engine.registry import CHAP_0_3, Profile, Registry
+from coordinator.errors import RegistryError
 from coordinator.profiles import REGISTRY
 from storage import SqliteStore
 

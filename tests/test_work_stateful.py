@@ -315,7 +315,7 @@ class WorkMachine(RuleBasedStateMachine):
         stored claims, and answers expiry questions as a scan would."""
         if not hasattr(self, "coord"):
             return
-        ws = self.coord._held.get(WS)
+        ws = self.coord._pipeline._held.get(WS)
         assert ws is not None
         held = dict(self.coord.snapshot(WS).get("x_chapline_claims", {}))
         kept = ws.index(CLAIMS, ClaimIndex.of)

@@ -16,13 +16,13 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from coordinator.errors import CoseError
 from coordinator.security.cose import (
     CWT_CLAIMS,
     CWT_IAT,
     CWT_ISS,
     CWT_SUB,
     KID,
-    CoseError,
     sign1,
     verify_sign1,
 )

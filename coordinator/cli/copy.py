@@ -18,9 +18,12 @@ import os
 import sys
 from typing import Any
 
-from coordinator.cli.log import CommandError, opened_store, progress_bar
+import msgspec
+
+from coordinator.cli.log import opened_store, progress_bar
+from coordinator.errors import CommandError
 from coordinator.tools.verification import verify_workspace
-from storage import Store
+from storage import Store, StoreChange
 
 __all__ = ["add_command", "run"]
 
@@ -118,20 +121,43 @@ def _refuse_a_broken_source(source: Store, ids: list[str]) -> None:
 
 
 def _copy_one(source: Store, target: Store, wid: str) -> tuple[str | None, int]:
-    """Copy one workspace and verify it on arrival; (problem or None, entries)."""
-    records = source.load(workspace=wid)
-    if not records:
+    """Copy one workspace, every collection it holds, as one replace change,
+    and verify it on arrival; (problem or None, entries)."""
+    held = source.load_held(wid)
+    try:
+        objects = {
+            collection: {key: msgspec.json.decode(text) for key, text in items.items()}
+            for h in held
+            for collection, items in h.objects.items()
+        }
+    except msgspec.DecodeError:
+        held = []
+    if not held:
         return "cannot be read in SOURCE any more; not copied", 0
-    (record,) = records
-    target.save(record)
+    (workspace,) = held
+    entries = source.read_entries(wid)
+    meta = dict(workspace.meta)
+    meta.setdefault("id", wid)
+    target.apply(
+        StoreChange(
+            id=wid,
+            base=0,
+            version=len(entries),
+            updated_at=workspace.updated_at,
+            meta=meta,
+            entries=entries,
+            objects=objects,
+            replace=True,
+        )
+    )
     arrived = verify_workspace(target, wid)
     if arrived.ok:
-        return None, record.version
+        return None, len(entries)
     first = arrived.first()
     return (
         f"does not verify in TARGET after the copy "
         f"({first.describe() if first else 'see chapline verify'}); check TARGET",
-        record.version,
+        len(entries),
     )
 
 

@@ -25,16 +25,14 @@ from typing import Any
 
 import msgspec
 
-from coordinator.errors import ChaplineError
+from coordinator.errors import CommandError
 from coordinator.extras import installed
+from coordinator.model import DOCUMENT_LAYOUT
 from coordinator.tools.verification import verify_store
-from storage import SqliteStore, Store, assemble_snapshot
+from storage import SqliteStore, Store
+from storage.records import assemble_snapshot
 
-__all__ = ["COMMANDS", "CommandError", "add_commands", "opened_store", "progress_bar"]
-
-
-class CommandError(ChaplineError):
-    """What stopped a command, said in one line (exit status 1)."""
+__all__ = ["COMMANDS", "add_commands", "opened_store", "progress_bar"]
 
 
 def add_commands(commands: Any) -> None:
@@ -356,7 +354,7 @@ def _snapshot(store: Store, wid: str) -> dict[str, Any]:
     h = held[0]
     decode = msgspec.json.decode
     objects = [(c, k, decode(text)) for c, items in h.objects.items() for k, text in items.items()]
-    return assemble_snapshot({"id": wid, **h.meta}, store.read_entries(wid), objects)
+    return assemble_snapshot({"id": wid, **h.meta}, store.read_entries(wid), objects, DOCUMENT_LAYOUT)
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -420,8 +418,9 @@ def _parse_import(text: str, path: str) -> tuple[str, Any]:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from coordinator.engine.pipeline import Coordinator
-    from coordinator.tools.snapshot import RestoreError, restore_changes
+    from coordinator.coordinator import Coordinator
+    from coordinator.errors import RestoreError
+    from coordinator.tools.snapshot import restore_changes
 
     kind, items = _parse_import(_read_input(args.file), args.file)
     # Everything that can refuse the file runs before the database is opened,

@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from coordinator.audit import AuditEntry
-from coordinator.engine.wire import RpcError
 from coordinator.engine.workspace import Workspace
 from coordinator.engine.writes import WorkspaceWrite
+from coordinator.errors import RpcError
 from coordinator.listeners import RecordedCall
 from storage import StoreChange
 

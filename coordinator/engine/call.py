@@ -16,8 +16,9 @@ from typing import Any, Protocol
 from msgspec.structs import replace
 
 from coordinator.engine.log import LogReader
-from coordinator.engine.wire import INVALID_PARAMS, NOT_AUTHORISED, RpcError, missing
+from coordinator.engine.wire import INVALID_PARAMS, NOT_AUTHORISED, missing
 from coordinator.engine.workspace import Workspace
+from coordinator.errors import RpcError
 from coordinator.model import HistoryEntry, Member, Task, WorkspaceMeta
 from coordinator.options import Options
 

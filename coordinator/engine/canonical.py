@@ -14,12 +14,11 @@ from typing import Any
 
 import msgspec
 
-from coordinator.errors import ChaplineError
+from coordinator.errors import CanonicalError
 
 __all__ = [
     "MAX_SAFE_INTEGER",
     "ZERO_HASH",
-    "CanonicalError",
     "Shape",
     "canonical_bytes",
     "digest",
@@ -36,12 +35,6 @@ _DEEPEST = 100
 
 _sorted_encode = msgspec.json.Encoder(order="sorted").encode
 _ordered_encode = msgspec.json.Encoder().encode
-
-
-class CanonicalError(ChaplineError, ValueError):
-    """A value has no CHAP canonical form; the message says why and what to send."""
-
-    remedy = "Send integers only (within 2^53-1), strings without lone surrogates."
 
 
 class Shape:

@@ -10,29 +10,13 @@ import msgspec
 from coordinator.engine.canonical import canonical_bytes, inspect
 from coordinator.engine.hints import empty_body, invalid_request, unknown_method
 from coordinator.engine.registry import Method, Registry
-from coordinator.engine.wire import (
-    INVALID_PARAMS,
-    INVALID_REQUEST,
-    MAX_DEPTH,
-    RpcError,
-    decode_json,
-)
-from coordinator.errors import ChaplineError
+from coordinator.engine.wire import INVALID_PARAMS, INVALID_REQUEST, MAX_DEPTH, decode_json
+from coordinator.errors import Rejected, RpcError
 
-__all__ = ["MAX_DEPTH", "Rejected", "Request", "read_envelope"]
+__all__ = ["MAX_DEPTH", "Request", "read_envelope"]
 
 _decode = msgspec.json.decode
 _encode = msgspec.json.encode
-
-
-class Rejected(ChaplineError):
-    """The envelope is refused before any workspace is looked at (never
-    recorded); `error` is the RpcError to answer with. Internal to dispatch."""
-
-    def __init__(self, request_id: Any, error: RpcError) -> None:
-        super().__init__(error.message)
-        self.request_id = request_id
-        self.error = error
 
 
 class Request:

@@ -23,10 +23,10 @@ from coordinator.engine.batch import BatchPart, WorkspaceBatch
 from coordinator.engine.ids import IdSource
 from coordinator.engine.log import LogReader
 from coordinator.engine.signed_calls import index_signed
-from coordinator.engine.wire import INTERNAL_ERROR, STORE_CONFLICT, RpcError
+from coordinator.engine.wire import INTERNAL_ERROR, STORE_CONFLICT
 from coordinator.engine.workspace import Workspace, workspace_from_held
 from coordinator.engine.writes import WorkspaceWrite, apply_changes
-from coordinator.errors import BatchWriteError
+from coordinator.errors import BatchWriteError, RpcError
 from coordinator.listeners import Listeners, decode_objects, encode_objects
 from storage import Store
 

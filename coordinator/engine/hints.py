@@ -12,7 +12,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from coordinator.engine.wire import INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, RpcError
+from coordinator.engine.wire import INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR
+from coordinator.errors import RpcError
 
 __all__ = ["empty_body", "invalid_request", "unknown_method"]
 

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from coordinator.engine.ids import random_ids
-from coordinator.engine.wire import INTERNAL_ERROR, RpcError
+from coordinator.engine.wire import INTERNAL_ERROR
+from coordinator.errors import RpcError
 
 __all__ = ["LOG_ID_PREFIX", "internal_error", "logged"]
 

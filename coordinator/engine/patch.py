@@ -35,18 +35,9 @@ import math
 import re
 from typing import Any
 
-from coordinator.errors import ChaplineError
+from coordinator.errors import PatchError, PatchLimitError
 
-__all__ = [
-    "MAX_CHARS",
-    "MAX_DEPTH",
-    "MAX_NODES",
-    "MAX_OPS",
-    "PatchError",
-    "PatchLimitError",
-    "apply_patch",
-    "json_type",
-]
+__all__ = ["MAX_CHARS", "MAX_DEPTH", "MAX_NODES", "MAX_OPS", "apply_patch", "json_type"]
 
 MAX_OPS = 1000
 MAX_NODES = 100_000
@@ -60,34 +51,6 @@ _UNSAFE_SEGMENTS = frozenset({"__proto__", "constructor", "prototype"})
 _ARRAY_INDEX = re.compile(r"(0|[1-9][0-9]*)")
 _BAD_TILDE = re.compile(r"~(?![01])")
 _OPS = ("add", "remove", "replace", "move", "copy", "test")
-
-
-class PatchError(ChaplineError):
-    """A patch that cannot be applied; nothing was changed.
-
-    ``data`` says where: ``op_index`` (0-based position in the patch, absent
-    for whole-patch problems), ``op`` and ``path`` when known. The coordinator
-    passes it on as the JSON-RPC error's ``data``.
-    """
-
-    def __init__(self, message: str, data: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.data: dict[str, Any] = dict(data or {})
-
-    @property
-    def op_index(self) -> int | None:
-        return self.data.get("op_index")
-
-    @property
-    def path(self) -> str | None:
-        return self.data.get("path")
-
-
-class PatchLimitError(PatchError):
-    """The patch would make the document deeper or larger than the bounds
-    (``MAX_DEPTH``, ``MAX_CHARS``); nothing was changed. ``data`` adds
-    ``limit`` and what was reached (``depth`` or ``chars``)."""
 
 
 def json_type(value: Any) -> str:

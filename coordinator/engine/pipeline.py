@@ -1,4 +1,4 @@
-"""The Coordinator: one call in, one JSON-RPC response out, write-ahead.
+"""The pipeline: one call in, one JSON-RPC response out, write-ahead.
 
 The flow of a call (SPECIFICATION.md, "Dispatch"): decode and check the
 envelope, route it through the profile gate, membership floor and paused gate,
@@ -13,21 +13,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import reprlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from coordinator.audit import signed_digest
-from coordinator.compat import (
-    CoordinatorOptions,
-    WorkspaceState,
-    WorkspacesView,
-    coordinator_settings,
-)
+from coordinator.compat import WorkspaceState, WorkspacesView
 from coordinator.engine.call import Call
 from coordinator.engine.clock import Clock, iso_ms, system_clock
-from coordinator.engine.envelope import Rejected, Request, read_envelope
+from coordinator.engine.envelope import Request, read_envelope
 from coordinator.engine.held import HeldWorkspaces
 from coordinator.engine.ids import IdSource, random_ids
 from coordinator.engine.incidents import internal_error, logged
@@ -53,40 +48,37 @@ from coordinator.engine.wire import (
     STORE_CONFLICT,
     STORE_WRITE_FAILED,
     WORKSPACE_PAUSED,
-    RpcError,
     decode_json,
     error_response,
     result_response,
 )
 from coordinator.engine.writes import WorkspaceWrite, store_error
-from coordinator.errors import BatchWriteError
+from coordinator.errors import (
+    Rejected,
+    RestoreError,
+    RpcError,
+    UnknownWorkspaceError,
+)
 from coordinator.listeners import (
     AuditListener,
     ChangeListener,
     ListenerHandle,
     Listeners,
 )
+from coordinator.model import SIGNED_CALLS
 from coordinator.options import (
-    EscalationPolicy,
     Options,
-    ReviewDepthPolicy,
-    RoutingPolicy,
     unenforced,
 )
 from coordinator.projections.cursor import Attachment, Projection
-from coordinator.tools.snapshot import (
-    RestoreError,
-    UnknownWorkspaceError,
-    restore_changes,
-    snapshot_of,
-)
-from storage import SIGNED_CALLS, MemoryStore, Store, StoreChange, StoreError
+from coordinator.tools.snapshot import restore_changes, snapshot_of
+from storage import MemoryStore, Store, StoreChange, StoreError
 from storage._mypyc import mypyc_attr
 
 if TYPE_CHECKING:
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    pass
 
-__all__ = ["AuditListener", "BatchWriteError", "Coordinator", "Options"]
+__all__ = ["Pipeline"]
 
 log = logging.getLogger("chapline")
 
@@ -94,108 +86,45 @@ _decode = msgspec.json.decode
 _encode = msgspec.json.Encoder().encode  # keeps key order, as results are shown
 
 
-# Compiled (setup.py) as an ordinary Python class, so that applications can
-# subclass it and replace its methods on an instance as before.
+# Compiled (setup.py) as an ordinary Python class. Interpreted code cannot
+# subclass it (compiled, each method takes only this very class as `self`),
+# so the public `Coordinator` (coordinator/coordinator.py) holds one.
 @mypyc_attr(native_class=False)
-class Coordinator:
-    """A CHAP coordinator: `dispatch(envelope)` answers one JSON-RPC call.
+class Pipeline:
+    """The engine `coordinator.Coordinator` holds and documents: one JSON-RPC
+    call in, one response out, written ahead (SPECIFICATION.md, "Dispatch").
 
-    `store` defaults to a MemoryStore; `clock` (epoch ms) and `ids`
-    (`prefix -> id`) are injectable so that the same calls give byte-identical
-    stores. Every workspace the store holds is restored at construction.
-    `routing_policy`, `review_depth_policy` and `escalation_policy` replace
-    routing/1.0's default policies (SPECIFICATION.md, "Control and routing").
+    `options` are built (coordinator/options.py); `store` None is a
+    MemoryStore. Every workspace the store holds is restored here.
     """
 
     def __init__(
         self,
-        store: Store | CoordinatorOptions | None = None,
+        store: Store | None,
+        options: Options,
         *,
-        options: CoordinatorOptions | None = None,
         clock: Clock | None = None,
         ids: IdSource | None = None,
-        enable_chain: bool | None = None,
-        default_profiles: tuple[str, ...] | list[str] | None = None,
-        max_envelope_bytes: int | None = None,
-        require_read_membership: bool | None = None,
         on_audit: AuditListener | None = None,
-        routing_policy: RoutingPolicy | None = None,
-        review_depth_policy: ReviewDepthPolicy | None = None,
-        escalation_policy: EscalationPolicy | None = None,
-        require_signatures: bool | None = None,
-        enforce_step_up: bool | None = None,
-        verify_oidc_token: Callable[[Any], Any] | None = None,
-        verify_vc: Callable[[Any], Any] | None = None,
-        scitt_submitter: Callable[[dict[str, Any]], Any] | None = None,
-        verify_scitt_receipt: Callable[[Any], Any] | None = None,
-        scitt_issuer_key: Ed25519PrivateKey | None = None,
-        scitt_issuer_kid: str | None = None,
         registry: Registry | None = None,
-        **overrides: Any,
     ) -> None:
-        if isinstance(store, CoordinatorOptions):  # 0.3.3's Coordinator(options)
-            if options is not None:
-                raise TypeError("Coordinator() got options twice (positionally and as options=)")
-            options, store = store, None
-        explicit = {
-            "store": store,
-            "clock": clock,
-            "ids": ids,
-            "enable_chain": enable_chain,
-            "default_profiles": default_profiles,
-            "max_envelope_bytes": max_envelope_bytes,
-            "require_read_membership": require_read_membership,
-            "on_audit": on_audit,
-            "routing_policy": routing_policy,
-            "review_depth_policy": review_depth_policy,
-            "escalation_policy": escalation_policy,
-            "require_signatures": require_signatures,
-            "enforce_step_up": enforce_step_up,
-            "verify_oidc_token": verify_oidc_token,
-            "verify_vc": verify_vc,
-            "scitt_submitter": scitt_submitter,
-            "verify_scitt_receipt": verify_scitt_receipt,
-            "scitt_issuer_key": scitt_issuer_key,
-            "scitt_issuer_kid": scitt_issuer_kid,
-        }
-        settings = coordinator_settings(options, overrides, explicit)
-        chosen: Store | None = settings["store"]
-        clock, ids = settings["clock"], settings["ids"]
-        default_profiles = settings["default_profiles"]
-        on_audit = settings["on_audit"]
         # The profiles this coordinator runs: `registry` (engine/registry.py),
         # else every profile module's.
         self.registry = registry if registry is not None else _every_profile()
-        problem = self.registry.unadvertisable(default_profiles)
+        problem = self.registry.unadvertisable(options.default_profiles)
         if problem:
             raise ValueError(f"default_profiles: {problem}")
-        if chosen is not None and not callable(getattr(chosen, "load_held", None)):
+        if store is not None and not callable(getattr(store, "load_held", None)):
             raise TypeError(
                 f"store must be a chapline store (storage.MemoryStore, storage.SqliteStore), "
-                f"not {type(chosen).__module__}.{type(chosen).__name__}: to keep a 0.3.3 SQLite "
+                f"not {type(store).__module__}.{type(store).__name__}: to keep a 0.3.3 SQLite "
                 "file, open it with storage.SqliteStore(path)"
             )
-        self.store: Store = chosen if chosen is not None else MemoryStore()
+        self.store: Store = store if store is not None else MemoryStore()
         self._clock = clock or system_clock
         self._ids = ids or random_ids
-        self.options = Options(
-            enable_chain=settings["enable_chain"],
-            default_profiles=tuple(default_profiles),
-            max_envelope_bytes=settings["max_envelope_bytes"],
-            require_read_membership=settings["require_read_membership"],
-            routing_policy=settings["routing_policy"],
-            review_depth_policy=settings["review_depth_policy"],
-            escalation_policy=settings["escalation_policy"],
-            require_signatures=settings["require_signatures"],
-            enforce_step_up=settings["enforce_step_up"],
-            verify_oidc_token=settings["verify_oidc_token"],
-            verify_vc=settings["verify_vc"],
-            scitt_submitter=settings["scitt_submitter"],
-            verify_scitt_receipt=settings["verify_scitt_receipt"],
-            scitt_issuer_key=settings.get("scitt_issuer_key"),
-            scitt_issuer_kid=settings.get("scitt_issuer_kid") or "scitt-issuer",
-        )
-        problem = unenforced(self.options, profile_names(list(default_profiles)))
+        self.options = options
+        problem = unenforced(self.options, profile_names(list(options.default_profiles)))
         if problem:
             raise ValueError(f"default_profiles: {problem}")
         # The checks every call passes while the option that turns each on is.
@@ -359,7 +288,7 @@ class Coordinator:
             attachment.detach()
         self.store.close()
 
-    def __enter__(self) -> Coordinator:
+    def __enter__(self) -> Pipeline:
         return self
 
     def __exit__(self, *exc: object) -> None:

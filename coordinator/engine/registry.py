@@ -68,7 +68,7 @@ from coordinator.engine.wire import (
     SIG_VERIFY_FAILED,
     STORED_OBJECT_UNREADABLE,
 )
-from coordinator.errors import ChaplineError
+from coordinator.errors import RegistryError
 from coordinator.extras import installed
 
 if TYPE_CHECKING:
@@ -94,7 +94,6 @@ __all__ = [
     "Method",
     "Profile",
     "Registry",
-    "RegistryError",
     "SweepHook",
     "profile_name",
     "profile_names",
@@ -171,18 +170,6 @@ EXTENSION_PROFILE_PREFIX = "x-chapline-"
 EXTENSION_METHOD_PREFIX = "x-chapline."
 _EXTENSION_PROFILE = re.compile(r"x-chapline-[a-z][a-z0-9-]*/[0-9]+\.[0-9]+")
 _EXTENSION_METHOD = re.compile(r"x-chapline\.[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
-
-
-class RegistryError(ChaplineError):
-    """The method declarations disagree with CHAP 0.3 or with each other.
-
-    Raised when the registry is built (at import), never during a call;
-    `method` names the declaration at fault.
-    """
-
-    def __init__(self, method: str, problem: str) -> None:
-        self.method = method
-        super().__init__(f"{method}: {problem}")
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,11 @@ from typing import Any
 import msgspec
 
 from coordinator.audit import AuditEntry, signed_digest
-from coordinator.engine.canonical import CanonicalError
 from coordinator.engine.log import LogReader
-from coordinator.engine.wire import RpcError
 from coordinator.engine.workspace import Workspace
+from coordinator.errors import CanonicalError, RpcError
+from coordinator.model import SIGNED_CALLS
 from coordinator.security.signing import signing_bytes
-from storage import SIGNED_CALLS
 
 __all__ = [
     "Replay",

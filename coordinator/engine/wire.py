@@ -1,4 +1,5 @@
-"""JSON-RPC 2.0 on the wire: error codes, RpcError, and response shapes."""
+"""JSON-RPC 2.0 on the wire: error codes and response shapes (the refusal
+itself, `RpcError`, is in coordinator/errors.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 import msgspec
 
 from coordinator.engine.canonical import inspect
-from coordinator.errors import ChaplineError
+from coordinator.errors import RpcError
 
 __all__ = [
     "MAX_DEPTH",
@@ -61,7 +62,6 @@ __all__ = [
     "WORK_TASK_REDEFINED",
     "WORK_PLAN_CYCLE",
     "WORK_CLAIM_REQUIRED",
-    "RpcError",
     "error_response",
     "result_response",
     "decode_json",
@@ -140,33 +140,6 @@ WORK_PLAN_CYCLE = -32962
 WORK_CLAIM_REQUIRED = -32963
 
 
-class RpcError(ChaplineError):
-    """A refusal to answer with a JSON-RPC error object: `code`, `message`
-    (what was wrong and what to send instead) and `data`."""
-
-    remedy = "Change the request as the message says and send it again."
-
-    __slots__ = ("code", "message", "data")
-
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.data = data
-
-    def to_wire(self) -> dict[str, Any]:
-        err: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.data is not None:
-            err["data"] = self.data
-        try:
-            msgspec.json.encode(err)
-        except (TypeError, ValueError, UnicodeEncodeError):
-            # A message or data quoting the caller's input, which held a lone
-            # surrogate (or another value JSON cannot carry): show it escaped.
-            err = _sendable(err)
-        return err
-
-
 def invalid_params(message: str) -> RpcError:
     return RpcError(INVALID_PARAMS, message)
 
@@ -181,20 +154,6 @@ def result_response(req_id: Any, result: Any) -> dict[str, Any]:
 
 def error_response(req_id: Any, error: RpcError) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": _sendable_id(req_id), "error": error.to_wire()}
-
-
-def _sendable(value: Any) -> Any:
-    """`value` with every string JSON cannot carry escaped, and every other
-    value JSON cannot carry shown as its repr."""
-    if isinstance(value, str):
-        return value.encode("utf-8", "backslashreplace").decode("utf-8")
-    if isinstance(value, dict):
-        return {_sendable(k): _sendable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_sendable(v) for v in value]
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
-    return repr(value)
 
 
 def _sendable_id(req_id: Any) -> Any:

@@ -9,21 +9,14 @@ from typing import Any, Protocol, TypeVar, cast
 import msgspec
 
 from coordinator.engine.clock import epoch_ms, iso_ms
-from coordinator.engine.wire import STORED_OBJECT_UNREADABLE, RpcError
-from coordinator.model import WorkspaceMeta, from_text
-from storage import (
-    COLLECTIONS,
-    EXTENSION_COLLECTIONS,
-    IDEMPOTENCY_KEYS,
-    SIGNED_CALLS,
-    HeldWorkspace,
-)
+from coordinator.engine.wire import STORED_OBJECT_UNREADABLE
+from coordinator.errors import StoredObjectError
+from coordinator.model import COLLECTION_NAMES, WorkspaceMeta, from_text
+from storage import HeldWorkspace
 
-__all__ = ["COLLECTION_NAMES", "CollectionIndex", "StoredObjectError", "Workspace", "workspace_from_held"]
+__all__ = ["CollectionIndex", "Workspace", "workspace_from_held"]
 
 log = logging.getLogger("chapline")
-
-COLLECTION_NAMES = (*COLLECTIONS, IDEMPOTENCY_KEYS, SIGNED_CALLS, *EXTENSION_COLLECTIONS)
 
 
 class CollectionIndex(Protocol):
@@ -34,22 +27,6 @@ class CollectionIndex(Protocol):
 
 
 _I = TypeVar("_I", bound=CollectionIndex)
-
-
-class StoredObjectError(RpcError):
-    """An object the store holds cannot be read as the coordinator's type.
-
-    Answered -32903 with `{workspace, collection, key}`; the call changes
-    nothing and is not recorded (the fault is the store's, not the caller's).
-    """
-
-    def __init__(self, workspace: str, collection: str, key: str, detail: str) -> None:
-        super().__init__(
-            STORED_OBJECT_UNREADABLE,
-            f"workspace {workspace!r}: the stored {collection} object {key!r} cannot be "
-            f"read ({detail}); repair or delete its row in the store",
-            {"workspace": workspace, "collection": collection, "key": key},
-        )
 
 
 class Workspace:
@@ -92,7 +69,9 @@ class Workspace:
             try:
                 value = held[key] = from_text(collection, value)
             except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                raise StoredObjectError(self.id, collection, key, str(exc)) from None
+                raise StoredObjectError(
+                    STORED_OBJECT_UNREADABLE, self.id, collection, key, str(exc)
+                ) from None
         return value
 
     def values(self, collection: str) -> list[Any]:

@@ -12,8 +12,9 @@ from coordinator.audit import AuditEntry
 from coordinator.engine.canonical import ZERO_HASH, link_hash
 from coordinator.engine.ids import IdSource
 from coordinator.engine.incidents import logged
-from coordinator.engine.wire import STORE_CONFLICT, STORE_WRITE_FAILED, RpcError
+from coordinator.engine.wire import STORE_CONFLICT, STORE_WRITE_FAILED
 from coordinator.engine.workspace import Workspace
+from coordinator.errors import RpcError
 from coordinator.model import WorkspaceMeta
 from storage import Store, StoreChange, StoreConflictError
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from coordinator.engine.registry import Profile, Registry, RegistryError
+from coordinator.engine.registry import Profile, Registry
+from coordinator.errors import RegistryError
 
 __all__ = ["REGISTRY"]
 

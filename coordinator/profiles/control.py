@@ -21,9 +21,9 @@ from coordinator.engine.wire import (
     MODE_CEILING_EXCEEDED,
     SNAPSHOT_NOT_FOUND,
     WORKSPACE_PAUSED,
-    RpcError,
     invalid_params,
 )
+from coordinator.errors import RpcError
 from coordinator.model import (
     MODES,
     HistoryEntry,

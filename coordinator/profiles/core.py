@@ -26,16 +26,16 @@ from coordinator.engine.wire import (
     NOT_AUTHORISED,
     SIG_KEY_NOT_FOUND,
     SIG_KEY_REVOKED,
-    RpcError,
     invalid_params,
 )
+from coordinator.errors import JwkError, RpcError
 from coordinator.model import (
     Member,
     WorkspaceMeta,
 )
 from coordinator.options import ENFORCED_BY, unenforced
 from coordinator.security.attest import attest_join, key_record
-from coordinator.security.signing import JwkError, check_jwk
+from coordinator.security.signing import check_jwk
 
 __all__ = ["PROFILE"]
 

@@ -24,10 +24,10 @@ from coordinator.engine.wire import (
     BAD_RULE,
     DELIBERATION_NOT_OPEN,
     NOT_A_PARTICIPANT,
-    RpcError,
     invalid_params,
     missing,
 )
+from coordinator.errors import RpcError
 from coordinator.model import Deliberation
 
 __all__ = ["PROFILE", "tally"]

@@ -22,9 +22,9 @@ from coordinator.engine.wire import (
     NOT_RECIPIENT,
     NOT_TASK_OWNER,
     WORKSPACE_PAUSED,
-    RpcError,
     invalid_params,
 )
+from coordinator.errors import RpcError
 from coordinator.model import Handoff, HandoffTask
 
 __all__ = ["PROFILE"]

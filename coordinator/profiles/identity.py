@@ -21,7 +21,8 @@ from __future__ import annotations
 from coordinator.engine.call import Call
 from coordinator.engine.clock import epoch_seconds
 from coordinator.engine.registry import Method, Profile
-from coordinator.engine.wire import OIDC_STEP_UP_REQUIRED, RpcError
+from coordinator.engine.wire import OIDC_STEP_UP_REQUIRED
+from coordinator.errors import RpcError
 
 __all__ = ["PROFILE", "check_step_up"]
 

@@ -15,8 +15,8 @@ from typing import Any
 from msgspec.structs import replace
 
 from coordinator.engine.call import Call
-from coordinator.engine.canonical import CanonicalError, canonical_bytes, digest
-from coordinator.engine.patch import PatchError, PatchLimitError, apply_patch
+from coordinator.engine.canonical import canonical_bytes, digest
+from coordinator.engine.patch import apply_patch
 from coordinator.engine.registry import ANY, BOOLEAN, STRING, Profile, schema
 from coordinator.engine.wire import (
     DIGEST_MISMATCH,
@@ -27,9 +27,9 @@ from coordinator.engine.wire import (
     PATCH_FAILED,
     REVIEW_ALREADY_OPEN,
     WORKSPACE_PAUSED,
-    RpcError,
     invalid_params,
 )
+from coordinator.errors import CanonicalError, PatchError, PatchLimitError, RpcError
 from coordinator.model import Override, Review, Task, mode_le, trial_forces_review
 
 __all__ = ["PROFILE"]

@@ -26,9 +26,9 @@ from coordinator.engine.wire import (
     NO_ELIGIBLE_ASSIGNEE,
     POLICY_UNREACHABLE,
     WORKSPACE_PAUSED,
-    RpcError,
     invalid_params,
 )
+from coordinator.errors import RpcError
 from coordinator.model import HistoryEntry, RouteDecision, Task
 
 __all__ = ["PROFILE"]

@@ -29,9 +29,9 @@ from coordinator.engine.wire import (
     SCITT_RECEIPT_INVALID,
     SCITT_STATEMENT_REJECTED,
     SCITT_UNREACHABLE,
-    RpcError,
     invalid_params,
 )
+from coordinator.errors import RpcError
 
 __all__ = ["PROFILE"]
 

@@ -27,14 +27,9 @@ from typing import Any
 
 from coordinator.engine.call import Call
 from coordinator.engine.registry import Method, Profile
-from coordinator.engine.wire import (
-    SIG_KEY_NOT_FOUND,
-    SIG_ROTATION_KEY_MISMATCH,
-    SIG_VERIFY_FAILED,
-    RpcError,
-)
+from coordinator.engine.wire import SIG_KEY_NOT_FOUND, SIG_ROTATION_KEY_MISMATCH, SIG_VERIFY_FAILED
+from coordinator.errors import RpcError, SignatureError
 from coordinator.security.signing import (
-    SignatureError,
     key_for_call,
     parse_sig,
     public_key_from_jwk,

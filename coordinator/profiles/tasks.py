@@ -18,17 +18,17 @@ from coordinator.engine.wire import (
     MODE_CEILING_EXCEEDED,
     NOT_AUTHORISED,
     WORKSPACE_PAUSED,
-    RpcError,
     invalid_params,
 )
+from coordinator.errors import RpcError
 from coordinator.model import (
+    IDEMPOTENCY_KEYS,
     HistoryEntry,
     Review,
     Task,
     mode_le,
     trial_forces_review,
 )
-from storage import IDEMPOTENCY_KEYS
 
 __all__ = ["PROFILE"]
 

@@ -22,7 +22,7 @@ from typing import Any
 from msgspec.structs import replace
 
 from coordinator.engine.call import Call
-from coordinator.engine.canonical import CanonicalError, canonical_bytes
+from coordinator.engine.canonical import canonical_bytes
 from coordinator.engine.clock import iso_ms
 from coordinator.engine.registry import ANY, ARRAY, INTEGER, STRING, Profile, schema
 from coordinator.engine.sweeps import Sweep
@@ -31,10 +31,10 @@ from coordinator.engine.wire import (
     NOT_AUTHORISED,
     WHISPER_ANSWERED,
     WHISPER_LAPSED,
-    RpcError,
     invalid_params,
 )
 from coordinator.engine.writes import WorkspaceWrite
+from coordinator.errors import CanonicalError, RpcError
 from coordinator.model import WhisperPrompt
 from storage import StoreConflictError
 

@@ -41,10 +41,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.engine.canonical import CanonicalError, canonical_bytes
+from coordinator.engine.canonical import canonical_bytes
+from coordinator.errors import CanonicalError, ProjectionError
 from coordinator.listeners import Change
 from coordinator.model import Task
-from coordinator.projections.sql import ProjectionError, SqlTarget, open_target
+from coordinator.projections.sql import SqlTarget, open_target
 from coordinator.projections.times import Moment, call_moment, parse_time
 
 __all__ = ["DECISION_METHODS", "SETTLED", "AnalyticsProjection", "creation_key", "epoch_ms", "moves"]

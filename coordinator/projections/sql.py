@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
-from coordinator.errors import ChaplineError
+from coordinator.errors import ProjectionError
 from storage.target import describe_target, is_postgres
 
 if TYPE_CHECKING:
@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 __all__ = [
     "CURSORS_TABLE",
     "PostgresTarget",
-    "ProjectionError",
     "SqlTarget",
     "SqliteTarget",
     "open_sqlite",
@@ -55,25 +54,6 @@ CURSORS_TABLE = (
 _SCHEMA_LOCK = 0x6368_7072  # "chpr"
 
 Row = Sequence[Any]
-
-
-class ProjectionError(ChaplineError):
-    """A projection's target cannot be opened or written, or holds a cursor
-    that does not fit the entries handed to it.
-
-    `target` describes the database (a file's path, or a PostgreSQL
-    database's name, host and port: never a user or password)."""
-
-    remedy = (
-        "Check that the projection's database can be reached and written (for "
-        "PostgreSQL: the server runs and the URI's user may create tables in that "
-        "database). An attached projection that fails is retried from its cursor "
-        "by itself; the calls are unaffected."
-    )
-
-    def __init__(self, target: str, message: str) -> None:
-        super().__init__(message)
-        self.target = target
 
 
 class SqlTarget(ABC):

@@ -42,10 +42,9 @@ from coordinator.engine.wire import (
     OIDC_TOKEN_INVALID,
     VC_HOLDER_BINDING_INVALID,
     VC_VP_INVALID,
-    RpcError,
 )
-from coordinator.security.identity_verifiers import IdentityRejected
-from coordinator.security.signing import SignatureError, public_key_from_jwk, verify_envelope
+from coordinator.errors import IdentityRejected, RpcError, SignatureError
+from coordinator.security.signing import public_key_from_jwk, verify_envelope
 
 __all__ = ["Attested", "attest_join", "key_record"]
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from coordinator.errors import ChaplineError
+from coordinator.errors import CoseError
 from coordinator.extras import needs
 
 with needs("crypto"):
@@ -46,7 +46,6 @@ __all__ = [
     "CWT_ISS",
     "CWT_SUB",
     "KID",
-    "CoseError",
     "Sign1",
     "decode_sign1",
     "sign1",
@@ -64,10 +63,6 @@ CWT_IAT = 6
 ALG_EDDSA = -8
 CHAP_CONTENT_TYPE = "application/chap+json;version=0.3"
 _SIGN1_TAG = 18
-
-
-class CoseError(ChaplineError, ValueError):
-    """Bytes that are not a COSE_Sign1 this module accepts, or whose signature fails."""
 
 
 class Sign1:

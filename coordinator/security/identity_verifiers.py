@@ -32,7 +32,7 @@ from coordinator.engine.wire import (  # re-exported: raised by the checks here
     VC_HOLDER_BINDING_INVALID,
     VC_VP_INVALID,
 )
-from coordinator.errors import ChaplineError
+from coordinator.errors import IdentityRejected
 from coordinator.extras import needs
 
 if TYPE_CHECKING:
@@ -44,7 +44,6 @@ __all__ = [
     "OIDC_CNF_MISMATCH",
     "VC_VP_INVALID",
     "VC_HOLDER_BINDING_INVALID",
-    "IdentityRejected",
     "OidcVerifier",
     "VcVerifier",
     "same_public_key",
@@ -54,15 +53,6 @@ __all__ = [
 # RS256/ES256 are what OpenID providers sign with; Ed25519 (RFC 9864) and its
 # older name EdDSA for keys of the CHAP kind.
 DEFAULT_ALGORITHMS = ("RS256", "ES256", "Ed25519", "EdDSA")
-
-
-class IdentityRejected(ChaplineError):
-    """A token or presentation that cannot be accepted; `code` is the CHAP code."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 def _epoch_seconds() -> int:

@@ -41,7 +41,7 @@ import functools
 import re
 from typing import TYPE_CHECKING, Any
 
-from coordinator.engine.canonical import CanonicalError, canonical_bytes
+from coordinator.engine.canonical import canonical_bytes
 from coordinator.engine.limits import MAX_ID_CHARS
 from coordinator.engine.wire import (  # re-exported: raised by the checks here
     SIG_KEY_NOT_FOUND,
@@ -49,7 +49,7 @@ from coordinator.engine.wire import (  # re-exported: raised by the checks here
     SIG_ROTATION_KEY_MISMATCH,
     SIG_VERIFY_FAILED,
 )
-from coordinator.errors import ChaplineError
+from coordinator.errors import CanonicalError, JwkError, SignatureError
 from coordinator.extras import needs
 from coordinator.security.ed25519 import L, key_problem, weak_point
 
@@ -64,8 +64,6 @@ __all__ = [
     "SIG_KEY_NOT_FOUND",
     "SIG_KEY_REVOKED",
     "SIG_ROTATION_KEY_MISMATCH",
-    "JwkError",
-    "SignatureError",
     "check_jwk",
     "key_at",
     "key_for_call",
@@ -79,30 +77,6 @@ __all__ = [
 ]
 
 _SCHEME = "ed25519"
-
-
-class SignatureError(ChaplineError, ValueError):
-    """A signature that cannot be accepted; `code` is its CHAP error code."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-class JwkError(ChaplineError, ValueError):
-    """A key offered for registration that is not one: `field` names the
-    member at fault (`jwks.keys[0].x`, `new_jwk.kid`); answered -32602."""
-
-    remedy = (
-        "Register the public half of an Ed25519 key, as coordinator.public_jwk(key, kid) "
-        "writes it: {kty: OKP, crv: Ed25519, kid, x}."
-    )
-
-    def __init__(self, field: str, problem: str) -> None:
-        self.field = field
-        self.message = f"{field} {problem}"
-        super().__init__(self.message)
 
 
 def signing_bytes(envelope: dict[str, Any]) -> bytes:

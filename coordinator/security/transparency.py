@@ -27,7 +27,7 @@ import urllib.request
 from typing import Any
 
 from coordinator.engine.clock import epoch_seconds
-from coordinator.errors import ChaplineError
+from coordinator.errors import CoseError, ScittUnreachable, SignatureError
 from coordinator.extras import needs
 from coordinator.security.cose import (
     ALG_EDDSA,
@@ -38,12 +38,11 @@ from coordinator.security.cose import (
     CWT_ISS,
     CWT_SUB,
     KID,
-    CoseError,
     decode_sign1,
     sign1,
     verify_sign1,
 )
-from coordinator.security.signing import SignatureError, public_key_from_jwk
+from coordinator.security.signing import public_key_from_jwk
 
 with needs("crypto"):
     from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -51,20 +50,10 @@ with needs("crypto"):
         Ed25519PublicKey,
     )
 
-__all__ = [
-    "PLACEHOLDER_SIGNATURE",
-    "ReceiptVerifier",
-    "ScittSubmitter",
-    "ScittUnreachable",
-    "build_statement",
-]
+__all__ = ["PLACEHOLDER_SIGNATURE", "ReceiptVerifier", "ScittSubmitter", "build_statement"]
 
 PLACEHOLDER_SIGNATURE = "<deployment-supplied>"
 _PLACEHOLDER_KID = "scitt-issuer"
-
-
-class ScittUnreachable(ChaplineError):
-    """The transparency service could not be reached or failed (-32080)."""
 
 
 def _b64(data: bytes) -> str:

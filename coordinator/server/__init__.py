@@ -11,7 +11,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from coordinator.server.dispatcher import Dispatcher, DispatcherClosed, SerialDispatcher
+    from coordinator.errors import DispatcherClosed
+    from coordinator.server.dispatcher import Dispatcher, SerialDispatcher
     from coordinator.server.http import MAX_BODY_BYTES, create_app
 
 __all__ = ["MAX_BODY_BYTES", "Dispatcher", "DispatcherClosed", "SerialDispatcher", "create_app"]
@@ -20,7 +21,7 @@ __all__ = ["MAX_BODY_BYTES", "Dispatcher", "DispatcherClosed", "SerialDispatcher
 _HOMES = {
     "MAX_BODY_BYTES": "coordinator.server.http",
     "Dispatcher": "coordinator.server.dispatcher",
-    "DispatcherClosed": "coordinator.server.dispatcher",
+    "DispatcherClosed": "coordinator.errors",
     "SerialDispatcher": "coordinator.server.dispatcher",
     "create_app": "coordinator.server.http",
 }

@@ -38,14 +38,14 @@ from coordinator.engine.wire import (
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     PARSE_ERROR,
-    RpcError,
     error_response,
 )
+from coordinator.errors import NotJsonError, RpcError
 from coordinator.extras import needs
 from coordinator.server.auth import Authenticator
 from coordinator.server.body import MAX_BODY_BYTES, read_body
 from coordinator.server.catalogue import tool_name
-from coordinator.server.strict_json import NotJsonError, loads
+from coordinator.server.strict_json import loads
 
 with needs("a2a"):
     from a2a.helpers.proto_helpers import get_data_parts, new_data_message

@@ -40,11 +40,11 @@ from coordinator.engine.wire import (
     AUTHENTICATION_REQUIRED,
     NOT_AUTHORISED,
     STORE_WRITE_FAILED,
-    RpcError,
     decode_json,
 )
+from coordinator.errors import IdentityRejected, RpcError
 from coordinator.profiles.signed import UNSIGNED_METHODS
-from coordinator.security.identity_verifiers import OIDC_TOKEN_INVALID, IdentityRejected
+from coordinator.security.identity_verifiers import OIDC_TOKEN_INVALID
 from storage import StoreError, StoreUnavailableError
 from storage.target import is_postgres
 

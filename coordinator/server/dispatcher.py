@@ -28,11 +28,10 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
 from coordinator.engine.incidents import internal_error
-from coordinator.engine.pipeline import BatchWriteError
 from coordinator.engine.wire import error_response
-from coordinator.errors import ChaplineError
+from coordinator.errors import BatchWriteError, DispatcherClosed
 
-__all__ = ["Dispatcher", "DispatcherClosed", "SerialDispatcher", "sweep_every"]
+__all__ = ["Dispatcher", "SerialDispatcher", "sweep_every"]
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +42,6 @@ class Dispatcher(Protocol):
     def dispatch(self, envelope: dict[str, Any] | str | bytes) -> dict[str, Any]: ...
 
     def batch(self) -> AbstractContextManager[None]: ...
-
-
-class DispatcherClosed(ChaplineError, RuntimeError):
-    """The dispatcher was closed; the call was not run."""
 
 
 # One queued job: a request body (or a read to run), and the loop and future

@@ -33,15 +33,15 @@ from coordinator.engine.wire import (
     STORE_CONFLICT,
     STORE_WRITE_FAILED,
     STORED_OBJECT_UNREADABLE,
-    RpcError,
     error_response,
 )
+from coordinator.errors import DispatcherClosed, RpcError
 from coordinator.extras import installed, needs
 from coordinator.profiles import REGISTRY
 from coordinator.server.auth import Authenticator
 from coordinator.server.body import MAX_BODY_BYTES, read_body
 from coordinator.server.desk import DeskTarget, EventHub, desk_routes
-from coordinator.server.dispatcher import DispatcherClosed, SerialDispatcher, sweep_every
+from coordinator.server.dispatcher import SerialDispatcher, sweep_every
 
 with needs("server"):
     import uvicorn

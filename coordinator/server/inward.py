@@ -17,30 +17,13 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from coordinator.engine.canonical import digest
-from coordinator.errors import ChaplineError
+from coordinator.errors import InwardCallError
 
-__all__ = ["InwardCallError", "content_hash", "wrap_a2a_message_exchange", "wrap_mcp_tool_call"]
+__all__ = ["content_hash", "wrap_a2a_message_exchange", "wrap_mcp_tool_call"]
 
 
 class _Dispatches(Protocol):
     def dispatch(self, envelope: dict[str, Any]) -> dict[str, Any]: ...
-
-
-class InwardCallError(ChaplineError, RuntimeError):
-    """A call a helper made was refused. `step` is the method ("task.create",
-    ...), `error` the JSON-RPC error; the calls before it stay recorded, so a
-    refused `task.complete` leaves the task in progress, where it can be
-    completed or cancelled by hand. A RuntimeError too, as 0.3.3 raises."""
-
-    remedy = (
-        "Fix the cause the error names (is the caller a member of the workspace? are "
-        "numbers in the values integers or strings?) and record the work again."
-    )
-
-    def __init__(self, step: str, error: dict[str, Any]) -> None:
-        self.step = step
-        self.error = error
-        super().__init__(f"{step} failed: {error}. {self.remedy}")
 
 
 def content_hash(value: Any) -> str:

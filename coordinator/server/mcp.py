@@ -37,11 +37,12 @@ from coordinator import __version__
 from coordinator.engine.incidents import internal_error
 from coordinator.engine.registry import Method
 from coordinator.engine.wire import INVALID_PARAMS, METHOD_NOT_FOUND
+from coordinator.errors import NotJsonError
 from coordinator.extras import needs
 from coordinator.server.auth import Authenticator
 from coordinator.server.catalogue import TOOL_PREFIX, tool_name
 from coordinator.server.dispatcher import Dispatcher, SerialDispatcher, sweep_every
-from coordinator.server.strict_json import NotJsonError, loads, non_finite
+from coordinator.server.strict_json import loads, non_finite
 
 with needs("mcp"):
     import anyio

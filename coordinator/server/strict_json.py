@@ -16,9 +16,9 @@ from typing import Any
 
 import msgspec
 
-from coordinator.errors import ChaplineError
+from coordinator.errors import NotJsonError
 
-__all__ = ["NotJsonError", "loads", "non_finite"]
+__all__ = ["loads", "non_finite"]
 
 _decode = msgspec.json.decode
 _AT_BYTE = re.compile(r"\(byte (\d+)\)")
@@ -29,20 +29,6 @@ _LONE_ESCAPE = re.compile(
     rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
     rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
 )
-
-
-class NotJsonError(ChaplineError, ValueError):
-    """Text that is not strict JSON, or that this server cannot read; `reason`
-    says which, in words a client author can act on."""
-
-    remedy = (
-        "Send standard JSON (RFC 8259): no NaN or Infinity, numbers within a double's "
-        "range, strings of valid Unicode, nesting at most a few hundred levels."
-    )
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 def loads(text: str | bytes) -> Any:

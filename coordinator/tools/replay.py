@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from coordinator.engine.canonical import ZERO_HASH, CanonicalError, canonical_bytes
+from coordinator.engine.canonical import ZERO_HASH, canonical_bytes
 from coordinator.engine.clock import iso_ms
 from coordinator.engine.registry import profile_names
+from coordinator.errors import CanonicalError, Unreplayable
 
-__all__ = ["Divergence", "Unreplayable", "rebuild_workspace", "replay_workspace"]
+__all__ = ["Divergence", "rebuild_workspace", "replay_workspace"]
 
 # The fields that date an object's creation, by which a generated id is
 # matched back to the stored object it named.
@@ -204,14 +205,8 @@ def _replay(
     return None
 
 
-class Unreplayable(ValueError):
-    """A workspace whose log this replay cannot run: its profiles are not
-    ones chapline implements, or one only the deployment's own verifier
-    enforces (identity-oidc/1.0). The message says which."""
-
-
 def _coordinator(clock: _Clock, ids: Any, chained: bool, profiles: Any) -> Any:
-    from coordinator.engine.pipeline import Coordinator  # the pipeline itself replays
+    from coordinator.coordinator import Coordinator  # the pipeline itself replays
 
     if profiles is not None and not (
         isinstance(profiles, list) and all(isinstance(p, str) for p in profiles)

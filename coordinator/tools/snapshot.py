@@ -11,39 +11,27 @@ from coordinator.audit import ChainVerifier, entry_is_well_formed
 from coordinator.engine.canonical import ZERO_HASH
 from coordinator.engine.log import LogReader
 from coordinator.engine.workspace import Workspace
-from coordinator.errors import ChaplineError
-from coordinator.model import WorkspaceMeta, from_stored, to_stored
-from storage import (
+from coordinator.errors import RestoreError
+from coordinator.model import (
+    DOCUMENT_LAYOUT,
     IDEMPOTENCY_KEYS,
-    MalformedChangeError,
-    StoreChange,
-    WorkspaceRecord,
-    assemble_snapshot,
-    change_from_record,
+    WorkspaceMeta,
+    from_stored,
+    to_stored,
 )
+from storage import MalformedChangeError, StoreChange
+from storage.records import WorkspaceRecord, assemble_snapshot, change_from_record
 
-__all__ = [
-    "RestoreError",
-    "UnknownWorkspaceError",
-    "restore_change",
-    "restore_changes",
-    "snapshot_of",
-]
+__all__ = ["restore_change", "restore_changes", "snapshot_of"]
 
 log = logging.getLogger("chapline")
-
-
-class RestoreError(ChaplineError, ValueError):
-    """`restore()` was given data it cannot take; nothing was written."""
-
-    remedy = "Fix the snapshot the message names and restore again."
 
 
 def snapshot_of(ws: Workspace, log: LogReader) -> dict[str, Any]:
     """The workspace as a JSON-safe dict: meta, collections keyed by id, audit."""
     objects = [(c, k, to_stored(v)) for c, items in ws.objects.items() for k, v in items.items()]
     entries = log.entries(0, ws.count)
-    return assemble_snapshot(msgspec.to_builtins(ws.meta), entries, objects)
+    return assemble_snapshot(msgspec.to_builtins(ws.meta), entries, objects, DOCUMENT_LAYOUT)
 
 
 _TAKES = (
@@ -73,25 +61,6 @@ def restore_changes(data: Any) -> list[StoreChange]:
     return [restore_change(data)]
 
 
-class UnknownWorkspaceError(ChaplineError, KeyError):
-    """A workspace this coordinator does not hold was asked for by id.
-
-    `workspace` is the id asked for; the message names the ones held. A
-    KeyError, so code that caught the bare one keeps working."""
-
-    remedy = "Ask for one of the workspaces held (coord.workspace_ids()), or restore() it first."
-
-    def __init__(self, workspace: Any, held: list[str]) -> None:
-        shown = ", ".join(map(repr, held[:10])) + (", ..." if len(held) > 10 else "")
-        self.message = (
-            f"no workspace {workspace!r} is held by this coordinator "
-            f"(held: {shown or 'none'}); check the id, or restore() it first"
-        )
-        super().__init__(self.message)
-        self.workspace = workspace
-
-    def __str__(self) -> str:  # KeyError would show the message quoted
-        return self.message
 
 
 def restore_change(item: Any) -> StoreChange:
@@ -123,7 +92,8 @@ def restore_change(item: Any) -> StoreChange:
     updated = audit[-1].get("arrived") if audit else item.get("created", "")
     try:
         change = change_from_record(
-            WorkspaceRecord(item["id"], item, len(audit), updated if isinstance(updated, str) else "")
+            WorkspaceRecord(item["id"], item, len(audit), updated if isinstance(updated, str) else ""),
+            DOCUMENT_LAYOUT,
         )
         # Every object must be one this coordinator can hold.
         for collection, items in change.objects.items():

@@ -16,10 +16,11 @@ from typing import Any
 import msgspec
 
 from coordinator.audit import entry_is_well_formed, record_of
-from coordinator.engine.canonical import ZERO_HASH, CanonicalError, canonical_bytes, link_hash
-from coordinator.model import from_text
+from coordinator.engine.canonical import ZERO_HASH, canonical_bytes, link_hash
+from coordinator.errors import CanonicalError
+from coordinator.model import IDEMPOTENCY_KEYS, from_text
 from coordinator.tools.replay import replay_workspace
-from storage import IDEMPOTENCY_KEYS, Store
+from storage import Store
 
 __all__ = ["Finding", "WorkspaceReport", "verify_store", "verify_workspace"]
 

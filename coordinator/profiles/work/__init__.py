@@ -33,10 +33,10 @@ from coordinator.engine.wire import (
     NOT_AUTHORISED,
     WORK_CLAIM_REQUIRED,
     WORK_TASK_REDEFINED,
-    RpcError,
     invalid_params,
 )
 from coordinator.engine.workspace import Workspace
+from coordinator.errors import RpcError
 from coordinator.model import HistoryEntry, Member, Review, Task, trial_forces_review
 from coordinator.profiles.work._index import ClaimIndex, LiveClaims
 from coordinator.profiles.work._plan import SubmittedPlan, parse_plan

@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from coordinator.engine.canonical import CanonicalError, digest
-from coordinator.engine.wire import WORK_PLAN_CYCLE, RpcError, invalid_params
+from coordinator.engine.canonical import digest
+from coordinator.engine.wire import WORK_PLAN_CYCLE, invalid_params
+from coordinator.errors import CanonicalError, RpcError
 
 __all__ = ["EDGE_TYPES", "PlanTask", "SubmittedPlan", "parse_plan", "retry_delay_ms"]
 

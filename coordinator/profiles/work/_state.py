@@ -2,7 +2,7 @@
 `Call` so that each decision lands in the call's one write (same CAS, same
 audit entry) or not at all.
 
-Three collections (storage.EXTENSION_COLLECTIONS), values plain dicts never
+Three collections (model.EXTENSION_COLLECTIONS), values plain dicts never
 changed in place (a transition stages a new dict):
 
 - `x_chapline_work`: per plan task (by CHAP task id) its descriptor facts,
@@ -27,7 +27,8 @@ from typing import Any
 
 from coordinator.engine.call import Call
 from coordinator.engine.clock import epoch_ms, iso_ms
-from coordinator.engine.wire import WORK_STALE_TOKEN, RpcError
+from coordinator.engine.wire import WORK_STALE_TOKEN
+from coordinator.errors import RpcError
 from coordinator.model import Task
 from coordinator.profiles.work._index import CLAIMS, LiveClaims
 from coordinator.profiles.work._plan import retry_delay_ms

@@ -10,7 +10,8 @@ from typing import Any, Protocol
 import msgspec
 
 from coordinator.audit import AuditEntry
-from coordinator.engine.wire import INVALID_PARAMS, RpcError, error_response
+from coordinator.engine.wire import INVALID_PARAMS, error_response
+from coordinator.errors import RpcError
 from coordinator.extras import needs
 from coordinator.server.auth import Authenticator
 from coordinator.server.desk.events import EventHub
