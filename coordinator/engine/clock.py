@@ -8,7 +8,9 @@ from datetime import UTC, datetime
 
 __all__ = ["Clock", "StepClock", "epoch_ms", "epoch_seconds", "iso_ms", "system_clock"]
 
-Clock = Callable[[], int]
+# A float is taken too (time.time() * 1000): compiled code checks what a
+# callable typed to return int returns, and every reading goes through int().
+Clock = Callable[[], int | float]
 
 
 def system_clock() -> int:

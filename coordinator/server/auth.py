@@ -121,7 +121,7 @@ class TokenStore:
             )
         secret = _PREFIX + secrets.token_urlsafe(32)
         digest = _digest(secret)
-        info = TokenInfo(digest[:12], principal, iso_ms(self._clock()), None)
+        info = TokenInfo(digest[:12], principal, iso_ms(int(self._clock())), None)
         with self._lock:
             self._db.execute(
                 f"INSERT INTO {TABLE} (id, digest, principal, created) VALUES (?, ?, ?, ?)",
@@ -134,7 +134,7 @@ class TokenStore:
         with self._lock:
             self._db.execute(
                 f"UPDATE {TABLE} SET revoked = ? WHERE id = ? AND revoked IS NULL",
-                (iso_ms(self._clock()), token_id),
+                (iso_ms(int(self._clock())), token_id),
             )
             rows = self._db.execute(
                 f"SELECT id, principal, created, revoked FROM {TABLE} WHERE id = ?", (token_id,)
