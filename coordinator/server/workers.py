@@ -47,12 +47,17 @@ def run_workers(count: int, serve: Callable[[], int]) -> int:
             pid = os.fork()
             if pid == 0:  # the worker
                 os.setpgid(0, 0)
-                for sig, handler in previous.items():
-                    signal.signal(sig, handler)
+                # Asked to stop before `serve` has its own handlers (still
+                # opening the store, catching a projection up): a clean exit,
+                # not the default action's death by signal.
+                for sig in signals:
+                    signal.signal(sig, _stop_before_serving)
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
                 code = 1
                 try:
                     code = serve()
+                except SystemExit as asked:
+                    code = asked.code if isinstance(asked.code, int) else 0
                 except BaseException as exc:  # noqa: BLE001 (reported, then the worker exits)
                     print(f"chapline: a worker failed: {exc}", file=sys.stderr, flush=True)
                 finally:
@@ -69,17 +74,23 @@ def run_workers(count: int, serve: Callable[[], int]) -> int:
             code = os.waitstatus_to_exitcode(raw)
             if code != 0 or not stopping:
                 status = 1
+                # A negative code is the signal that ended the worker.
+                print(
+                    f"chapline: worker {pid} exited ({code})"
+                    + ("" if stopping else "; stopping the others"),
+                    file=sys.stderr,
+                    flush=True,
+                )
                 if not stopping:
-                    print(
-                        f"chapline: worker {pid} exited ({code}); stopping the others",
-                        file=sys.stderr,
-                        flush=True,
-                    )
                     stop(signal.SIGTERM, None)
         return status
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _stop_before_serving(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
 
 
 def _signal(pid: int, sig: int) -> None:
