@@ -1,9 +1,9 @@
 """Builds chapline: the hot path compiled with mypyc when it can be, plain Python when not.
 
 What is compiled is `[tool.chapline] compiled` in pyproject.toml: folders
-(every module in them) and single modules. The sources stay ordinary Python
-and behave the same either way; compiled, a call costs about a third of the
-instructions (bench/README.md).
+(every module in them but `__init__.py`) and single modules. The sources stay
+ordinary Python and behave the same either way; compiled, a call costs about
+a third fewer instructions (bench/README.md).
 
 Installed as pure Python, saying so, when
 - CHAPLINE_PURE=1 is set, or

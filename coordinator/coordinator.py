@@ -147,6 +147,12 @@ class Coordinator:
         return self._pipeline.store
 
     @property
+    def registry(self) -> Registry:
+        """The profiles and methods this coordinator runs (`registry=`, else
+        every profile module's); servers list their tools from it."""
+        return self._pipeline.registry
+
+    @property
     def options(self) -> Options:
         """The options this coordinator was built with (coordinator/options.py)."""
         return self._pipeline.options

@@ -43,6 +43,21 @@ def test_a_coordinator_runs_the_registry_it_is_given() -> None:
         Coordinator(registry=Registry(CORE))  # the default profiles name review/1.0
 
 
+def test_a_server_lists_the_methods_of_the_registry_its_coordinator_runs() -> None:
+    from starlette.testclient import TestClient
+
+    from coordinator.server import create_app
+
+    registry = Registry(CORE)
+    coord = Coordinator(registry=registry, default_profiles=["core/1.0"])
+    assert coord.registry is registry
+    with TestClient(create_app(coord)) as http:
+        card = http.get("/.well-known/agent-card.json").json()  # A2A: a skill per method
+    names = {skill["id"] for skill in card["skills"]}
+    assert "chap.task.create" in names
+    assert not any(name.startswith(("chap.review.", "chap.whisper.")) for name in names), names
+
+
 def test_sweep_hooks_run_in_every_held_workspace_in_id_order() -> None:
     demo = Profile("x-chapline-demo/1.0")
     seen: list[tuple[str, int | None]] = []

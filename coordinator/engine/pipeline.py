@@ -14,7 +14,7 @@ import contextlib
 import logging
 import reprlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
@@ -74,9 +74,6 @@ from coordinator.projections.cursor import Attachment, Projection
 from coordinator.tools.snapshot import restore_changes, snapshot_of
 from storage import MemoryStore, Store, StoreChange, StoreError
 from storage._mypyc import mypyc_attr
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["Pipeline"]
 
@@ -213,7 +210,10 @@ class Pipeline:
         Views read the live state; nothing is copied ahead of time."""
         return WorkspacesView(self._held)
 
-    def get_workspace(self, workspace_id: str) -> WorkspaceState | None:
+    # `workspace_id: Any` here and below: compiled, a `str` annotation would
+    # refuse another type with a bare TypeError where the sources answer as
+    # for an id not held (the same on both builds).
+    def get_workspace(self, workspace_id: Any) -> WorkspaceState | None:
         """The workspace in 0.3.3's field layout with its whole audit log, as
         plain values `dataclasses.asdict` takes; None if it is not held.
         Reads the log from the store: O(log), meant for notebooks and tests."""
@@ -227,7 +227,7 @@ class Pipeline:
         (see `HeldWorkspaces.run_batch` and SPECIFICATION.md, "Batches")."""
         yield from self._held.run_batch(self._ids, self._run_again)
 
-    def snapshot(self, workspace_id: str) -> dict[str, Any]:
+    def snapshot(self, workspace_id: Any) -> dict[str, Any]:
         """The workspace as a JSON-safe dict: meta, collections keyed by id, audit.
         Raises UnknownWorkspaceError if it is not held."""
         ws = self._held.get(workspace_id)
@@ -268,7 +268,7 @@ class Pipeline:
         hooks = [hook for _, hook in self.registry.sweep_hooks]
         return sweep_all(self._held, hooks, self._clock, self.dispatch)
 
-    def check_whisper_lapses(self, workspace_id: str, now: str | None = None) -> list[dict[str, Any]]:
+    def check_whisper_lapses(self, workspace_id: Any, now: str | None = None) -> list[dict[str, Any]]:
         """Lapse the workspace's pending whispers whose deadline is at or
         before `now` (ISO 8601 with a zone; the clock when None): each gets
         its default applied and one `notify.message` entry on the log.
@@ -276,6 +276,7 @@ class Pipeline:
         a store failure is raised and changes nothing."""
         if self._held.batch is not None:
             raise RuntimeError("check_whisper_lapses() cannot run inside batch(): finish the batch first")
+        self._held.note_changes()  # as sweep() does: another writer's whispers too
         sweep = Sweep(self._held, self._clock, self.dispatch, workspace_id, now)
         for profile, hook in self.registry.sweep_hooks:
             if profile == "whisper":  # whisper/1.0's sweep alone, as 0.3.3's method is
@@ -287,12 +288,6 @@ class Pipeline:
         for attachment in self._held.listeners.attachments():
             attachment.detach()
         self.store.close()
-
-    def __enter__(self) -> Pipeline:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _refuse_rollback(self, change: StoreChange) -> None:
         """RestoreError if writing `change` would drop entries the store holds."""

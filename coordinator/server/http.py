@@ -127,7 +127,8 @@ def create_app(
     if not sweep_interval >= 0:
         raise ValueError(f"sweep_interval must be 0 (no timer) or positive, got {sweep_interval}")
     dispatcher = SerialDispatcher(target)
-    methods = REGISTRY.methods() + REGISTRY.extension_methods()
+    registry = getattr(target, "registry", REGISTRY)  # a Coordinator's own, given or default
+    methods = registry.methods() + registry.extension_methods()
     # MCP and A2A, served beside POST /chap where their extras are installed.
     agents: list[BaseRoute] = []
     mcp_server = None

@@ -287,8 +287,9 @@ def run_stdio(target: Dispatcher, sweep: Callable[[], object] | None = None, swe
 
     from coordinator.profiles import REGISTRY
 
+    registry = getattr(target, "registry", REGISTRY)  # a Coordinator's own, given or default
     dispatcher = SerialDispatcher(target)
-    server = create_mcp_server(dispatcher.dispatch, REGISTRY.methods() + REGISTRY.extension_methods())
+    server = create_mcp_server(dispatcher.dispatch, registry.methods() + registry.extension_methods())
 
     async def serve() -> None:
         timer = None
