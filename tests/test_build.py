@@ -111,7 +111,7 @@ def test_coordinator_documents_itself() -> None:
     assert doc.startswith("A CHAP coordinator: `dispatch(envelope)`"), doc[:80]
     text = _help(Coordinator)
     assert "A CHAP coordinator: `dispatch(envelope)`" in text
-    assert _public(Coordinator) == {*COORDINATOR_METHODS, "workspaces", "store", "options"}
+    assert _public(Coordinator) == {*COORDINATOR_METHODS, "workspaces", "store", "options", "registry"}
     for name in _public(Coordinator):
         member = inspect.getattr_static(Coordinator, name)
         first = (inspect.getdoc(member) or "").splitlines()
