@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # imported when used: `chapline --help` stays light
 
     from coordinator import Coordinator
     from coordinator.security.identity_verifiers import OidcVerifier
+    from coordinator.server.browser import BrowserPolicy
 
 __all__ = ["ALL_PROFILES", "DEFAULT_PROFILES", "main"]
 
@@ -107,6 +108,7 @@ def _command(args: argparse.Namespace) -> int:
         profiles = _profiles(args.profiles, args.require_signatures)
         oidc = _oidc(args)
         projections = _projections(args.projection)
+        browser = _browser(args) if args.command == "serve" or args.http else None
         if not 0 <= args.sweep_interval < math.inf:
             raise ValueError(
                 f"--sweep-interval must be 0 (no timer) or a number of seconds, got {args.sweep_interval}"
@@ -128,6 +130,8 @@ def _command(args: argparse.Namespace) -> int:
             projections,
             getattr(args, "workers", 1),
             args.sweep_interval,
+            browser,
+            args.insecure,
         )
     except _Usage as exc:
         print(f"chapline: {exc}", file=sys.stderr)
@@ -191,6 +195,28 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="require a bearer token (`chapline token create`) on every call; "
         "a call may act only as its token's participant",
+    )
+    serve.add_argument(
+        "--insecure",
+        action="store_true",
+        help="serve on an address beyond loopback without --auth, where anyone who can "
+        "reach the port may act as any participant (refused without this)",
+    )
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name clients reach the server by (NAME or NAME:PORT), beside loopback "
+        "names and IP addresses; other names are refused (DNS rebinding); repeatable",
+    )
+    serve.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="an origin (https://app.example.org) whose web pages may call the server "
+        "(CORS); no other site's may; repeatable",
     )
     serve.add_argument(
         "--projection",
@@ -343,6 +369,12 @@ def _oidc(args: argparse.Namespace) -> OidcVerifier | None:
         raise ValueError(f"--oidc-jwks: {args.oidc_jwks!r} is not a usable JWKS: {exc}") from None
 
 
+def _browser(args: argparse.Namespace) -> BrowserPolicy:
+    from coordinator.server.browser import BrowserPolicy
+
+    return BrowserPolicy(tuple(args.allowed_host), tuple(args.allow_origin))
+
+
 def _serve(
     db: str,
     host: str,
@@ -354,6 +386,8 @@ def _serve(
     projections: list[tuple[str, str]],
     workers: int = 1,
     sweep_interval: float = DEFAULT_SWEEP_INTERVAL,
+    browser: BrowserPolicy | None = None,
+    insecure: bool = False,
 ) -> int:
     from storage import StoreError
     from storage.target import describe_target, open_store
@@ -370,9 +404,15 @@ def _serve(
     sock = _listen(host, port)
     try:
         if not auth and not _loopback(sock):
+            if not insecure:
+                raise _Usage(
+                    f"refusing to listen on {_url(sock, '')} without --auth: anyone who can "
+                    "reach this port could act as any participant. Add --auth (tokens: "
+                    "`chapline token create`), listen on 127.0.0.1, or accept the risk with --insecure"
+                )
             print(
-                f"chapline: warning: listening on {_url(sock)} without --auth: anyone who "
-                "can reach this port may act as any participant",
+                f"chapline: warning: listening on {_url(sock)} without --auth (--insecure): anyone "
+                "who can reach this port may act as any participant",
                 file=sys.stderr,
                 flush=True,
             )
@@ -395,8 +435,8 @@ def _serve(
 
         def serve_one(projections: list[tuple[str, str]], say: Callable[[str], str] | None) -> int:
             return _serve_one(
-                db, host, sock, profiles, auth, require_signatures, oidc, projections, say,
-                sweep_interval,
+                db, sock, profiles, auth, require_signatures, oidc, projections, say,
+                sweep_interval, browser,
             )
 
         if workers == 1:
@@ -423,7 +463,6 @@ def _serve(
 
 def _serve_one(
     db: str,
-    host: str,
     sock: socket.socket,
     profiles: tuple[str, ...],
     auth: bool,
@@ -432,6 +471,7 @@ def _serve_one(
     projections: list[tuple[str, str]],
     announce: Callable[[str], str] | None,
     sweep_interval: float,
+    browser: BrowserPolicy | None,
 ) -> int:
     """One server process: its own coordinator on `db`, serving `sock`;
     prints `announce(what the projections say)` once it is ready."""
@@ -440,6 +480,7 @@ def _serve_one(
 
     from coordinator import Coordinator
     from coordinator.server.auth import Authenticator, TokenStore
+    from coordinator.server.browser import DEFAULT_POLICY
     from coordinator.server.http import AppServer, create_app
     from storage import StoreError
     from storage.target import open_store
@@ -467,7 +508,7 @@ def _serve_one(
         app = create_app(
             coord,
             auth=authenticator,
-            host=host,
+            browser=browser or DEFAULT_POLICY,
             public_url=_url(sock, ""),
             sweep_interval=sweep_interval,
         )
