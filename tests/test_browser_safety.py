@@ -34,10 +34,13 @@ import pytest
 from client import refused
 from hypothesis import given
 from hypothesis import strategies as st
-from servers import ROOT, Serve, Served, env
+from servers import ROOT, LiveServer, Serve, Served, env
 
+from coordinator import Coordinator
+from coordinator.server import create_app
 from coordinator.server.browser import CONTENT_SECURITY_POLICY, BrowserPolicy
 from coordinator.server.desk.routes import STATIC
+from storage import SqliteStore
 
 WS = "wsp_browser"
 ALICE = "human:alice"
@@ -265,6 +268,25 @@ def test_every_answer_carries_the_security_headers(base: str, method: str, path:
     assert reply.headers["x-content-type-options"] == "nosniff"
     assert reply.headers["referrer-policy"] == "no-referrer"
     assert reply.headers["x-frame-options"] == "DENY"
+    assert reply.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+
+
+class _Defective(Coordinator):
+    def workspace_ids(self) -> list[str]:
+        raise RuntimeError("a defect in the server")
+
+
+def test_a_defects_500_carries_them_too(tmp_path: Path) -> None:
+    coord = _Defective(store=SqliteStore(tmp_path / "c.db"))
+    live = LiveServer(create_app(coord))
+    try:
+        reply = httpx.get(live.url + "/desk/api/workspaces", timeout=60)
+    finally:
+        live.stop()
+        coord.close()
+    assert reply.status_code == 500 and "defect" not in reply.text
+    refused(reply.json(), -32603)
+    assert reply.headers["x-content-type-options"] == "nosniff"
     assert reply.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
 
 
