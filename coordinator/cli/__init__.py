@@ -108,7 +108,6 @@ def _command(args: argparse.Namespace) -> int:
         profiles = _profiles(args.profiles, args.require_signatures)
         oidc = _oidc(args)
         projections = _projections(args.projection)
-        browser = _browser(args) if args.command == "serve" or args.http else None
         if not 0 <= args.sweep_interval < math.inf:
             raise ValueError(
                 f"--sweep-interval must be 0 (no timer) or a number of seconds, got {args.sweep_interval}"
@@ -128,10 +127,10 @@ def _command(args: argparse.Namespace) -> int:
             args.require_signatures,
             oidc,
             projections,
+            _browser(args),
+            args.insecure,
             getattr(args, "workers", 1),
             args.sweep_interval,
-            browser,
-            args.insecure,
         )
     except _Usage as exc:
         print(f"chapline: {exc}", file=sys.stderr)
@@ -372,7 +371,10 @@ def _oidc(args: argparse.Namespace) -> OidcVerifier | None:
 def _browser(args: argparse.Namespace) -> BrowserPolicy:
     from coordinator.server.browser import BrowserPolicy
 
-    return BrowserPolicy(tuple(args.allowed_host), tuple(args.allow_origin))
+    try:
+        return BrowserPolicy(tuple(args.allowed_host), tuple(args.allow_origin))
+    except ValueError as exc:
+        raise _Usage(str(exc)) from None
 
 
 def _serve(
@@ -384,10 +386,10 @@ def _serve(
     require_signatures: bool,
     oidc: OidcVerifier | None,
     projections: list[tuple[str, str]],
+    browser: BrowserPolicy,
+    insecure: bool,
     workers: int = 1,
     sweep_interval: float = DEFAULT_SWEEP_INTERVAL,
-    browser: BrowserPolicy | None = None,
-    insecure: bool = False,
 ) -> int:
     from storage import StoreError
     from storage.target import describe_target, open_store
@@ -471,7 +473,7 @@ def _serve_one(
     projections: list[tuple[str, str]],
     announce: Callable[[str], str] | None,
     sweep_interval: float,
-    browser: BrowserPolicy | None,
+    browser: BrowserPolicy,
 ) -> int:
     """One server process: its own coordinator on `db`, serving `sock`;
     prints `announce(what the projections say)` once it is ready."""
@@ -480,7 +482,6 @@ def _serve_one(
 
     from coordinator import Coordinator
     from coordinator.server.auth import Authenticator, TokenStore
-    from coordinator.server.browser import DEFAULT_POLICY
     from coordinator.server.http import AppServer, create_app
     from storage import StoreError
     from storage.target import open_store
@@ -508,7 +509,7 @@ def _serve_one(
         app = create_app(
             coord,
             auth=authenticator,
-            browser=browser or DEFAULT_POLICY,
+            browser=browser,
             public_url=_url(sock, ""),
             sweep_interval=sweep_interval,
         )

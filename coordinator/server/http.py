@@ -98,7 +98,8 @@ def create_app(
 
     `browser` says which Host names and which other sites' pages the
     server accepts, on every route (server/browser.py); by default loopback
-    names and IP addresses, and no other origin. `public_url` is how clients reach the server, for the Agent Card.
+    names and IP addresses, and no other origin. `public_url` is how
+    clients reach the server, for the Agent Card.
 
     With `auth`, authentication is required: a call without a valid bearer
     token is answered 401, one whose `from` is not the token's principal 403,
