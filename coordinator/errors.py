@@ -6,8 +6,11 @@ Each carries its facts as attributes, and its message (and the class's
     ChaplineError                  base: `remedy` says what to do
      ├── RpcError                  a refusal answered as a JSON-RPC error:
      │    │                        code, message, data
-     │    └── StoredObjectError    -32903, a stored object cannot be read:
-     │                             data {workspace, collection, key}
+     │    ├── StoredObjectError    -32903, a stored object cannot be read:
+     │    │                        data {workspace, collection, key}
+     │    └── UnsafeRequest        an HTTP request a browser could have been made
+     │                             to send (wrong Host, Origin, Content-Type):
+     │                             status, header
      ├── Rejected                  an envelope refused before any workspace is
      │                             looked at: request_id, error (internal to
      │                             dispatch, which answers it)
@@ -82,6 +85,7 @@ __all__ = [
     "SignatureError",
     "StoredObjectError",
     "UnknownWorkspaceError",
+    "UnsafeRequest",
     "Unreplayable",
     "UnsupportedOptionError",
 ]
@@ -152,6 +156,23 @@ class StoredObjectError(RpcError):
             f"read ({detail}); repair or delete its row in the store",
             {"workspace": workspace, "collection": collection, "key": key},
         )
+
+
+class UnsafeRequest(RpcError):
+    """An HTTP request refused before any route sees it, because a web page
+    could have made a browser send it (server/browser.py): `status` is the
+    HTTP status to answer (421, 403 or 415), `header` the header at fault."""
+
+    remedy = (
+        "Reach the server by a name it answers to, from its own pages or an origin it lists, "
+        "and POST bodies as application/json; its operator can add --allowed-host and "
+        "--allow-origin."
+    )
+
+    def __init__(self, status: int, header: str, code: int, message: str, data: Any) -> None:
+        super().__init__(code, message, data)
+        self.status = status
+        self.header = header
 
 
 class Rejected(ChaplineError):

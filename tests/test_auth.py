@@ -206,7 +206,8 @@ def test_calls_without_from_and_bad_bodies_go_to_the_coordinator(server: Server,
     assert described["id"] == WS
     # Malformed JSON from an authenticated caller gets the coordinator's -32700.
     reply = server.http.post(
-        "/chap", content=b"{nope", headers={"Authorization": f"Bearer {tokens[BOB]}"}
+        "/chap", content=b"{nope",
+        headers={"Authorization": f"Bearer {tokens[BOB]}", "Content-Type": "application/json"},
     )
     refused(reply.json(), -32700)
     assert reply.status_code == 400

@@ -329,13 +329,14 @@ def test_over_http_a_defect_keeps_the_id_and_a_surrogate_id_comes_back_as_sent(t
 
     clock = _BreakableClock()
     coord = Coordinator(SqliteStore(str(tmp_path / "c.db")), clock=clock)
-    with TestClient(create_app(coord)) as http:
+    with TestClient(create_app(coord), base_url="http://localhost") as http:
         body = '{"jsonrpc": "2.0", "id": "\\ud800", ' + DESCRIBE + "}"
         answer = http.post("/chap", content=body.encode(), headers={"content-type": "application/json"})
         assert json.loads(answer.content)["id"] == "\ud800" and b'"id":"\\ud800"' in answer.content
 
         clock.broken = True
-        answer = http.post("/chap", content=b'{"jsonrpc": "2.0", "id": "h1", ' + DESCRIBE.encode() + b"}")
+        answer = http.post("/chap", content=b'{"jsonrpc": "2.0", "id": "h1", ' + DESCRIBE.encode() + b"}",
+                           headers={"content-type": "application/json"})
         refused(answer.json(), -32603)
         assert answer.json()["id"] == "h1"
     coord.close()
@@ -561,7 +562,7 @@ def test_a_store_failure_over_http_names_no_path_only_a_log_id(tmp_path: Path, c
     os.makedirs(os.path.dirname(path))
     store = _BrokenDiskStore(path)
     coord = Coordinator(store)
-    with TestClient(create_app(coord)) as http:
+    with TestClient(create_app(coord), base_url="http://localhost") as http:
         assert http.post("/chap", json=_env("workspace.create", workspace="w")).status_code == 200
         store.broken = True
         body = http.post("/chap", json=_env("participant.join", workspace="w", **{"from": "human:a"},

@@ -397,11 +397,9 @@ def test_rv11_re_request_substitution_is_refused_and_identical_amends(review_ws:
 
 # -- part two: the transport's own edges ----------------------------------------
 
-CORS = {
-    "access-control-allow-origin": "*",
-    "access-control-allow-methods": "POST, OPTIONS",
-    "access-control-allow-headers": "Content-Type, Authorization",
-}
+# A body sent as bytes carries no Content-Type unless given; the server takes
+# only application/json (server/browser.py).
+JSON = {"Content-Type": "application/json"}
 
 
 def _refused_over_http(reply: httpx.Response, status: int, code: int) -> dict[str, Any]:
@@ -421,19 +419,21 @@ def test_root_path_serves_chap_as_well(http: httpx.Client) -> None:
     assert _refused_over_http(reply, 400, -32601)["id"] == 1
 
 
-def test_a_result_is_200_with_cors_headers(ws: Client) -> None:
+def test_a_result_is_200_without_wildcard_cors(ws: Client) -> None:
+    # No page of another site may read it (test_browser_safety.py: --allow-origin).
     reply = ws.target.http.post("/chap", json=ws.envelope("workspace.describe"))
     assert reply.status_code == 200
     assert "result" in reply.json()
-    assert {k: reply.headers[k] for k in CORS} == CORS
+    assert "access-control-allow-origin" not in reply.headers
+    assert reply.headers["x-content-type-options"] == "nosniff"
 
 
 def test_a_body_that_is_not_utf8_is_a_parse_error(http: httpx.Client) -> None:
-    _refused_over_http(http.post("/chap", content=b'{"jsonrpc": "2.0", "id": "\xff\xfe"}'), 400, -32700)
+    _refused_over_http(http.post("/chap", content=b'{"jsonrpc": "2.0", "id": "\xff\xfe"}', headers=JSON), 400, -32700)
 
 
 def test_a_body_over_the_limit_is_refused_without_a_traceback(http: httpx.Client) -> None:
-    body = _refused_over_http(http.post("/chap", content=b" " * (MAX_BODY_BYTES + 1)), 400, -32700)
+    body = _refused_over_http(http.post("/chap", content=b" " * (MAX_BODY_BYTES + 1), headers=JSON), 400, -32700)
     assert body["id"] is None
     assert str(MAX_BODY_BYTES) in body["error"]["message"]
 
@@ -446,7 +446,7 @@ def test_a_chunked_body_over_the_limit_is_refused(http: httpx.Client) -> None:
         for _ in range(MAX_BODY_BYTES // len(chunk) + 2):
             yield chunk
 
-    _refused_over_http(http.post("/chap", content=chunks()), 400, -32700)
+    _refused_over_http(http.post("/chap", content=chunks(), headers=JSON), 400, -32700)
 
 
 def test_an_envelope_of_exactly_the_limit_is_served(ws: Client) -> None:
@@ -460,7 +460,7 @@ def test_an_envelope_of_exactly_the_limit_is_served(ws: Client) -> None:
     envelope["params"]["note"] = "x" * padding
     body = rfc8785.dumps(envelope)
     assert len(body) == MAX_BODY_BYTES
-    reply = ws.target.http.post("/chap", content=body)
+    reply = ws.target.http.post("/chap", content=body, headers=JSON)
     assert reply.status_code == 200, reply.text
     assert "members" in reply.json()["result"]
 
@@ -486,11 +486,13 @@ def test_another_method_is_405_json(http: httpx.Client, method: str) -> None:
     assert set(reply.headers["allow"].replace(" ", "").split(",")) == {"POST", "OPTIONS"}
 
 
-def test_options_is_a_cors_preflight(http: httpx.Client) -> None:
-    reply = http.options("/chap", headers={"Origin": "https://example.org"})
+def test_options_is_answered_empty_and_another_sites_preflight_refused(http: httpx.Client) -> None:
+    reply = http.options("/chap")
     assert reply.status_code == 204
     assert reply.content == b""
-    assert {k: reply.headers[k] for k in CORS} == CORS
+    preflight = http.options("/chap", headers={"Origin": "https://example.org", "Access-Control-Request-Method": "POST"})
+    _refused_over_http(preflight, 403, -32600)
+    assert "access-control-allow-origin" not in preflight.headers
 
 
 def test_concurrent_calls_are_serialised(served: tuple[str, Coordinator], ws: Client) -> None:

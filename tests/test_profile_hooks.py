@@ -51,7 +51,7 @@ def test_a_server_lists_the_methods_of_the_registry_its_coordinator_runs() -> No
     registry = Registry(CORE)
     coord = Coordinator(registry=registry, default_profiles=["core/1.0"])
     assert coord.registry is registry
-    with TestClient(create_app(coord)) as http:
+    with TestClient(create_app(coord), base_url="http://localhost") as http:
         card = http.get("/.well-known/agent-card.json").json()  # A2A: a skill per method
     names = {skill["id"] for skill in card["skills"]}
     assert "chap.task.create" in names

@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # imported when used: `chapline --help` stays light
 
     from coordinator import Coordinator
     from coordinator.security.identity_verifiers import OidcVerifier
+    from coordinator.server.browser import BrowserPolicy
 
 __all__ = ["ALL_PROFILES", "DEFAULT_PROFILES", "main"]
 
@@ -126,6 +127,8 @@ def _command(args: argparse.Namespace) -> int:
             args.require_signatures,
             oidc,
             projections,
+            _browser(args),
+            args.insecure,
             getattr(args, "workers", 1),
             args.sweep_interval,
         )
@@ -191,6 +194,28 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="require a bearer token (`chapline token create`) on every call; "
         "a call may act only as its token's participant",
+    )
+    serve.add_argument(
+        "--insecure",
+        action="store_true",
+        help="serve on an address beyond loopback without --auth, where anyone who can "
+        "reach the port may act as any participant (refused without this)",
+    )
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name clients reach the server by (NAME or NAME:PORT), beside loopback "
+        "names and IP addresses; other names are refused (DNS rebinding); repeatable",
+    )
+    serve.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="an origin (https://app.example.org) whose web pages may call the server "
+        "(CORS); no other site's may; repeatable",
     )
     serve.add_argument(
         "--projection",
@@ -343,6 +368,15 @@ def _oidc(args: argparse.Namespace) -> OidcVerifier | None:
         raise ValueError(f"--oidc-jwks: {args.oidc_jwks!r} is not a usable JWKS: {exc}") from None
 
 
+def _browser(args: argparse.Namespace) -> BrowserPolicy:
+    from coordinator.server.browser import BrowserPolicy
+
+    try:
+        return BrowserPolicy(tuple(args.allowed_host), tuple(args.allow_origin))
+    except ValueError as exc:
+        raise _Usage(str(exc)) from None
+
+
 def _serve(
     db: str,
     host: str,
@@ -352,6 +386,8 @@ def _serve(
     require_signatures: bool,
     oidc: OidcVerifier | None,
     projections: list[tuple[str, str]],
+    browser: BrowserPolicy,
+    insecure: bool,
     workers: int = 1,
     sweep_interval: float = DEFAULT_SWEEP_INTERVAL,
 ) -> int:
@@ -370,9 +406,15 @@ def _serve(
     sock = _listen(host, port)
     try:
         if not auth and not _loopback(sock):
+            if not insecure:
+                raise _Usage(
+                    f"refusing to listen on {_url(sock, '')} without --auth: anyone who can "
+                    "reach this port could act as any participant. Add --auth (tokens: "
+                    "`chapline token create`), listen on 127.0.0.1, or accept the risk with --insecure"
+                )
             print(
-                f"chapline: warning: listening on {_url(sock)} without --auth: anyone who "
-                "can reach this port may act as any participant",
+                f"chapline: warning: listening on {_url(sock)} without --auth (--insecure): anyone "
+                "who can reach this port may act as any participant",
                 file=sys.stderr,
                 flush=True,
             )
@@ -395,8 +437,8 @@ def _serve(
 
         def serve_one(projections: list[tuple[str, str]], say: Callable[[str], str] | None) -> int:
             return _serve_one(
-                db, host, sock, profiles, auth, require_signatures, oidc, projections, say,
-                sweep_interval,
+                db, sock, profiles, auth, require_signatures, oidc, projections, say,
+                sweep_interval, browser,
             )
 
         if workers == 1:
@@ -423,7 +465,6 @@ def _serve(
 
 def _serve_one(
     db: str,
-    host: str,
     sock: socket.socket,
     profiles: tuple[str, ...],
     auth: bool,
@@ -432,6 +473,7 @@ def _serve_one(
     projections: list[tuple[str, str]],
     announce: Callable[[str], str] | None,
     sweep_interval: float,
+    browser: BrowserPolicy,
 ) -> int:
     """One server process: its own coordinator on `db`, serving `sock`;
     prints `announce(what the projections say)` once it is ready."""
@@ -467,7 +509,7 @@ def _serve_one(
         app = create_app(
             coord,
             auth=authenticator,
-            host=host,
+            browser=browser,
             public_url=_url(sock, ""),
             sweep_interval=sweep_interval,
         )

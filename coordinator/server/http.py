@@ -9,7 +9,8 @@ The full contract is in
 SPECIFICATION.md, "HTTP binding". With a TokenStore, every call must carry
 a bearer token and may act only as its principal (server/auth.py). GET /
 and the paths under /desk and /chap/events serve the review desk
-(server/desk/).
+(server/desk/). Every request passes the browser guard first
+(server/browser.py: Host, Origin and Content-Type checks, security headers).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from coordinator.extras import installed, needs
 from coordinator.profiles import REGISTRY
 from coordinator.server.auth import Authenticator
 from coordinator.server.body import MAX_BODY_BYTES, read_body
+from coordinator.server.browser import DEFAULT_POLICY, BrowserGuard, BrowserPolicy
 from coordinator.server.desk import DeskTarget, EventHub, desk_routes
 from coordinator.server.dispatcher import SerialDispatcher, sweep_every
 
@@ -50,6 +52,7 @@ with needs("server"):
     from starlette.requests import Request
     from starlette.responses import Response
     from starlette.routing import BaseRoute, Route
+    from starlette.types import ASGIApp
 
 __all__ = ["MAX_BODY_BYTES", "MCP_PATH", "AppServer", "create_app", "status_of"]
 
@@ -57,14 +60,6 @@ log = logging.getLogger(__name__)
 
 PATHS = ("/chap", "/")
 MCP_PATH = "/mcp"
-
-# Browsers may call the endpoint from any origin: the caller is identified
-# inside the envelope or by a bearer token, never by cookies.
-_CORS = {
-    "Access-Control-Allow-Origin": "*",
-    "Access-Control-Allow-Methods": "POST, OPTIONS",
-    "Access-Control-Allow-Headers": "Content-Type, Authorization",
-}
 
 _encoder = msgspec.json.Encoder()
 
@@ -92,7 +87,7 @@ def create_app(
     *,
     max_body_bytes: int = MAX_BODY_BYTES,
     auth: Authenticator | None = None,
-    host: str = "127.0.0.1",
+    browser: BrowserPolicy = DEFAULT_POLICY,
     public_url: str = "http://127.0.0.1:8080",
     sweep_interval: float = 0,
 ) -> Starlette:
@@ -101,9 +96,10 @@ def create_app(
     Card at /.well-known/agent-card.json, and the review desk. MCP and A2A
     are served where their extras (chapline[mcp], chapline[a2a]) are installed.
 
-    `host` is the address the server listens on: on loopback, MCP requests
-    must name a loopback Host and Origin (DNS-rebinding protection).
-    `public_url` is how clients reach the server, for the Agent Card.
+    `browser` says which Host names and which other sites' pages the
+    server accepts, on every route (server/browser.py); by default loopback
+    names and IP addresses, and no other origin. `public_url` is how
+    clients reach the server, for the Agent Card.
 
     With `auth`, authentication is required: a call without a valid bearer
     token is answered 401, one whose `from` is not the token's principal 403,
@@ -137,9 +133,13 @@ def create_app(
 
         mcp_server = create_mcp_server(dispatcher.dispatch, methods, auth=auth)
         # The SDK builds an app with one route; we serve that route beside ours.
-        (mcp_route,) = [
-            r for r in mcp_server.streamable_http_app(host=host).routes if getattr(r, "path", "") == MCP_PATH
-        ]
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        # The browser guard checks Host and Origin on every route, /mcp included.
+        sdk_app = mcp_server.streamable_http_app(
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False)
+        )
+        (mcp_route,) = [r for r in sdk_app.routes if getattr(r, "path", "") == MCP_PATH]
         agents.append(mcp_route)
     if installed("a2a"):
         from coordinator.server.a2a import A2A_PATH, a2a_routes
@@ -148,7 +148,7 @@ def create_app(
 
     async def chap(request: Request) -> Response:
         if request.method == "OPTIONS":
-            return Response(status_code=204, headers=_CORS)
+            return Response(status_code=204)
         body = await read_body(request, max_body_bytes)
         if body is None:
             return _rpc_error(
@@ -191,7 +191,8 @@ def create_app(
     routes += agents
     hub = EventHub()
     routes += desk_routes(target, dispatcher, auth, hub)
-    app = Starlette(
+    app = _Guarded(
+        browser,
         routes=routes,
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_error, Exception: _internal_error},
@@ -203,6 +204,18 @@ def create_app(
     # ends them first (`app.state.events.close()`), or the stop waits for them.
     app.state.events = hub
     return app
+
+
+class _Guarded(Starlette):
+    """Starlette with the browser guard outside everything, so that every
+    answer, a defect's 500 included, carries its headers."""
+
+    def __init__(self, policy: BrowserPolicy, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.policy = policy
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return BrowserGuard(super().build_middleware_stack(), self.policy)
 
 
 class AppServer(uvicorn.Server):
@@ -231,7 +244,6 @@ def _json(status: int, payload: dict[str, Any]) -> Response:
         content=_encoder.encode(payload),
         status_code=status,
         media_type="application/json",
-        headers=_CORS,
     )
 
 

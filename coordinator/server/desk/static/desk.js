@@ -465,7 +465,7 @@ function renderReview(id) {
         h("div", { class: "stack" },
           h("div", { class: "field" }, h("label", { for: "tags" }, "Tags (comma-separated)"), tags),
           h("div", { class: "field" }, h("label", { for: "comment" }, "Comment"), comment))),
-      h("div", { class: "actions", style: "margin-top:12px" },
+      h("div", { class: "actions decide" },
         h("button", { type: "button", id: "approve", class: "good", disabled: !open, onclick: () =>
           act("Approved", "decide.approve", { ...common(), comment: comment.value || undefined, tags: tagList() }) }, "Approve"),
         h("button", { type: "button", id: "override", class: "primary", disabled: true, onclick: () => {
@@ -548,7 +548,7 @@ async function renderWorkspace(current) {
   });
   draw(
     h("div", { class: "actions" },
-      h("h1", { style: "flex:1" }, state.workspace),
+      h("h1", { class: "grow" }, state.workspace),
       h("button", { type: "button", id: "export", onclick: exportSnapshot }, "Export snapshot (JSON)")),
     h("div", { class: "meta" },
       h("div", {}, h("span", {}, "State"), d.state),
