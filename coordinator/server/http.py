@@ -39,6 +39,7 @@ from coordinator.errors import DispatcherClosed, RpcError
 from coordinator.extras import installed, needs
 from coordinator.profiles import REGISTRY
 from coordinator.server.auth import Authenticator
+from coordinator.server.authz import Gatekeeper, authoriser
 from coordinator.server.body import MAX_BODY_BYTES, read_body
 from coordinator.server.desk import DeskTarget, EventHub, desk_routes
 from coordinator.server.dispatcher import SerialDispatcher, sweep_every
@@ -127,6 +128,8 @@ def create_app(
     if not sweep_interval >= 0:
         raise ValueError(f"sweep_interval must be 0 (no timer) or positive, got {sweep_interval}")
     dispatcher = SerialDispatcher(target)
+    # Every call goes through the gate, held to its token's grant (server/authz.py).
+    gate = Gatekeeper(dispatcher, target)
     registry = getattr(target, "registry", REGISTRY)  # a Coordinator's own, given or default
     methods = registry.methods() + registry.extension_methods()
     # MCP and A2A, served beside POST /chap where their extras are installed.
@@ -135,7 +138,7 @@ def create_app(
     if installed("mcp"):
         from coordinator.server.mcp import create_mcp_server
 
-        mcp_server = create_mcp_server(dispatcher.dispatch, methods, auth=auth)
+        mcp_server = create_mcp_server(gate, methods, auth=auth)
         # The SDK builds an app with one route; we serve that route beside ours.
         (mcp_route,) = [
             r for r in mcp_server.streamable_http_app(host=host).routes if getattr(r, "path", "") == MCP_PATH
@@ -144,7 +147,7 @@ def create_app(
     if installed("a2a"):
         from coordinator.server.a2a import A2A_PATH, a2a_routes
 
-        agents += a2a_routes(dispatcher.dispatch, methods, public_url + A2A_PATH, auth, max_body_bytes)
+        agents += a2a_routes(gate, methods, public_url + A2A_PATH, auth, max_body_bytes)
 
     async def chap(request: Request) -> Response:
         if request.method == "OPTIONS":
@@ -154,15 +157,18 @@ def create_app(
             return _rpc_error(
                 400, PARSE_ERROR, f"Request body larger than {max_body_bytes} bytes"
             )
+        authorise = None
         if auth is not None:
-            refusal = auth.refusal(request.headers.get("authorization"), body)
-            if refusal is not None:
-                status, request_id, error = refusal
+            admission = auth.admission(request.headers.get("authorization"), body)
+            if admission.refusal is not None:
+                status, request_id, error = admission.refusal
                 if status == 401:
                     return _unauthenticated(error)
                 return _json(status, error_response(request_id, error))
+            assert admission.identity is not None
+            authorise = authoriser(admission.identity)
         try:
-            response = await dispatcher.dispatch(body)
+            response = await gate(body, authorise)
         except DispatcherClosed:
             return _rpc_error(503, INTERNAL_ERROR, "The server is shutting down; retry elsewhere")
         return _json(status_of(response), response)
