@@ -416,7 +416,7 @@ class Authenticator:
             raise RpcError(
                 AUTHENTICATION_REQUIRED,
                 "Authentication required: send 'Authorization: Bearer <token>' "
-                "(create one with `chapline token create --as URI`)",
+                "(create one with `chapline token create --as URI --workspace ID`)",
             )
         if token.startswith(_PREFIX) or self.oidc is None:
             try:
@@ -431,7 +431,7 @@ class Authenticator:
                 raise RpcError(
                     AUTHENTICATION_REQUIRED,
                     "The bearer token is unknown or revoked; ask for a new one "
-                    "(`chapline token create --as URI`)",
+                    "(`chapline token create --as URI --workspace ID`)",
                 )
             return found
         return self._oidc_identity(self.oidc, token)
