@@ -23,6 +23,8 @@ import httpx
 import psycopg
 import pytest
 from client import refused
+from hypothesis import given
+from hypothesis import strategies as st
 from joserfc import jwt
 from joserfc.jwk import RSAKey
 from pgserver import PgServer
@@ -503,3 +505,71 @@ def test_a_grant_reads_only_what_it_can_hold() -> None:
             Grant.from_claim("c", bad)
     with pytest.raises(ScopeError, match="not \\* or a JSON array"):
         Grant.from_columns("{", "reviewer", 0)
+
+
+def test_a_creator_who_loses_the_race_does_not_join_the_winners_workspace(tmp_path: Path) -> None:
+    """Another writer creates the workspace between the create and its write:
+    the call runs again on the fresh state, the create answers that the
+    workspace exists, and the creator's join refuses to make the loser an
+    admin of the winner's workspace."""
+    import asyncio
+
+    from coordinator.server.auth import Identity
+    from coordinator.server.authz import Gatekeeper, authoriser
+    from coordinator.server.dispatcher import SerialDispatcher
+
+    db = tmp_path / "chap.db"
+    race = "wsp_race"
+    winner = Coordinator(store=SqliteStore(db))
+
+    def clock() -> int:
+        # The loser's clock is read once per call: at its join's reading its
+        # create is staged (not written), and the winner goes first.
+        if race in loser.workspace_ids() and race not in winner.workspace_ids():
+            winner.dispatch({"jsonrpc": "2.0", "id": 1, "method": "workspace.create",
+                             "params": {"workspace": race}})
+            winner.dispatch({"jsonrpc": "2.0", "id": 2, "method": "participant.join",
+                             "params": {"workspace": race, "from": OWNER, "type": "human",
+                                        "role": "admin"}})
+        return int(time.time() * 1000)
+
+    loser = Coordinator(store=SqliteStore(db), clock=clock)
+    dispatcher = SerialDispatcher(loser)
+    dispatcher.start()
+    try:
+        gate = Gatekeeper(dispatcher, loser)
+        identity = Identity(ALICE, Grant.of([race], "reviewer", may_create=True))
+        body = json.dumps({"jsonrpc": "2.0", "id": "c", "method": "workspace.create",
+                           "params": {"workspace": race}}).encode()
+        response = asyncio.run(gate(body, authoriser(identity)))
+    finally:
+        dispatcher.close()
+    try:
+        error = refused(response, -32602)
+        assert "already exists" in error["message"]
+        assert list(loser.snapshot(race)["members"]) == [OWNER]
+        assert [e["envelope"]["method"] for e in loser.snapshot(race)["audit"]] == [
+            "workspace.create", "participant.join"]
+    finally:
+        loser.close()
+        winner.close()
+
+
+_ids = st.frozensets(st.from_regex(r"wsp_[a-z0-9]{1,8}", fullmatch=True), max_size=4)
+_roles = st.sampled_from(["observer", "participant", "reviewer", "admin", "drafter", "coordinator"])
+
+
+@given(workspaces=st.none() | _ids, max_role=_roles, may_create=st.booleans())
+def test_a_grant_survives_its_table_row_and_its_claim(
+    workspaces: frozenset[str] | None, max_role: str, may_create: bool
+) -> None:
+    grant = Grant(workspaces, max_role, may_create)
+    assert Grant.from_columns(*grant.columns()) == grant
+    assert Grant.from_claim("c", grant.as_json()) == grant
+
+
+@given(max_role=_roles, role=_roles)
+def test_a_token_takes_its_role_what_is_below_it_and_admin_everything(max_role: str, role: str) -> None:
+    ladder = ["observer", "participant", "reviewer", "admin"]
+    below = role in ladder and max_role in ladder and ladder.index(role) <= ladder.index(max_role)
+    assert Grant(None, max_role).may_take(role) == (role == max_role or max_role == "admin" or below)

@@ -191,7 +191,7 @@ class Gatekeeper:
                         "method": "participant.join",
                         "params": {"workspace": result["workspace"], "from": principal,
                                    "type": kind.group(1), "role": ADMIN},
-                    })
+                    }, authorise=_first_member)
                     if "error" in joined:
                         # Never expected (the workspace is new); the batch must
                         # not write a workspace without its first admin.
@@ -201,6 +201,16 @@ class Gatekeeper:
         except RpcError as err:
             raise RuntimeError(f"the creator of a workspace could not join it: {err}") from err
         return response
+
+
+def _first_member(call: Call, method: Method) -> None:
+    """The creator's join is let in only as the workspace's first member:
+    run again after another writer created the workspace first (the
+    create then answers that it exists), it refuses rather than make the
+    loser an admin of the winner's workspace."""
+    if call.ws is None or call.count("members") > 0:
+        raise RpcError(NOT_AUTHORISED, "Not authorised: the workspace was created by another call; "
+                                       "join it as its admin allows")
 
 
 def _method(body: bytes) -> Any:
