@@ -573,3 +573,42 @@ def test_a_token_takes_its_role_what_is_below_it_and_admin_everything(max_role: 
     ladder = ["observer", "participant", "reviewer", "admin"]
     below = role in ladder and max_role in ladder and ladder.index(role) <= ladder.index(max_role)
     assert Grant(None, max_role).may_take(role) == (role == max_role or max_role == "admin" or below)
+
+
+def test_a_call_admitted_on_its_signature_acts_as_a_participant(tmp_path: Path) -> None:
+    """With --require-signatures a signed call needs no token: it acts where
+    its signer is a member, as at most a participant, so a privileged call
+    still needs a token that may act as admin."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from coordinator import public_jwk, sign_envelope
+
+    db = tmp_path / "chap.db"
+    key = Ed25519PrivateKey.generate()
+    coord = Coordinator(store=SqliteStore(db), default_profiles=DEFAULT_PROFILES,
+                        require_signatures=True)
+    tokens = TokenStore(str(db))
+    live = LiveServer(create_app(coord, auth=Authenticator(tokens, signatures=True)))
+    admin = tokens.create(ALICE, Grant.everything())[0]
+    try:
+        with httpx.Client(base_url=live.url, timeout=60) as http:
+            def post(method: str, token: str | None = None, **params: Any) -> dict[str, Any]:
+                envelope = {"jsonrpc": "2.0", "id": method, "method": method,
+                            "params": {"workspace": MINE, "from": ALICE, **params}}
+                if token is None:
+                    envelope = sign_envelope(envelope, key, "alice-1")
+                headers = {"Authorization": f"Bearer {token}"} if token else {}
+                body: dict[str, Any] = http.post("/chap", json=envelope, headers=headers).json()
+                return body
+
+            assert "result" in post("participant.join", admin, type="human", role="admin",
+                                    jwks={"keys": [public_jwk(key, "alice-1")]})
+            assert "result" in post("task.create", assignee=ALICE, kind="k", input={})
+            error = not_authorised(post("control.pause"), "role")
+            assert error["data"]["grant"] == {"workspaces": "*", "max_role": "participant",
+                                              "may_create": False}
+            assert coord.snapshot(MINE)["state"] == "active"
+    finally:
+        live.stop()
+        tokens.close()
+        coord.close()
