@@ -255,11 +255,17 @@ def visible_to(target: Workspaces, identity: Identity) -> Callable[[str], bool]:
 
 async def visible_events(events: AsyncIterator[bytes], visible: Callable[[str], bool]) -> AsyncIterator[bytes]:
     """The events of a stream of every workspace that `visible` allows: an
-    audit event names its workspace in its `id: <workspace>:<seq>` line."""
-    async for event in events:
-        workspace = _event_workspace(event)
-        if workspace is None or visible(workspace):
-            yield event
+    audit event names its workspace in its `id: <workspace>:<seq>` line.
+    Closing this closes `events` (its subscription ends with the client)."""
+    try:
+        async for event in events:
+            workspace = _event_workspace(event)
+            if workspace is None or visible(workspace):
+                yield event
+    finally:
+        close = getattr(events, "aclose", None)  # an async generator's (EventHub.stream)
+        if close is not None:
+            await close()
 
 
 def _event_workspace(event: bytes) -> str | None:

@@ -7,7 +7,8 @@ as the Python reference server answers; an error the caller cannot fix is not
 a 400: a defect is 500, a store that did not take the call 503 (`status_of`).
 The full contract is in
 SPECIFICATION.md, "HTTP binding". With a TokenStore, every call must carry
-a bearer token and may act only as its principal (server/auth.py). GET /
+a bearer token and may act only as its principal (server/auth.py), within
+its token's scopes (server/authz.py). GET /
 and the paths under /desk and /chap/events serve the review desk
 (server/desk/).
 """
@@ -108,8 +109,10 @@ def create_app(
 
     With `auth`, authentication is required: a call without a valid bearer
     token is answered 401, one whose `from` is not the token's principal 403,
-    and neither reaches the coordinator; MCP tool calls and A2A messages are
-    held to the same rules. Without it, anyone who can reach the port may act
+    and neither reaches the coordinator; a call beyond the token's scopes is
+    refused inside the coordinator, recorded as CHAP records refusals (-32011,
+    server/authz.py). MCP tool calls and A2A messages are held to the same
+    rules. Without it, anyone who can reach the port may act
     as any participant.
 
     With `sweep_interval` > 0 (seconds), the lifespan also runs
