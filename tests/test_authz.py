@@ -10,6 +10,7 @@ the log as it was (SPECIFICATION.md, "Authorisation").
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import subprocess
 import sys
@@ -144,7 +145,10 @@ def expect_recorded(server: Server, workspace: str, before: list[dict[str, Any]]
         assert after == before, method.name
 
 
-def test_a_reviewer_token_for_one_workspace_can_do_nothing_else(server: Server) -> None:
+def test_a_reviewer_token_for_one_workspace_can_do_nothing_else(
+    server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="coordinator.server.authz")
     owner = server.token(OWNER, Grant.everything())
     admin = server.token(ALICE, Grant.everything())
     for wid in (MINE, OTHER):
@@ -164,6 +168,7 @@ def test_a_reviewer_token_for_one_workspace_can_do_nothing_else(server: Server) 
         assert error["data"]["grant"] == {"workspaces": [MINE], "max_role": "reviewer",
                                           "may_create": False}
         expect_recorded(server, OTHER, before, method, True, body["id"])
+        expect_logged(caplog, method.name)
     # Her own workspace, with privileged params: each privileged method, a
     # join as admin, a create, and revoking another member's key.
     privileged = [m for m in methods if m.privileged and m.name != "participant.rotate_key"]
@@ -176,6 +181,7 @@ def test_a_reviewer_token_for_one_workspace_can_do_nothing_else(server: Server) 
         reason = {"workspace.create": "create"}.get(method.name, "role")
         not_authorised(body, reason)
         expect_recorded(server, MINE, before, method, True, body["id"])
+        expect_logged(caplog, method.name)
     assert "wsp_new" not in server.coord.workspace_ids()
     # What a reviewer may do in her own workspace goes through.
     assert server.ok(reviewer, "workspace.describe", workspace=MINE, **{"from": ALICE})["id"] == MINE
@@ -184,6 +190,13 @@ def test_a_reviewer_token_for_one_workspace_can_do_nothing_else(server: Server) 
     # Her admin token still administers both: the token, not the member, is limited.
     server.ok(admin, "workspace.set_profiles", workspace=OTHER, **{"from": ALICE},
               profiles=list(DEFAULT_PROFILES))
+
+
+def expect_logged(caplog: pytest.LogCaptureFixture, method: str) -> None:
+    """Every refusal, recorded on a workspace's log or not, is in the server's log."""
+    [record] = [r for r in caplog.records if r.name == "coordinator.server.authz"]
+    assert record.getMessage().startswith(f"refused {method} by {ALICE}: Not authorised: ")
+    caplog.clear()
 
 
 def test_a_join_above_the_tokens_role_is_refused(server: Server) -> None:
