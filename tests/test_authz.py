@@ -9,6 +9,7 @@ the log as it was (SPECIFICATION.md, "Authorisation").
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import sqlite3
@@ -37,7 +38,7 @@ from coordinator.engine.registry import Method, refusal_is_recorded
 from coordinator.errors import ScopeError
 from coordinator.security.identity_verifiers import OidcVerifier
 from coordinator.server import create_app
-from coordinator.server.auth import TABLE, Authenticator, TokenStore
+from coordinator.server.auth import TABLE, Authenticator, Identity, TokenStore
 from coordinator.server.scopes import Grant
 from storage import SqliteStore
 
@@ -403,6 +404,16 @@ def test_an_old_sqlite_token_table_is_migrated_in_place(tmp_path: Path) -> None:
                        "may_create"]
     listing = chapline("token", "list", "--db", str(db)).stdout.splitlines()
     assert listing[0].endswith("workspaces=* max-role=admin may-create  active")
+    # A token an older chapline adds now gets the columns' defaults: nothing.
+    secret = "chl_" + "x" * 43
+    with sqlite3.connect(db) as conn:
+        conn.execute(f"INSERT INTO {TABLE} (id, digest, principal, created) VALUES (?, ?, ?, ?)",
+                     ("cccccccccccc", hashlib.sha256(secret.encode()).hexdigest(), BOB, "2027"))
+    tokens = TokenStore(str(db))
+    try:
+        assert tokens.identity(secret) == Identity(BOB, Grant())
+    finally:
+        tokens.close()
 
 
 def test_an_old_postgresql_token_table_is_migrated_in_place(pg_server: PgServer) -> None:
@@ -527,7 +538,6 @@ def test_a_creator_who_loses_the_race_does_not_join_the_winners_workspace(tmp_pa
     admin of the winner's workspace."""
     import asyncio
 
-    from coordinator.server.auth import Identity
     from coordinator.server.authz import Gatekeeper, authoriser
     from coordinator.server.dispatcher import SerialDispatcher
 
