@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from coordinator.compat import WorkspaceState, WorkspacesView
     from coordinator.engine.clock import Clock
     from coordinator.engine.ids import IdSource
-    from coordinator.engine.registry import Registry
+    from coordinator.engine.registry import CallCheck, Registry
     from coordinator.engine.sweeps import Swept
     from coordinator.listeners import AuditListener, ChangeListener, ListenerHandle
     from coordinator.options import Options
@@ -157,11 +157,15 @@ class Coordinator:
         """The options this coordinator was built with (coordinator/options.py)."""
         return self._pipeline.options
 
-    def dispatch(self, envelope: Any) -> dict[str, Any]:
+    def dispatch(self, envelope: Any, *, authorise: CallCheck | None = None) -> dict[str, Any]:
         """Answer one JSON-RPC envelope (a dict, or its JSON text as str or
         bytes) with the response dict. Never raises: a refusal is the
-        response's `error`, and a defect is answered -32603 and logged."""
-        return self._pipeline.dispatch(envelope)
+        response's `error`, and a defect is answered -32603 and logged.
+
+        `authorise(call, method)`, when given, may refuse the call by raising
+        an RpcError before the profile gate (step 11); the refusal is recorded
+        as a member's refusal is (SPECIFICATION.md, "Authorisation")."""
+        return self._pipeline.dispatch(envelope, authorise)
 
     def add_audit_listener(self, listener: AuditListener) -> ListenerHandle:
         """Call `listener(workspace_id, entry)` after each entry is durable,

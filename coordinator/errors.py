@@ -44,6 +44,8 @@ Each carries its facts as attributes, and its message (and the class's
      ├── JwkError                  a key offered for registration is not a public
      │                             Ed25519 JWK: field (answered -32602; also a ValueError)
      ├── IdentityRejected          a token or presentation cannot be accepted: code
+     ├── ScopeError                a token's scopes cannot be read (a CLI flag, an
+     │                             OIDC claim, a stored row): field (also a ValueError)
      ├── CoseError                 bytes that are not an acceptable COSE_Sign1
      │                             (also a ValueError)
      └── ScittUnreachable          the transparency service failed (-32080)
@@ -82,6 +84,7 @@ __all__ = [
     "RestoreError",
     "RpcError",
     "ScittUnreachable",
+    "ScopeError",
     "SignatureError",
     "StoredObjectError",
     "UnknownWorkspaceError",
@@ -395,6 +398,22 @@ class IdentityRejected(ChaplineError):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class ScopeError(ChaplineError, ValueError):
+    """A token's scopes that cannot be read: `field` names what is wrong
+    (`workspaces`, `max_role`, `may_create`, or the OIDC claim's name)."""
+
+    remedy = (
+        "Give the workspaces as ids (or * for all), the highest role as one role name "
+        "(observer, participant, reviewer, admin, or a role of your own) and may_create "
+        "as true or false; see SPECIFICATION.md, \"Authorisation\"."
+    )
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.message = f"{field}: {problem}"
+        super().__init__(self.message)
 
 
 class CoseError(ChaplineError, ValueError):

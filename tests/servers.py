@@ -126,7 +126,9 @@ def served_with_auth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve
     tokens = {}
     for uri in TOKEN_HOLDERS:
         made = subprocess.run(
-            [sys.executable, "-m", "coordinator", "token", "create", "--db", str(db), "--as", uri],
+            [sys.executable, "-m", "coordinator", "token", "create", "--db", str(db), "--as", uri,
+             # what every token could do before scopes: these tests are about authentication
+             "--all-workspaces", "--max-role", "admin", "--may-create"],
             capture_output=True, text=True, env=env(), timeout=120, check=True,
         )
         tokens[uri] = made.stdout.strip()

@@ -60,7 +60,9 @@ def chapline(*args: str) -> subprocess.CompletedProcess[str]:
 
 def new_token(db: Path, principal: str) -> tuple[str, str]:
     """(token, id) from `chapline token create`."""
-    done = chapline("token", "create", "--db", str(db), "--as", principal)
+    # What every token could do before scopes: these tests are about
+    # authentication (test_authz.py holds the scopes).
+    done = chapline("token", "create", "--db", str(db), "--as", principal, "--all-workspaces", "--max-role", "admin", "--may-create")
     assert done.returncode == 0, done.stderr
     token = done.stdout.strip()
     assert token.count("\n") == 0 and token.startswith("chl_")
@@ -302,8 +304,11 @@ def idp() -> RSAKey:
 
 def access_token(idp: RSAKey, **claims: Any) -> str:
     now = int(time.time())
+    # The scope claim grants what every token could do before scopes: these
+    # tests are about authentication (test_authz.py holds the scopes).
     body = {"iss": ISSUER, "aud": AUDIENCE, "sub": "carol-7", "iat": now, "exp": now + 600,
-            "chap_participant_uri": CAROL, **claims}
+            "chap_participant_uri": CAROL,
+            "chapline_scope": {"workspaces": "*", "max_role": "admin", "may_create": True}, **claims}
     body = {k: v for k, v in body.items() if v is not None}
     return jwt.encode({"alg": "RS256", "kid": "idp-1"}, body, idp, algorithms=["RS256"])
 

@@ -72,7 +72,7 @@ def test_no_listed_function_reuses_an_except_name_across_types(path: str) -> Non
 
 # Each public method and the parameters it takes (SPECIFICATION.md, "Public API").
 COORDINATOR_METHODS = {
-    "dispatch": ["self", "envelope"],
+    "dispatch": ["self", "envelope", "authorise"],
     "add_audit_listener": ["self", "listener"],
     "add_change_listener": ["self", "listener"],
     "attach": ["self", "projection", "page_size"],

@@ -36,6 +36,7 @@ from coordinator import Coordinator
 from coordinator.cli import DEFAULT_PROFILES
 from coordinator.server import create_app
 from coordinator.server.auth import Authenticator, TokenStore
+from coordinator.server.scopes import Grant
 from storage import SqliteStore
 
 WS = "wsp_desk"
@@ -89,7 +90,8 @@ class Desk:
         self.live = LiveServer(create_app(self.coord, auth=Authenticator(self.tokens)))
         self.url = self.live.url
         self.http = httpx.Client(base_url=self.url, timeout=60)
-        self.token = {who: self.tokens.create(who)[0] for who in (ALICE, BOB, BOT)}
+        # What every token could do before scopes (test_authz.py holds the scopes).
+        self.token = {who: self.tokens.create(who, Grant.everything())[0] for who in (ALICE, BOB, BOT)}
         self.chap: dict[str, Client] = {}
         for who, token in self.token.items():
             transport = Http(self.http)

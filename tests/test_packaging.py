@@ -281,7 +281,8 @@ def test_the_log_commands_and_tokens_work_with_the_core_alone(core_only: _Instal
     assert verified.stdout.splitlines()[2].split()[::3] == ["wsp_log", "ok"]
     inspected = core_only.run(str(core_only.chapline), "inspect", db)
     assert inspected.returncode == 0 and "wsp_log" in inspected.stdout, inspected.stderr
-    token = core_only.run(str(core_only.chapline), "token", "create", "--db", db, "--as", "human:alice")
+    token = core_only.run(str(core_only.chapline), "token", "create", "--db", db, "--as", "human:alice",
+                         "--all-workspaces")
     assert token.returncode == 0 and token.stdout.startswith("chl_"), token.stderr
     postgres = core_only.run(str(core_only.chapline), "verify", "postgresql://chap@localhost/chap")
     assert postgres.returncode == 2 and "pip install 'chapline[postgres]'" in postgres.stderr

@@ -156,7 +156,7 @@ def test_tokens_live_in_the_postgresql_database_and_serve_auth_uses_them(
     pg_server: PgServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     uri = pg_server.uri(pg_server.new_database())
-    code, secret, err = _token(capsys, "create", "--db", uri, "--as", ZOE)
+    code, secret, err = _token(capsys, "create", "--db", uri, "--as", ZOE, "--all-workspaces", "--max-role", "admin", "--may-create")
     assert code == 0, err
     secret = secret.strip()
     token_id = err.split("token ", 1)[1].split()[0]
@@ -186,11 +186,12 @@ def test_a_token_check_the_database_cannot_answer_is_refused_as_retryable(
     (503, -32900, retry), not admitted and not called unauthenticated; a
     connection the server broke is replaced on the next check."""
     from coordinator.server.auth import Authenticator, TokenStore
+    from coordinator.server.scopes import Grant
 
     dbname = pg_server.new_database()
     tokens = TokenStore(pg_server.uri(dbname))
     try:
-        secret, _ = tokens.create(ZOE)
+        secret, _ = tokens.create(ZOE, Grant.everything())
         auth = Authenticator(tokens)
         body = json.dumps(env("participant.join", {"workspace": WS, "from": ZOE, "type": "human"})).encode()
         header = f"Bearer {secret}"

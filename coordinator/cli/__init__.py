@@ -131,6 +131,7 @@ def _command(args: argparse.Namespace) -> int:
             args.insecure,
             getattr(args, "workers", 1),
             args.sweep_interval,
+            scope_claim=args.oidc_scope_claim,
         )
     except _Usage as exc:
         print(f"chapline: {exc}", file=sys.stderr)
@@ -238,6 +239,12 @@ def _parser() -> argparse.ArgumentParser:
     oidc.add_argument(
         "--oidc-jwks", metavar="FILE", help="the provider's JWKS as a JSON file (its jwks_uri)"
     )
+    oidc.add_argument(
+        "--oidc-scope-claim", metavar="NAME", default="chapline_scope",
+        help="the claim carrying what the token may do: {workspaces, max_role, may_create} or "
+        "'workspace:ID role:NAME create'; without it a token reaches no workspace "
+        "(default: %(default)s)",
+    )
     mcp = commands.add_parser(
         "mcp",
         help="serve CHAP as MCP tools (stdio, or --http)",
@@ -261,7 +268,17 @@ def _parser() -> argparse.ArgumentParser:
     create = actions.add_parser("create", help="create a token and print it once")
     create.add_argument("--as", dest="principal", required=True, metavar="URI",
                         help="the participant the token acts as, e.g. human:alice")
-    listing = actions.add_parser("list", help="list token ids, participants and revocations")
+    create.add_argument("--workspace", dest="workspaces", action="append", default=[], metavar="ID",
+                        help="a workspace the token reaches; repeatable (this or --all-workspaces)")
+    create.add_argument("--all-workspaces", action="store_true",
+                        help="the token reaches every workspace, present and future")
+    create.add_argument("--max-role", default="participant", metavar="ROLE",
+                        help="the highest role it may take: observer < participant < reviewer < "
+                        "admin, or a role of your own (default: %(default)s)")
+    create.add_argument("--may-create", action="store_true",
+                        help="it may create workspaces (only those it reaches); its participant "
+                        "becomes the first admin of each")
+    listing = actions.add_parser("list", help="list token ids, participants, scopes and revocations")
     revoke = actions.add_parser("revoke", help="revoke a token by its id")
     revoke.add_argument("id", help="the token id that `create` and `list` print")
     for action in (create, listing, revoke):
@@ -273,7 +290,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _token(args: argparse.Namespace) -> int:
-    from coordinator.server.auth import TokenStore
+    from coordinator.server.auth import TokenStore, check_participant
+    from coordinator.server.scopes import Grant
     from storage import StoreError
     from storage.target import is_postgres
 
@@ -290,20 +308,29 @@ def _token(args: argparse.Namespace) -> int:
     try:
         if args.action == "create":
             try:
-                secret, info = tokens.create(args.principal)
+                check_participant(args.principal)
+                if bool(args.workspaces) == args.all_workspaces:
+                    raise ValueError(
+                        "say which workspaces the token reaches: --workspace ID (repeatable) "
+                        "or --all-workspaces, one of the two"
+                    )
+                grant = Grant.of(None if args.all_workspaces else args.workspaces,
+                                 args.max_role, args.may_create)
+                secret, info = tokens.create(args.principal, grant)
             except ValueError as exc:
                 print(f"chapline: {exc}", file=sys.stderr)
                 return 2
             print(secret)
             print(
-                f"chapline: token {info.id} acts as {info.principal}; it is shown only once "
-                f"(revoke: chapline token revoke --db {args.db} {info.id})",
+                f"chapline: token {info.id} acts as {info.principal} ({grant.describe()}); it is "
+                f"shown only once (revoke: chapline token revoke --db {args.db} {info.id})",
                 file=sys.stderr,
             )
         elif args.action == "list":
             for info in tokens.all():
                 state = f"revoked {info.revoked}" if info.revoked else "active"
-                print(f"{info.id}  {info.principal}  created {info.created}  {state}")
+                print(f"{info.id}  {info.principal}  created {info.created}  "
+                      f"{info.grant.describe()}  {state}")
         else:
             try:
                 info = tokens.revoke(args.id)
@@ -390,6 +417,8 @@ def _serve(
     insecure: bool,
     workers: int = 1,
     sweep_interval: float = DEFAULT_SWEEP_INTERVAL,
+    *,
+    scope_claim: str = "chapline_scope",
 ) -> int:
     from storage import StoreError
     from storage.target import describe_target, open_store
@@ -438,7 +467,7 @@ def _serve(
         def serve_one(projections: list[tuple[str, str]], say: Callable[[str], str] | None) -> int:
             return _serve_one(
                 db, sock, profiles, auth, require_signatures, oidc, projections, say,
-                sweep_interval, browser,
+                sweep_interval, browser, scope_claim,
             )
 
         if workers == 1:
@@ -474,6 +503,7 @@ def _serve_one(
     announce: Callable[[str], str] | None,
     sweep_interval: float,
     browser: BrowserPolicy,
+    scope_claim: str,
 ) -> int:
     """One server process: its own coordinator on `db`, serving `sock`;
     prints `announce(what the projections say)` once it is ready."""
@@ -504,7 +534,9 @@ def _serve_one(
                 tokens = TokenStore(db)
             except (sqlite3.Error, StoreError, ValueError) as exc:
                 raise _Failure(f"--auth: {exc}") from None
-            authenticator = Authenticator(tokens, oidc=oidc, signatures=require_signatures)
+            authenticator = Authenticator(
+                tokens, oidc=oidc, signatures=require_signatures, scope_claim=scope_claim
+            )
         projected = _attach(coord, projections)
         app = create_app(
             coord,

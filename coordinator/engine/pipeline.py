@@ -132,16 +132,23 @@ class Pipeline:
             listeners.add_audit(on_audit)
         self._held = HeldWorkspaces(self.store, listeners)
         self._held.load_all()
+        # The authorise check of each call in the open batch, by id() of the
+        # envelope the batch keeps, so a call run again is authorised again.
+        self._batch_checks: dict[int, CallCheck] = {}
 
     # -- public API ---------------------------------------------------------
 
-    def dispatch(self, envelope: Any) -> dict[str, Any]:
-        """Answer one JSON-RPC envelope (a dict, or its JSON text). Never raises."""
+    def dispatch(self, envelope: Any, authorise: CallCheck | None = None) -> dict[str, Any]:
+        """Answer one JSON-RPC envelope (a dict, or its JSON text). Never raises.
+
+        `authorise(call, method)`, when given, runs before the gate checks
+        (step 11) and refuses with an RpcError, recorded as a member's
+        refusal is (a server's token scopes: coordinator/server/authz.py)."""
         batch = self._held.batch
         if batch is not None:
             batch.current = None
         self._held.note_changes()
-        response = self._dispatch_safe(envelope, retry=True)
+        response = self._dispatch_safe(envelope, True, authorise)
         if batch is not None and batch.current is not None:
             # Anything answered from a workspace the batch changed depends on
             # that write: it is rewritten or run again with the batch's calls.
@@ -149,13 +156,17 @@ class Pipeline:
             part = batch.parts.get(wid)
             if part is not None:
                 part.calls.append((own, response))
+                if authorise is not None:
+                    self._batch_checks[id(own)] = authorise
         return response
 
-    def _dispatch_safe(self, envelope: Any, retry: bool) -> dict[str, Any]:
+    def _dispatch_safe(
+        self, envelope: Any, retry: bool, authorise: CallCheck | None = None
+    ) -> dict[str, Any]:
         """`_dispatch` at a fresh clock reading (a call run again reads it
         again), with a defect answered -32603 (no traceback), never raised."""
         try:
-            return self._dispatch(envelope, int(self._clock()), retry)
+            return self._dispatch(envelope, int(self._clock()), retry, authorise)
         except StoreError as exc:
             # A store that cannot be reached or read (a database server down)
             # leaves the call unrun, as a failed write does: retrying helps.
@@ -225,7 +236,10 @@ class Pipeline:
     def batch(self) -> Iterator[None]:
         """Group the calls made inside into one store write per workspace
         (see `HeldWorkspaces.run_batch` and SPECIFICATION.md, "Batches")."""
-        yield from self._held.run_batch(self._ids, self._run_again)
+        try:
+            yield from self._held.run_batch(self._ids, self._run_again)
+        finally:
+            self._batch_checks.clear()
 
     def snapshot(self, workspace_id: Any) -> dict[str, Any]:
         """The workspace as a JSON-safe dict: meta, collections keyed by id, audit.
@@ -308,7 +322,9 @@ class Pipeline:
 
     # -- the pipeline (SPECIFICATION.md, "Dispatch") -----------------------
 
-    def _dispatch(self, envelope: Any, now: int, retry: bool) -> dict[str, Any]:
+    def _dispatch(
+        self, envelope: Any, now: int, retry: bool, authorise: CallCheck | None
+    ) -> dict[str, Any]:
         registry = self.registry
         try:
             request = read_envelope(envelope, registry, self.options.max_envelope_bytes)
@@ -335,12 +351,14 @@ class Pipeline:
             if replay is not None:
                 return result_response(call.request_id, replay.result)
         try:
+            if authorise is not None:
+                authorise(call, method)  # step 11, the server's scopes first
             for check in self._gate_checks:
                 check(call, method)  # step 11
             handler = _route(call, method)  # steps 12-14
         except RpcError as err:
             gated = isinstance(err.data, dict) and "advertised" in err.data
-            return self._refuse(call, method, err, gated)
+            return self._refuse(call, method, err, gated, authorise)
         try:
             if not method.read and call.ws is not None and registry.before_hooks:
                 advertised = profile_names(call.ws.meta.profiles)
@@ -354,7 +372,7 @@ class Pipeline:
                     if profile in advertised:
                         hook(call)
         except RpcError as err:
-            return self._refuse(call, method, err, False)
+            return self._refuse(call, method, err, False, authorise)
         if not call.fresh_result:
             # The caller gets its own copy: results can share values with held objects.
             result = _decode(_encode(result))
@@ -369,7 +387,7 @@ class Pipeline:
             # a resend run again (another `sig`) leaves the first one kept.
             kept = {"seq": call.ws.count, "result": _decode(_encode(result))}
             call.put(SIGNED_CALLS, digest, kept)
-        return self._record(call, response, logged, None)  # step 18
+        return self._record(call, response, logged, None, authorise)  # step 18
 
     def _open(self, request: Request, now: int, retry: bool) -> Call:
         """The call's context, on the workspace `params.workspace` names (if
@@ -398,7 +416,9 @@ class Pipeline:
             self._new_id,
         )
 
-    def _refuse(self, call: Call, method: Method, err: RpcError, gated: bool) -> dict[str, Any]:
+    def _refuse(
+        self, call: Call, method: Method, err: RpcError, gated: bool, authorise: CallCheck | None
+    ) -> dict[str, Any]:
         """Answer a refusal, recording it when a member made it (see the rules)."""
         response = error_response(call.request_id, err)
         call.unstage()
@@ -414,7 +434,7 @@ class Pipeline:
         if isinstance(call.envelope.get("sig"), str):
             if signed_digest(call.envelope) in signed_index(ws, call.log):
                 return response
-        return self._record(call, response, True, {"status": "refused", "code": err.code})
+        return self._record(call, response, True, {"status": "refused", "code": err.code}, authorise)
 
     def _record(
         self,
@@ -422,11 +442,12 @@ class Pipeline:
         response: dict[str, Any],
         logged: bool,
         outcome: dict[str, Any] | None,
+        authorise: CallCheck | None,
     ) -> dict[str, Any]:
         """Write what the call staged, with its entry when `logged` (accepted,
         or refused with `outcome`), through the one append path; a write the
         store refused because another writer moved on runs the call again on
-        the fresh state."""
+        the fresh state, authorised again."""
         ws = call.ws
         assert ws is not None
         write = WorkspaceWrite(ws, call.meta or ws.meta, call.staged, call.arrived, call.created)
@@ -439,7 +460,7 @@ class Pipeline:
             if error.code == STORE_CONFLICT and call.retry and held.reload(ws.id):
                 # run again on the fresh state, at a fresh reading: the
                 # other writer's entries may be later than our first one
-                return self._dispatch_safe(call.envelope, retry=False)
+                return self._dispatch_safe(call.envelope, False, authorise)
             return error_response(call.request_id, error)
         if held.batch is not None:
             held.batch.current = (ws.id, call.envelope)
@@ -448,7 +469,7 @@ class Pipeline:
     def _run_again(self, envelope: dict[str, Any]) -> dict[str, Any]:
         """A batch's call whose write lost to another writer, run again on the
         fresh state (see `HeldWorkspaces.run_batch`)."""
-        return self._dispatch_safe(envelope, retry=True)
+        return self._dispatch_safe(envelope, True, self._batch_checks.get(id(envelope)))
 
     def _new_id(self, prefix: str) -> str:
         """A generated id; a workspace id that names no workspace already."""

@@ -43,6 +43,7 @@ from coordinator.engine.wire import (
 from coordinator.errors import NotJsonError, RpcError
 from coordinator.extras import needs
 from coordinator.server.auth import Authenticator
+from coordinator.server.authz import authoriser
 from coordinator.server.body import MAX_BODY_BYTES, read_body
 from coordinator.server.catalogue import tool_name
 from coordinator.server.strict_json import loads
@@ -161,13 +162,16 @@ class ChaplineAgentExecutor(AgentExecutor):
             return _error(INVALID_PARAMS, f"Invalid params: {where} must be an object"), True
         envelope = {"jsonrpc": "2.0", "id": f"a2a-{next(self._numbers)}", "method": method.name, "params": params}
         body = msgspec.json.encode(envelope)
-        if self._auth is not None:
+        if self._auth is None:
+            response = await self._call(body)
+        else:
             headers = context.call_context.state.get("headers") or {}
-            refusal = self._auth.refusal(headers.get("authorization"), body)
-            if refusal is not None:
-                error = refusal[2]
+            admission = self._auth.admission(headers.get("authorization"), body)
+            if admission.refusal is not None:
+                error = admission.refusal[2]
                 return _error(error.code, error.message, error.data), True
-        response = await self._call(body)
+            assert admission.identity is not None
+            response = await self._call(body, authoriser(admission.identity))
         if "error" in response:
             error = response["error"]
             return _error(error.get("code"), error.get("message"), error.get("data")), True

@@ -13,6 +13,11 @@ access tokens (JWTs): an `Authenticator` given an OIDC verifier
 `iss`, `aud`, `exp`, `sub`) takes the principal from the token's
 `chap_participant_uri` claim.
 
+Each token also carries what it may do, its scopes (server/scopes.py: the
+workspaces, the highest role, creating): stored beside the digest, or read
+from the OIDC token's scope claim. Authentication yields an `Identity`
+(principal and grant); server/authz.py holds calls to the grant.
+
 When a server requires authentication, a call is admitted only when it
 carries a valid token and its `params.from`, if present, is the token's
 principal; or, when the coordinator itself requires signatures
@@ -42,9 +47,10 @@ from coordinator.engine.wire import (
     STORE_WRITE_FAILED,
     decode_json,
 )
-from coordinator.errors import IdentityRejected, RpcError
+from coordinator.errors import IdentityRejected, RpcError, ScopeError
 from coordinator.profiles.signed import UNSIGNED_METHODS
 from coordinator.security.identity_verifiers import OIDC_TOKEN_INVALID
+from coordinator.server.scopes import DEFAULT_MAX_ROLE, Grant
 from storage import StoreError, StoreUnavailableError
 from storage.target import is_postgres
 
@@ -54,12 +60,16 @@ if TYPE_CHECKING:
 __all__ = [
     "AUTHENTICATION_REQUIRED",
     "OIDC_CLAIM",
+    "OIDC_SCOPE_CLAIM",
     "TABLE",
+    "Admission",
     "Authenticator",
+    "Identity",
     "TokenInfo",
     "TokenStore",
     "admit",
     "bearer",
+    "check_participant",
 ]
 
 # A name of our own: the shared schema owns the chap_* tables.
@@ -81,7 +91,26 @@ class TokenInfo:
     principal: str
     created: str
     revoked: str | None
+    grant: Grant
 
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a request authenticates as, and what its token may do."""
+
+    principal: str
+    grant: Grant
+
+
+# The scope columns, added after the first release: their defaults are the
+# fail-closed grant (a row written without them reaches nothing), and rows
+# older than the columns are given what they could do before (_MIGRATED).
+_SCOPE_COLUMNS = (
+    ("workspaces", "TEXT NOT NULL DEFAULT '[]'"),
+    ("max_role", f"TEXT NOT NULL DEFAULT '{DEFAULT_MAX_ROLE}'"),
+    ("may_create", "INTEGER NOT NULL DEFAULT 0"),
+)
+_MIGRATED = Grant.everything().columns()
 
 _SCHEMA = (
     f"CREATE TABLE IF NOT EXISTS {TABLE} ("
@@ -89,8 +118,18 @@ _SCHEMA = (
     " digest TEXT NOT NULL UNIQUE,"
     " principal TEXT NOT NULL,"
     " created TEXT NOT NULL,"
-    " revoked TEXT)"
+    " revoked TEXT"
+    + "".join(f", {name} {kind}" for name, kind in _SCOPE_COLUMNS)
+    + ")"
 )
+_COLUMNS = "id, principal, created, revoked, workspaces, max_role, may_create"
+_ADD_COLUMNS = [f"ALTER TABLE {TABLE} ADD COLUMN {name} {kind}" for name, kind in _SCOPE_COLUMNS]
+_MIGRATE_ROWS = f"UPDATE {TABLE} SET workspaces = ?, max_role = ?, may_create = ?"
+
+
+def _info(row: tuple[Any, ...]) -> TokenInfo:
+    token_id, principal, created, revoked, workspaces, max_role, may_create = row
+    return TokenInfo(token_id, principal, created, revoked, Grant.from_columns(workspaces, max_role, may_create))
 
 
 class TokenStore:
@@ -112,20 +151,20 @@ class TokenStore:
         self._lock = threading.Lock()
         self._db: _Sqlite | _Postgres = _Postgres(db) if is_postgres(db) else _Sqlite(db)
 
-    def create(self, principal: str) -> tuple[str, TokenInfo]:
-        """A new token for `principal`: (the secret, shown once; its record)."""
-        if not _PARTICIPANT.match(principal):
-            raise ValueError(
-                f"{principal!r} is not a participant URI; write it as human:NAME, "
-                "agent:NAME, service:NAME or group:NAME"
-            )
+    def create(self, principal: str, grant: Grant | None = None) -> tuple[str, TokenInfo]:
+        """A new token for `principal` that may do what `grant` says (None:
+        the fail-closed `Grant()`, no workspace): (the secret, shown once;
+        its record)."""
+        grant = grant if grant is not None else Grant()
+        check_participant(principal)
         secret = _PREFIX + secrets.token_urlsafe(32)
         digest = _digest(secret)
-        info = TokenInfo(digest[:12], principal, iso_ms(int(self._clock())), None)
+        info = TokenInfo(digest[:12], principal, iso_ms(int(self._clock())), None, grant)
         with self._lock:
             self._db.execute(
-                f"INSERT INTO {TABLE} (id, digest, principal, created) VALUES (?, ?, ?, ?)",
-                (info.id, digest, info.principal, info.created),
+                f"INSERT INTO {TABLE} (id, digest, principal, created, workspaces, max_role, "
+                "may_create) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (info.id, digest, info.principal, info.created, *grant.columns()),
             )
         return secret, info
 
@@ -136,33 +175,48 @@ class TokenStore:
                 f"UPDATE {TABLE} SET revoked = ? WHERE id = ? AND revoked IS NULL",
                 (iso_ms(int(self._clock())), token_id),
             )
-            rows = self._db.execute(
-                f"SELECT id, principal, created, revoked FROM {TABLE} WHERE id = ?", (token_id,)
-            )
+            rows = self._db.execute(f"SELECT {_COLUMNS} FROM {TABLE} WHERE id = ?", (token_id,))
         if not rows:
             raise KeyError(f"no token with id {token_id!r}; `chapline token list` shows the ids")
-        return TokenInfo(*rows[0])
+        return _info(rows[0])
 
     def all(self) -> list[TokenInfo]:
         """Every token, oldest first, revoked ones included."""
         with self._lock:
-            rows = self._db.execute(
-                f"SELECT id, principal, created, revoked FROM {TABLE} ORDER BY created, id"
-            )
-        return [TokenInfo(*row) for row in rows]
+            rows = self._db.execute(f"SELECT {_COLUMNS} FROM {TABLE} ORDER BY created, id")
+        return [_info(row) for row in rows]
 
     def principal(self, secret: str) -> str | None:
         """The principal of a valid (known, unrevoked) token, else None."""
+        found = self.identity(secret)
+        return None if found is None else found.principal
+
+    def identity(self, secret: str) -> Identity | None:
+        """The principal and grant of a valid (known, unrevoked) token, else
+        None; ScopeError for a row whose scopes no chapline wrote."""
         with self._lock:
             rows = self._db.execute(
-                f"SELECT principal FROM {TABLE} WHERE digest = ? AND revoked IS NULL",
+                f"SELECT principal, workspaces, max_role, may_create FROM {TABLE} "
+                "WHERE digest = ? AND revoked IS NULL",
                 (_digest(secret),),
             )
-        return str(rows[0][0]) if rows else None
+        if not rows:
+            return None
+        principal, *scopes = rows[0]
+        return Identity(str(principal), Grant.from_columns(*scopes))
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def check_participant(principal: str) -> None:
+    """ValueError unless `principal` is a participant URI a token may stand for."""
+    if not _PARTICIPANT.match(principal):
+        raise ValueError(
+            f"{principal!r} is not a participant URI; write it as human:NAME, "
+            "agent:NAME, service:NAME or group:NAME"
+        )
 
 
 def _digest(secret: str) -> str:
@@ -176,7 +230,19 @@ class _Sqlite:
     def __init__(self, path: str) -> None:
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA busy_timeout = 5000")
-        self._db.execute(_SCHEMA)
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.execute(_SCHEMA)
+            known = {row[1] for row in self._db.execute(f"PRAGMA table_info({TABLE})")}
+            if "workspaces" not in known:  # a table from before scopes: migrated in place
+                for statement in _ADD_COLUMNS:
+                    self._db.execute(statement)
+                self._db.execute(_MIGRATE_ROWS, _MIGRATED)
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            self._db.close()
+            raise
 
     def execute(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         return self._db.execute(sql, args).fetchall()
@@ -213,6 +279,15 @@ class _Postgres:
         with self._conn.transaction():
             self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_TABLE_LOCK,))
             self._conn.execute(_SCHEMA)
+            known = self._conn.execute(
+                "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() "
+                "AND table_name = %s AND column_name = 'workspaces'",
+                (TABLE,),
+            ).fetchone()
+            if known is None:  # a table from before scopes: migrated in place
+                for statement in _ADD_COLUMNS:
+                    self._conn.execute(statement)
+                self._conn.execute(_MIGRATE_ROWS.replace("?", "%s"), _MIGRATED)
 
     def execute(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         def statement() -> list[tuple[Any, ...]]:
@@ -255,15 +330,32 @@ def bearer(header: str | None) -> str | None:
 
 # The claim that names the participant an OIDC access token stands for.
 OIDC_CLAIM = "chap_participant_uri"
+# The claim that carries its scopes, unless `serve --oidc-scope-claim` names another.
+OIDC_SCOPE_CLAIM = "chapline_scope"
+
+# What a call admitted on its signature alone may do: act where its signer
+# is a member, as at most a participant; joining, creating and privileged
+# calls need a token (SPECIFICATION.md, "Authorisation").
+_SIGNED_GRANT = Grant(None, DEFAULT_MAX_ROLE, False)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The transport's verdict on one request: `refusal` (HTTP status,
+    request id, error) when it may not go on; else the `identity` it goes on
+    as (the signer's, for a call admitted on its signature)."""
+
+    refusal: tuple[int, Any, RpcError] | None
+    identity: Identity | None = None
 
 
 class Authenticator:
-    """The principal behind an `Authorization` header.
+    """The principal behind an `Authorization` header, and its grant.
 
     A token starting `chl_` is looked up in `tokens`; any other is, when an
     `oidc` verifier is given, verified as the provider's access token: the
     verifier (an `OidcVerifier`) returns its claims or raises
-    `IdentityRejected`.
+    `IdentityRejected`; its grant is read from the claim `scope_claim`.
     """
 
     def __init__(
@@ -272,6 +364,7 @@ class Authenticator:
         *,
         oidc: Callable[[str], dict[str, Any]] | None = None,
         signatures: bool = False,
+        scope_claim: str = OIDC_SCOPE_CLAIM,
     ) -> None:
         self.tokens = tokens
         self.oidc = oidc
@@ -279,52 +372,71 @@ class Authenticator:
         # (Coordinator(require_signatures=True)): then a signature may stand
         # in for a token.
         self.signatures = signatures
+        self.scope_claim = scope_claim
 
     def refusal(self, header: str | None, body: bytes) -> tuple[int, Any, RpcError] | None:
         """(HTTP status, request id, error) for a call that may not go on to
         the coordinator, or None when it may."""
-        if bearer(header) is None and self.signatures and _signed(body):
-            return None
+        return self.admission(header, body).refusal
+
+    def admission(self, header: str | None, body: bytes) -> Admission:
+        """Whether the call may go on to the coordinator, and as whom."""
+        if bearer(header) is None and self.signatures:
+            signer = _signer(body)
+            if signer is not None:
+                return Admission(None, Identity(signer, _SIGNED_GRANT))
         try:
-            principal = self.principal(header)
+            identity = self.identity(header)
         except RpcError as err:
-            return 401, None, err
+            return Admission((401, None, err))
         except (StoreError, sqlite3.Error) as exc:
             # Fail closed: a token that cannot be checked admits nothing. The
             # cause (database names, the server's words) goes to the log only.
             log_id = logged(log, "the token table could not be read", exc)
-            return 503, None, RpcError(
+            return Admission((503, None, RpcError(
                 STORE_WRITE_FAILED,
                 "The bearer token could not be checked (the database did not answer), so the "
                 f"call was not run; retry it. The server logged the cause as {log_id} (quote "
                 "it to the operator if the retry fails too).",
                 {"log_id": log_id},
-            )
-        refused = admit(principal, body)
-        return None if refused is None else (403, *refused)
+            )))
+        refused = admit(identity.principal, body)
+        if refused is not None:
+            return Admission((403, *refused))
+        return Admission(None, identity)
 
     def principal(self, header: str | None) -> str:
         """The principal, or an RpcError saying why there is none."""
+        return self.identity(header).principal
+
+    def identity(self, header: str | None) -> Identity:
+        """The principal and its grant, or an RpcError saying why there is none."""
         token = bearer(header)
         if token is None:
             raise RpcError(
                 AUTHENTICATION_REQUIRED,
                 "Authentication required: send 'Authorization: Bearer <token>' "
-                "(create one with `chapline token create --as URI`)",
+                "(create one with `chapline token create --as URI --workspace ID`)",
             )
         if token.startswith(_PREFIX) or self.oidc is None:
-            principal = self.tokens.principal(token)
-            if principal is None:
+            try:
+                found = self.tokens.identity(token)
+            except ScopeError as exc:
+                raise RpcError(
+                    AUTHENTICATION_REQUIRED,
+                    f"The bearer token's scopes cannot be read ({exc.message}); ask for a new one "
+                    "(`chapline token create --as URI --workspace ID`)",
+                ) from None
+            if found is None:
                 raise RpcError(
                     AUTHENTICATION_REQUIRED,
                     "The bearer token is unknown or revoked; ask for a new one "
-                    "(`chapline token create --as URI`)",
+                    "(`chapline token create --as URI --workspace ID`)",
                 )
-            return principal
-        return self._oidc_principal(self.oidc, token)
+            return found
+        return self._oidc_identity(self.oidc, token)
 
-    @staticmethod
-    def _oidc_principal(oidc: Callable[[str], dict[str, Any]], token: str) -> str:
+    def _oidc_identity(self, oidc: Callable[[str], dict[str, Any]], token: str) -> Identity:
         try:
             claims = oidc(token)
         except IdentityRejected as exc:
@@ -337,22 +449,36 @@ class Authenticator:
                 "(human:NAME, agent:NAME, ...); ask the identity provider to add it",
                 {"sub": claims.get("sub")},
             )
-        return principal
+        try:
+            grant = Grant.from_claim(self.scope_claim, claims.get(self.scope_claim))
+        except ScopeError as exc:
+            raise RpcError(
+                OIDC_TOKEN_INVALID,
+                f"The OIDC token's {self.scope_claim} claim cannot be read ({exc.message}); ask "
+                "the identity provider to send it as SPECIFICATION.md, \"Authorisation\" shows",
+                {"sub": claims.get("sub"), "claim": self.scope_claim},
+            ) from None
+        return Identity(principal, grant)
 
 
-def _signed(body: bytes) -> bool:
-    """A call the coordinator will verify a signature on: a string `sig`
-    and a method that is not exempt (joins and creates carry none)."""
+def _signer(body: bytes) -> str | None:
+    """The `from` of a call the coordinator will verify a signature on (a
+    string `sig`, a method that is not exempt: joins and creates carry none,
+    and a string `from`), else None."""
     try:
         envelope = decode_json(body)
     except RpcError:
-        return False
-    return (
+        return None
+    if not (
         isinstance(envelope, dict)
         and isinstance(envelope.get("sig"), str)
         and isinstance(envelope.get("method"), str)
         and envelope["method"] not in UNSIGNED_METHODS
-    )
+    ):
+        return None
+    params = envelope.get("params")
+    sender = params.get("from") if isinstance(params, dict) else None
+    return sender if isinstance(sender, str) else None
 
 
 def admit(principal: str, body: bytes) -> tuple[Any, RpcError] | None:

@@ -28,6 +28,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
 from coordinator.engine.incidents import internal_error
+from coordinator.engine.registry import CallCheck
 from coordinator.engine.wire import error_response
 from coordinator.errors import BatchWriteError, DispatcherClosed
 
@@ -44,10 +45,12 @@ class Dispatcher(Protocol):
     def batch(self) -> AbstractContextManager[None]: ...
 
 
-# One queued job: a request body (or a read to run), and the loop and future
+# A request body with the server's authorise check for it (None: none).
+_Body = tuple[bytes, CallCheck | None]
+# One queued job: a request (or a read to run), and the loop and future
 # awaiting its answer.
-_Job = tuple[bytes | Callable[[], Any], asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
-_Call = tuple[bytes, asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
+_Job = tuple[_Body | Callable[[], Any], asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
+_Call = tuple[_Body, asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
 _STOP = None
 _T = TypeVar("_T")
 
@@ -75,9 +78,10 @@ class SerialDispatcher:
     def start(self) -> None:
         self._thread.start()
 
-    async def dispatch(self, body: bytes) -> dict[str, Any]:
-        """Queue one request body and wait for the coordinator's response."""
-        response: dict[str, Any] = await self._submit(body)
+    async def dispatch(self, body: bytes, authorise: CallCheck | None = None) -> dict[str, Any]:
+        """Queue one request body and wait for the coordinator's response;
+        `authorise` is passed to `Coordinator.dispatch` (server/authz.py)."""
+        response: dict[str, Any] = await self._submit((body, authorise))
         return response
 
     async def run(self, read: Callable[[], _T]) -> _T:
@@ -90,7 +94,7 @@ class SerialDispatcher:
         result: _T = await self._submit(read)
         return result
 
-    async def _submit(self, job: bytes | Callable[[], Any]) -> Any:
+    async def _submit(self, job: _Body | Callable[[], Any]) -> Any:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         with self._lock:
@@ -161,7 +165,7 @@ class SerialDispatcher:
         else:
             try:
                 with self._target.batch():
-                    responses = [self._dispatch(body) for body, _, _ in group]
+                    responses = [self._dispatch(request) for request, _, _ in group]
             except BatchWriteError:
                 # The write failed and was undone; the batch has already
                 # rewritten each recorded call's response to the write error.
@@ -172,9 +176,12 @@ class SerialDispatcher:
         for (_, loop, future), response in zip(group, responses, strict=True):
             _post(loop, future, (response, None))
 
-    def _dispatch(self, body: bytes) -> dict[str, Any]:
+    def _dispatch(self, request: _Body) -> dict[str, Any]:
+        body, authorise = request
         try:
-            return self._target.dispatch(body)
+            if authorise is None:
+                return self._target.dispatch(body)
+            return self._target.dispatch(body, authorise=authorise)  # type: ignore[call-arg]
         except Exception as exc:
             # dispatch promises not to raise; if it does, the caller still
             # gets a JSON-RPC answer and the worker keeps serving.

@@ -7,7 +7,8 @@ as the Python reference server answers; an error the caller cannot fix is not
 a 400: a defect is 500, a store that did not take the call 503 (`status_of`).
 The full contract is in
 SPECIFICATION.md, "HTTP binding". With a TokenStore, every call must carry
-a bearer token and may act only as its principal (server/auth.py). GET /
+a bearer token and may act only as its principal (server/auth.py), within
+its token's scopes (server/authz.py). GET /
 and the paths under /desk and /chap/events serve the review desk
 (server/desk/). Every request passes the browser guard first
 (server/browser.py: Host, Origin and Content-Type checks, security headers).
@@ -40,6 +41,7 @@ from coordinator.errors import DispatcherClosed, RpcError
 from coordinator.extras import installed, needs
 from coordinator.profiles import REGISTRY
 from coordinator.server.auth import Authenticator
+from coordinator.server.authz import Gatekeeper, authoriser
 from coordinator.server.body import MAX_BODY_BYTES, read_body
 from coordinator.server.browser import DEFAULT_POLICY, BrowserGuard, BrowserPolicy
 from coordinator.server.desk import DeskTarget, EventHub, desk_routes
@@ -103,8 +105,10 @@ def create_app(
 
     With `auth`, authentication is required: a call without a valid bearer
     token is answered 401, one whose `from` is not the token's principal 403,
-    and neither reaches the coordinator; MCP tool calls and A2A messages are
-    held to the same rules. Without it, anyone who can reach the port may act
+    and neither reaches the coordinator; a call beyond the token's scopes is
+    refused inside the coordinator, recorded as CHAP records refusals (-32011,
+    server/authz.py). MCP tool calls and A2A messages are held to the same
+    rules. Without it, anyone who can reach the port may act
     as any participant.
 
     With `sweep_interval` > 0 (seconds), the lifespan also runs
@@ -123,6 +127,8 @@ def create_app(
     if not sweep_interval >= 0:
         raise ValueError(f"sweep_interval must be 0 (no timer) or positive, got {sweep_interval}")
     dispatcher = SerialDispatcher(target)
+    # Every call goes through the gate, held to its token's grant (server/authz.py).
+    gate = Gatekeeper(dispatcher, target)
     registry = getattr(target, "registry", REGISTRY)  # a Coordinator's own, given or default
     methods = registry.methods() + registry.extension_methods()
     # MCP and A2A, served beside POST /chap where their extras are installed.
@@ -131,7 +137,7 @@ def create_app(
     if installed("mcp"):
         from coordinator.server.mcp import create_mcp_server
 
-        mcp_server = create_mcp_server(dispatcher.dispatch, methods, auth=auth)
+        mcp_server = create_mcp_server(gate, methods, auth=auth)
         # The SDK builds an app with one route; we serve that route beside ours.
         from mcp.server.transport_security import TransportSecuritySettings
 
@@ -144,7 +150,7 @@ def create_app(
     if installed("a2a"):
         from coordinator.server.a2a import A2A_PATH, a2a_routes
 
-        agents += a2a_routes(dispatcher.dispatch, methods, public_url + A2A_PATH, auth, max_body_bytes)
+        agents += a2a_routes(gate, methods, public_url + A2A_PATH, auth, max_body_bytes)
 
     async def chap(request: Request) -> Response:
         if request.method == "OPTIONS":
@@ -154,15 +160,18 @@ def create_app(
             return _rpc_error(
                 400, PARSE_ERROR, f"Request body larger than {max_body_bytes} bytes"
             )
+        authorise = None
         if auth is not None:
-            refusal = auth.refusal(request.headers.get("authorization"), body)
-            if refusal is not None:
-                status, request_id, error = refusal
+            admission = auth.admission(request.headers.get("authorization"), body)
+            if admission.refusal is not None:
+                status, request_id, error = admission.refusal
                 if status == 401:
                     return _unauthenticated(error)
                 return _json(status, error_response(request_id, error))
+            assert admission.identity is not None
+            authorise = authoriser(admission.identity)
         try:
-            response = await dispatcher.dispatch(body)
+            response = await gate(body, authorise)
         except DispatcherClosed:
             return _rpc_error(503, INTERNAL_ERROR, "The server is shutting down; retry elsewhere")
         return _json(status_of(response), response)

@@ -40,6 +40,7 @@ from coordinator.engine.wire import INVALID_PARAMS, METHOD_NOT_FOUND
 from coordinator.errors import NotJsonError
 from coordinator.extras import needs
 from coordinator.server.auth import Authenticator
+from coordinator.server.authz import authoriser
 from coordinator.server.catalogue import TOOL_PREFIX, tool_name
 from coordinator.server.dispatcher import Dispatcher, SerialDispatcher, sweep_every
 from coordinator.server.strict_json import loads, non_finite
@@ -66,9 +67,11 @@ log = logging.getLogger(__name__)
 # both eras, while the SDK's own discover lists only the stateless one.
 DISCOVER_VERSIONS = ("2026-07-28", "2025-11-25")
 
-AsyncDispatch = Callable[[bytes], Awaitable[dict[str, Any]]]
+AsyncDispatch = Callable[..., Awaitable[dict[str, Any]]]
 """Dispatches one JSON-RPC request body and awaits the response
-(`SerialDispatcher.dispatch`); what a transport hands each call to."""
+(`SerialDispatcher.dispatch`, or server/authz.py's `Gatekeeper`, which also
+takes the authorise check of an authenticated call); what a transport hands
+each call to."""
 
 
 def tool_for(method: Method) -> types.Tool:
@@ -238,12 +241,15 @@ def create_mcp_server(
             "params": arguments,
         }
         body = msgspec.json.encode(envelope)
-        if auth is not None:
-            refusal = auth.refusal(_authorization(getattr(ctx.request, "headers", None)), body)
-            if refusal is not None:
-                error = refusal[2]
+        if auth is None:
+            response = await call(body)
+        else:
+            admission = auth.admission(_authorization(getattr(ctx.request, "headers", None)), body)
+            if admission.refusal is not None:
+                error = admission.refusal[2]
                 return _chap_error(error.code, error.message, error.data)
-        response = await call(body)
+            assert admission.identity is not None
+            response = await call(body, authoriser(admission.identity))
         if "error" in response:
             error = response["error"]
             return _chap_error(error.get("code"), error.get("message"), error.get("data"))

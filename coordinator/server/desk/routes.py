@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -13,7 +13,8 @@ from coordinator.audit import AuditEntry
 from coordinator.engine.wire import INVALID_PARAMS, error_response
 from coordinator.errors import RpcError
 from coordinator.extras import needs
-from coordinator.server.auth import Authenticator
+from coordinator.server.auth import Authenticator, Identity
+from coordinator.server.authz import readable, visible_events, visible_to
 from coordinator.server.desk.events import EventHub
 from coordinator.server.dispatcher import SerialDispatcher
 
@@ -22,6 +23,9 @@ with needs("server"):
     from starlette.responses import FileResponse, Response, StreamingResponse
     from starlette.routing import BaseRoute, Mount, Route
     from starlette.staticfiles import StaticFiles
+
+if TYPE_CHECKING:
+    from coordinator.engine.registry import CallCheck
 
 __all__ = ["STATIC", "DeskTarget", "desk_routes"]
 
@@ -33,9 +37,14 @@ _encode = msgspec.json.Encoder().encode
 class DeskTarget(Protocol):
     """What the HTTP app needs from a coordinator (a Coordinator has it all)."""
 
-    def dispatch(self, envelope: dict[str, Any] | str | bytes) -> dict[str, Any]: ...
+    def dispatch(
+        self, envelope: dict[str, Any] | str | bytes, *, authorise: CallCheck | None = None
+    ) -> dict[str, Any]: ...
 
     def batch(self) -> AbstractContextManager[None]: ...
+
+    @property
+    def workspaces(self) -> Mapping[str, Any]: ...
 
     def snapshot(self, workspace_id: str) -> dict[str, Any]: ...
 
@@ -60,6 +69,12 @@ def desk_routes(
             return None
         return auth.principal(request.headers.get("authorization"))
 
+    def identity(request: Request) -> Identity | None:
+        # Under auth, the reads below are the members' (server/authz.py).
+        if auth is None:
+            return None
+        return auth.identity(request.headers.get("authorization"))
+
     async def page(request: Request) -> Response:
         return FileResponse(STATIC / "index.html", headers=_NO_STORE)
 
@@ -72,20 +87,26 @@ def desk_routes(
 
     async def workspaces(request: Request) -> Response:
         try:
-            principal(request)
+            who = identity(request)
         except RpcError as err:
             return _refused(err)
         ids = await dispatcher.run(target.workspace_ids)
+        if who is not None:
+            ids = list(filter(visible_to(target, who), ids))
         return _json({"workspaces": sorted(ids)})
 
     async def snapshot(request: Request) -> Response:
         try:
-            principal(request)
+            who = identity(request)
         except RpcError as err:
             return _refused(err)
         wid = request.query_params.get("workspace")
         if not wid:
             return _bad("Name the workspace: /desk/api/snapshot?workspace=wsp_...")
+        if who is not None:
+            refusal = await dispatcher.run(lambda: readable(target, who, wid))
+            if refusal is not None:
+                return _json(error_response(None, refusal), 403)
         try:
             data = await dispatcher.run(lambda: target.snapshot(wid))
         except KeyError:
@@ -94,12 +115,19 @@ def desk_routes(
 
     async def events(request: Request) -> Response:
         try:
-            principal(request)
+            who = identity(request)
         except RpcError as err:
             return _refused(err)
         workspace = request.query_params.get("workspace") or None
+        stream = hub.stream(workspace)
+        if who is not None and workspace is not None:
+            refusal = readable(target, who, workspace)
+            if refusal is not None:
+                return _json(error_response(None, refusal), 403)
+        elif who is not None:
+            stream = visible_events(stream, visible_to(target, who))
         return StreamingResponse(
-            hub.stream(workspace),
+            stream,
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
