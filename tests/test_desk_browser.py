@@ -129,18 +129,20 @@ def desk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Desk]:
         d.close()
 
 
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
-    chromium = _binary("chromium")
-    driver_path = _binary("chromedriver")
+def chromium(profile: Path) -> WebDriver:
+    """Headless Chromium at 1400x900 with its own profile directory."""
     options = webdriver.ChromeOptions()
-    options.binary_location = chromium
+    options.binary_location = _binary("chromium")
     for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--window-size=1400,900",
-                f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):
+                "--disable-dev-shm-usage", "--window-size=1400,900", f"--user-data-dir={profile}"):
         options.add_argument(arg)
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
+    return webdriver.Chrome(options=options, service=Service(executable_path=_binary("chromedriver")))
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
+    driver = chromium(tmp_path_factory.mktemp("chromium-profile"))
     try:
         yield driver
     finally:

@@ -351,7 +351,13 @@ async function drawPage(options, current) {
 // Draw a page and name it; on navigation (not a live redraw) the focus goes
 // to its heading, so a screen reader announces where the person now is.
 function settle(pageTitle, ...children) {
+  // A live redraw replaces the element that had the focus: give it back to
+  // its successor, so j/k and typing carry on where they were.
+  const had = document.activeElement;
+  const again = had && had !== document.body && (had.id ? `#${CSS.escape(had.id)}`
+    : had.dataset.task ? `a[data-task="${CSS.escape(had.dataset.task)}"]` : null);
   draw(...children);
+  if (again && !document.contains(had)) document.querySelector(again)?.focus();
   document.title = `${pageTitle} · ${state.workspace ? `${state.workspace} · ` : ""}chapline review desk`;
   if (location.hash !== state.shown) {
     state.shown = location.hash;
