@@ -274,6 +274,9 @@ def test_a_task_decided_elsewhere_turns_read_only(desk: Desk, tab: WebDriver, sh
     type_draft(tab, original.replace("14:05", "14:07"))
     tab.find_element(By.ID, "rationale").send_keys("The pager says 14:07")
     wait(tab, lambda d: enabled(d, "override"), "an edit ready to override")
+    # A one-word edit reads as that word changed, not as the body replaced.
+    assert [e.text for e in tab.find_elements(By.CSS_SELECTOR, "#changes del")] == ["14:05."]
+    assert [e.text for e in tab.find_elements(By.CSS_SELECTOR, "#changes ins")] == ["14:07."]
 
     desk.ok(BOB, "decide.approve", task_id=task)  # Bob, over HTTP, elsewhere
 
@@ -364,9 +367,15 @@ def test_a_draft_reads_as_the_agent_wrote_it(desk: Desk, tab: WebDriver, shots: 
     open_review(tab, desk, task)
     keys = [dt.text for dt in tab.find_elements(By.CSS_SELECTOR, "#draft-read > dl > dt")]
     assert keys == list(POSTMORTEM)  # the agent's order, not sorted
-    body = tab.find_element(By.CSS_SELECTOR, "#draft-read > dl > dd:nth-of-type(3) .text")
-    assert body.get_attribute("textContent") == POSTMORTEM["body"]
-    assert body.value_of_css_property("white-space") == "pre-wrap"
+    # Markdown reads formatted, its source (newlines as lines) a click away.
+    body = tab.find_element(By.CSS_SELECTOR, "#draft-read > dl > dd:nth-of-type(3)")
+    assert body.find_element(By.CSS_SELECTOR, ".markdown h3").text == "What happened"
+    assert [li.text for li in body.find_elements(By.CSS_SELECTOR, ".markdown li")] == ["14:05 paged", "14:20 restored"]
+    assert not body.find_element(By.CSS_SELECTOR, ".source").is_displayed()
+    body.find_element(By.CSS_SELECTOR, "button.toggle").click()
+    source = body.find_element(By.CSS_SELECTOR, ".source")
+    assert source.is_displayed() and not body.find_element(By.CSS_SELECTOR, ".markdown").is_displayed()
+    assert source.text == POSTMORTEM["body"]
     editor = tab.find_element(By.ID, "draft").get_attribute("value")
     assert editor is not None
     assert [k for k, _ in json.loads(editor, object_pairs_hook=list)] == list(POSTMORTEM)
