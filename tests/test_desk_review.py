@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 import pytest
+import selenium_axe_python
 from client import Client, Http
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
@@ -32,6 +33,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from test_desk_browser import ALICE, BOB, BOT, WS, Desk, chromium, click, quiet, sign_in, wait
 
+AXE = Path(selenium_axe_python.__file__).parent / "axe-core" / "axe.min.js"
 OTHER = "wsp_zeta"  # sorts after WS, so it is never the desk's default workspace
 
 
@@ -356,6 +358,8 @@ POSTMORTEM = {
     "severity": 2,
     "body": "# What happened\n\nThe cache fell over.\n\n- 14:05 paged\n- 14:20 restored",
     "actions": ["add a cache alert", "load-test the failover"],
+    "links": "## Links\n\n- [runbook](https://example.org/runbook)\n- [trap](javascript:alert(1))\n"
+             "- <img src=x onerror=alert(1)>",
 }
 
 
@@ -376,6 +380,11 @@ def test_a_draft_reads_as_the_agent_wrote_it(desk: Desk, tab: WebDriver, shots: 
     source = body.find_element(By.CSS_SELECTOR, ".source")
     assert source.is_displayed() and not body.find_element(By.CSS_SELECTOR, ".markdown").is_displayed()
     assert source.text == POSTMORTEM["body"]
+    # Sanitised: a link only to http(s) or mailto, markup stays text.
+    links = tab.find_element(By.CSS_SELECTOR, "#draft-read > dl > dd:nth-of-type(5) .markdown")
+    assert [a.get_attribute("href") for a in links.find_elements(By.TAG_NAME, "a")] == ["https://example.org/runbook"]
+    assert not tab.find_elements(By.CSS_SELECTOR, "#draft-read img")
+    assert "[trap](javascript:alert(1))" in links.text and "<img src=x onerror=alert(1)>" in links.text
     editor = tab.find_element(By.ID, "draft").get_attribute("value")
     assert editor is not None
     assert [k for k, _ in json.loads(editor, object_pairs_hook=list)] == list(POSTMORTEM)
@@ -465,3 +474,52 @@ def test_a_phone_reviews_without_sideways_scrolling(desk: Desk, tab: WebDriver, 
     quiet(tab)
     assert wider(tab) == []
     tab.save_screenshot(str(shots / "phone-workspace.png"))
+
+
+RUN_AXE = """
+const done = arguments[arguments.length - 1];
+axe.run(document, { resultTypes: ["violations"] })
+  .then((r) => done(r.violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help,
+    nodes: v.nodes.map((n) => n.target.join(" ")) }))), (e) => done([{ id: "axe failed", impact: "critical", help: String(e), nodes: [] }]));
+"""
+
+
+def audit(tab: WebDriver, shots: Path, page: str) -> list[dict[str, Any]]:
+    """axe-core's violations on the page as drawn, all kept as an artefact
+    (axe-<page>.json); the serious and critical ones returned."""
+    tab.set_script_timeout(120)
+    tab.execute_script(AXE.read_text())
+    violations: list[dict[str, Any]] = tab.execute_async_script(RUN_AXE)
+    (shots / f"axe-{page}.json").write_text(json.dumps(violations, indent=1) + "\n")
+    return [v for v in violations if v["impact"] in ("serious", "critical")]
+
+
+def test_the_desk_passes_an_accessibility_audit(desk: Desk, browser: WebDriver, shots: Path) -> None:
+    open_task = ask(desk, "postmortem", POSTMORTEM, summary="For the audit")
+    closed = ask(desk, "report", {"title": "Audited", "body": "Closed before the audit."})
+    desk.ok(ALICE, "decide.override", task_id=closed, rationale="tone",
+            diff=[{"op": "replace", "path": "/body", "value": "Closed, then audited."}])
+    browser.switch_to.new_window("tab")
+    try:
+        browser.get(desk.url + "/")
+        wait(browser, lambda d: d.find_element(By.ID, "token").is_displayed(), "the sign-in form")
+        found = {"sign-in": audit(browser, shots, "sign-in")}
+        sign_in(browser, desk)
+        for width, height in ((1400, 900), (390, 844)):
+            browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                                    {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600})
+            for page, path, ready in (
+                ("inbox", "inbox", (By.CSS_SELECTOR, f"a[data-task='{open_task}']")),
+                ("review", f"review/{open_task}", (By.ID, "draft")),
+                ("history", f"review/{closed}", (By.ID, "decision-history")),
+                ("workspace", "workspace", (By.ID, "verdict")),
+            ):
+                browser.get(f"{desk.url}/#/w/{WS}/{path}")
+                wait(browser, lambda d, by=ready: d.find_element(*by), f"the {page} page")
+                quiet(browser)
+                found[f"{page}-{width}"] = audit(browser, shots, f"{page}-{width}")
+        assert {page: v for page, v in found.items() if v} == {}
+    finally:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+        browser.close()
+        browser.switch_to.window(browser.window_handles[0])
