@@ -523,3 +523,46 @@ def test_the_desk_passes_an_accessibility_audit(desk: Desk, browser: WebDriver, 
         browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
         browser.close()
         browser.switch_to.window(browser.window_handles[0])
+
+
+def test_a_sign_in_is_kept_across_tabs_only_when_asked(desk: Desk, browser: WebDriver, shots: Path) -> None:
+    task = ask(desk, "report", {"title": "Signed in twice", "body": "Approve from the second tab."})
+    first = browser.current_window_handle
+    browser.switch_to.new_window("tab")
+    one = browser.current_window_handle
+    try:
+        browser.get(desk.url + "/")
+        field = wait(browser, lambda d: d.find_element(By.ID, "token").is_displayed() and d.find_element(By.ID, "token"),
+                     "the sign-in form")
+        assert not browser.find_element(By.ID, "remember").is_selected()
+        browser.find_element(By.ID, "remember").click()
+        field.send_keys(desk.token[ALICE], Keys.ENTER)
+        wait(browser, lambda d: d.find_element(By.ID, "principal").text == ALICE, "signed in")
+
+        browser.switch_to.new_window("tab")
+        two = browser.current_window_handle
+        browser.get(f"{desk.url}/#/w/{WS}/review/{task}")  # no sign-in asked
+        wait(browser, lambda d: d.find_element(By.ID, "task-state").text == "review_requested", "the review")
+        assert browser.find_element(By.ID, "principal").text == ALICE
+        click(browser, By.ID, "approve")
+        at_inbox(browser)
+        assert recorded(desk, task) == [("decide.approve", ALICE, None)]
+
+        click(browser, By.ID, "sign-out")
+        wait(browser, lambda d: d.find_element(By.ID, "token").is_displayed(), "signed out")
+        browser.switch_to.window(one)
+        wait(browser, lambda d: d.find_element(By.ID, "sign-in-error").text == "Signed out in another tab.",
+             "the other tab signed out too")
+        assert not browser.find_element(By.ID, "who").is_displayed()
+        browser.switch_to.window(two)
+        browser.close()
+        browser.switch_to.window(one)
+        browser.switch_to.new_window("tab")
+        browser.get(desk.url + "/")
+        wait(browser, lambda d: d.find_element(By.ID, "token").is_displayed(), "a new tab asking to sign in")
+    finally:
+        for handle in browser.window_handles:
+            if handle != first:
+                browser.switch_to.window(handle)
+                browser.close()
+        browser.switch_to.window(first)

@@ -6,6 +6,10 @@ import { diff } from "./patch.js";
 import { fieldChanges, readable, title } from "./reading.js";
 import { link, parse } from "./route.js";
 
+// Where a sign-in is kept: sessionStorage (this tab, across reloads) or,
+// when the person asks for it, localStorage (every tab of this browser).
+const SESSION = "chapline-desk";
+
 const state = {
   auth: false,
   me: null,
@@ -70,7 +74,15 @@ async function boot() {
   $("keys-close").addEventListener("click", () => $("keys-help").close());
   window.addEventListener("hashchange", () => render());
   installKeys(shortcuts);
-  const saved = JSON.parse(sessionStorage.getItem("chapline-desk") || "{}");
+  // Signing out in one tab signs out the others that share the sign-in.
+  window.addEventListener("storage", (e) => {
+    if (e.key === SESSION && e.newValue === null && state.me && !sessionStorage.getItem(SESSION)) {
+      endSession("Signed out in another tab.");
+    }
+  });
+  // The tab's own sign-in (kept across reloads), else the one this browser
+  // was asked to keep for every tab (opt-in at sign-in).
+  const saved = JSON.parse(sessionStorage.getItem(SESSION) || localStorage.getItem(SESSION) || "{}");
   setToken(saved.token);
   try {
     const session = await read("/desk/api/session");
@@ -110,20 +122,27 @@ async function signIn(event) {
     return showSignIn(`Sign-in refused: ${errorText(err)}`);
   }
   if (!state.me) return showSignIn("Name the participant you act as, e.g. human:alice");
-  sessionStorage.setItem("chapline-desk", JSON.stringify(state.auth ? { token } : { as }));
+  const kept = JSON.stringify(state.auth ? { token } : { as });
+  if ($("remember").checked) localStorage.setItem(SESSION, kept);
+  else sessionStorage.setItem(SESSION, kept);
   $("token").value = "";
   await start();
 }
 
 function signOut() {
-  sessionStorage.removeItem("chapline-desk");
+  sessionStorage.removeItem(SESSION);
+  localStorage.removeItem(SESSION);
+  endSession("Signed out.");
+}
+
+function endSession(message) {
   if (state.stopEvents) state.stopEvents();
   setToken(null);
   state.me = null;
   state.workspace = null;
   state.review = null;
   history.replaceState(null, "", location.pathname);
-  showSignIn("Signed out.");
+  showSignIn(message);
 }
 
 async function start() {
