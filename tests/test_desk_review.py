@@ -566,3 +566,60 @@ def test_a_sign_in_is_kept_across_tabs_only_when_asked(desk: Desk, browser: WebD
                 browser.switch_to.window(handle)
                 browser.close()
         browser.switch_to.window(first)
+
+
+def test_the_inbox_searches_filters_sorts_and_pages(desk: Desk, tab: WebDriver, shots: Path) -> None:
+    ws = "wsp_queue"
+    summariser = "agent:summariser"
+    desk.token[summariser] = desk.tokens.create(summariser)[0]
+    for who, kind in ((ALICE, "human"), (BOT, "agent"), (summariser, "agent")):
+        client(desk, who, ws).ok("participant.join", type=kind, role="reviewer" if kind == "human" else "drafter")
+
+    def asked_by(agent: str, kind: str, draft: Any, confidence: str) -> str:
+        task = client(desk, ALICE, ws).ok("task.create", assignee=agent, kind=kind, input={},
+                                          routing_hints={"confidence": confidence})["task_id"]
+        client(desk, agent, ws).ok("task.update", task_id=task, state="in_progress")
+        client(desk, agent, ws).ok("review.request", task_id=task, to=[ALICE], artefact=draft,
+                                   summary=f"{kind} by {agent}")
+        return str(task)
+
+    acme = asked_by(BOT, "invoice", {"customer": "Acme Ltd", "total": 1200}, "0.9")
+    globex = asked_by(BOT, "invoice", {"customer": "Globex", "total": 80}, "0.4")
+    memos = [asked_by(summariser, "memo", f"Memo {n}\nbody", f"0.{500 + n}") for n in range(101)]
+    tab.get(f"{desk.url}/#/w/{ws}/inbox")
+    wait(tab, lambda d: "Showing 1–100 of 103" in d.find_element(By.ID, "inbox-count").text, "the first page")
+    quiet(tab)
+
+    def listed(d: WebDriver) -> list[str | None]:
+        return [r.get_attribute("data-task") for r in d.find_elements(By.CSS_SELECTOR, "tr[data-task]")]
+
+    assert listed(tab) == [acme, globex, *memos[:98]]
+    click(tab, By.ID, "page-next")
+    wait(tab, lambda d: listed(d) == memos[98:], "the second page")
+    assert "Page 2 of 2" in tab.find_element(By.ID, "review-results").text
+
+    tab.find_element(By.ID, "inbox-search").send_keys("acme")
+    wait(tab, lambda d: listed(d) == [acme], "the search")
+    assert "Showing 1–1 of 1 matching (103 in all)" in tab.find_element(By.ID, "inbox-count").text
+    tab.find_element(By.ID, "inbox-search").clear()
+    tab.find_element(By.ID, "inbox-search").send_keys(" ")  # clear() fires no input event
+    tab.find_element(By.ID, "inbox-search").send_keys(Keys.BACKSPACE)
+    tab.find_element(By.CSS_SELECTOR, f"#filter-agent option[value='{BOT}']").click()
+    wait(tab, lambda d: listed(d) == [acme, globex], "the agent filter")
+    tab.find_element(By.CSS_SELECTOR, "#inbox-sort option[value='confidence']").click()
+    wait(tab, lambda d: listed(d) == [globex, acme], "lowest confidence first")
+    tab.find_element(By.CSS_SELECTOR, "#filter-agent option[value='']").click()
+    tab.find_element(By.CSS_SELECTOR, "#filter-kind option[value='memo']").click()
+    tab.find_element(By.CSS_SELECTOR, "#inbox-sort option[value='newest']").click()
+    wait(tab, lambda d: listed(d) == memos[::-1][:100], "the memos, newest first")
+    tab.save_screenshot(str(shots / "inbox-filtered.png"))
+
+    # "Approve & next" follows the filtered, sorted queue.
+    tab.find_element(By.ID, "page-title").click()
+    press(tab, Keys.ENTER)
+    wait(tab, lambda d: d.current_url.endswith(f"/review/{memos[-1]}"), "the newest memo")
+    quiet(tab)
+    press(tab, "a")
+    wait(tab, lambda d: d.current_url.endswith(f"/review/{memos[-2]}"), "the next newest memo")
+    assert recorded(desk, memos[-1], ws) == [("decide.approve", ALICE, None)]
+    assert recorded(desk, acme, ws) == [] and recorded(desk, globex, ws) == []

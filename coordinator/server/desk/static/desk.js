@@ -21,8 +21,8 @@ const state = {
   stopEvents: null,
   route: parse(""),
   review: null, // the open review page's controls (see renderOpenReview)
-  queue: [], // the inbox's reviews, in order, as last drawn
   cursor: 0, // the selected inbox row
+  filters: { q: "", kind: "", agent: "", sort: "oldest", page: 0 },
   shown: "", // the hash last drawn, to move focus only on navigation
 };
 
@@ -376,7 +376,13 @@ function settle(pageTitle, ...children) {
   const again = had && had !== document.body && (had.id ? `#${CSS.escape(had.id)}`
     : had.dataset.task ? `a[data-task="${CSS.escape(had.dataset.task)}"]` : null);
   draw(...children);
-  if (again && !document.contains(had)) document.querySelector(again)?.focus();
+  if (again && !document.contains(had)) {
+    const successor = document.querySelector(again);
+    successor?.focus();
+    if (successor && "selectionStart" in had && had.selectionStart !== null && "setSelectionRange" in successor) {
+      try { successor.setSelectionRange(had.selectionStart, had.selectionEnd); } catch (err) { /* not a text field */ }
+    }
+  }
   document.title = `${pageTitle} · ${state.workspace ? `${state.workspace} · ` : ""}chapline review desk`;
   if (location.hash !== state.shown) {
     state.shown = location.hash;
@@ -387,28 +393,55 @@ function settle(pageTitle, ...children) {
 
 // -- inbox ----------------------------------------------------------------------
 
+// The inbox's choices, kept while the tab lives: a search over titles,
+// task ids, rationales and agents; kind and agent filters; the order; the page.
+const PAGE = 100;
+const SORTS = { oldest: "Waiting longest first", newest: "Newest first", confidence: "Lowest confidence first" };
+
+// How sure the agent said it was: the task's confidence, else the one in
+// its routing hints (CHAP carries decimals as strings: "0.82").
+function confidenceOf(task) {
+  const raw = task.confidence ?? task.routing_hints?.confidence;
+  const value = raw === null || raw === undefined || raw === "" ? NaN : Number(raw);
+  return Number.isFinite(value) ? value : null;
+}
+
+// The reviews the inbox lists, filtered and in the chosen order: the queue
+// that j/k walk and "Approve & next" follows.
+function inboxQueue(asked) {
+  const f = state.filters;
+  const q = f.q.trim().toLowerCase();
+  const list = myReviews().filter((t) => (!f.kind || t.kind === f.kind) &&
+    (!f.agent || (asked[t.id]?.from || t.assignee) === f.agent) &&
+    (!q || [title(t.kind, draftOf(t, asked)), t.id, asked[t.id]?.summary || "", asked[t.id]?.from || ""]
+      .join("\n").toLowerCase().includes(q)));
+  if (f.sort === "newest") list.reverse();
+  else if (f.sort === "confidence") list.sort((a, b) => (confidenceOf(a) ?? Infinity) - (confidenceOf(b) ?? Infinity));
+  return list;
+}
+
 function renderInbox(live) {
   const tasks = Object.values(state.snapshot.tasks);
   const asked = requests();
   const reviews = myReviews();
-  state.queue = reviews.map((t) => t.id);
-  state.cursor = Math.min(state.cursor, Math.max(0, reviews.length - 1));
   const escalations = tasks.filter((t) => t.supersedes && t.assignee === state.me &&
     ["created", "in_progress", "review_requested"].includes(t.state));
   const whispers = Object.values(state.snapshot.whispers || {}).filter((w) =>
     w.state === "pending" && (w.askee || []).some((uri) => uri === state.me || uri.startsWith("workspace:")));
   const known = new Set(JSON.parse(sessionStorage.getItem("chapline-seen") || "[]"));
-  const rows = reviews.map((t, i) => h("tr", {
-    class: [live && !known.has(t.id) ? "flash" : "", i === state.cursor ? "current" : ""].join(" ").trim() || null,
-    "data-task": t.id,
-  },
-  h("td", {}, h("a", { href: link(state.workspace, "review", t.id), "data-task": t.id }, title(t.kind, draftOf(t, asked))),
-    h("div", { class: "muted small" }, t.id)),
-  h("td", {}, asked[t.id]?.from || t.assignee || ""),
-  h("td", {}, t.confidence === null || t.confidence === undefined ? "" : String(t.confidence)),
-  h("td", {}, h("time", { datetime: t.review.requested_at, title: t.review.requested_at }, age(t.review.requested_at))),
-  h("td", {}, asked[t.id]?.summary || h("span", { class: "muted" }, "(no rationale given)"))));
   sessionStorage.setItem("chapline-seen", JSON.stringify(reviews.map((t) => t.id)));
+  const results = h("div", { id: "review-results" });
+  const redraw = (changes) => {
+    Object.assign(state.filters, changes);
+    state.cursor = 0;
+    results.replaceChildren(...reviewResults(asked, reviews, redraw, live ? known : null));
+  };
+  const choose = (id, label, key, options) => h("div", { class: "field" },
+    h("label", { for: id }, label),
+    h("select", { id, onchange: (e) => redraw({ [key]: e.target.value, page: 0 }) },
+      options.map(([value, text]) => h("option", { value, selected: state.filters[key] === value }, text))));
+  const distinct = (values) => [...new Set(values)].sort();
+  results.replaceChildren(...reviewResults(asked, reviews, redraw, live ? known : null));
   const escalationRows = escalations.map((t) => h("tr", {},
     h("td", {}, t.id), h("td", {}, String(t.kind)),
     h("td", {}, h("a", { href: link(state.workspace, "review", t.supersedes) }, t.supersedes)),
@@ -418,8 +451,15 @@ function renderInbox(live) {
     h("p", { class: "help" }, "Press ", h("kbd", {}, "?"), " for keyboard shortcuts."),
     h("section", { "aria-labelledby": "reviews-title" },
       h("h2", { id: "reviews-title" }, `Reviews waiting for you (${reviews.length})`),
-      table("Reviews waiting for you", ["Review", "Requested by", "Confidence", "Waiting", "Rationale"], rows,
-        "Nothing waits for your review.")),
+      reviews.length ? h("div", { class: "filters", role: "search" },
+        h("div", { class: "field grow" }, h("label", { for: "inbox-search" }, "Search"),
+          h("input", { type: "search", id: "inbox-search", value: state.filters.q, placeholder: "title, task, rationale, agent",
+            oninput: (e) => redraw({ q: e.target.value, page: 0 }) })),
+        choose("filter-kind", "Kind", "kind", [["", "All kinds"], ...distinct(reviews.map((t) => String(t.kind))).map((k) => [k, k])]),
+        choose("filter-agent", "Agent", "agent", [["", "All agents"],
+          ...distinct(reviews.map((t) => asked[t.id]?.from || t.assignee || "")).map((a) => [a, a])]),
+        choose("inbox-sort", "Order", "sort", Object.entries(SORTS))) : null,
+      results),
     h("section", { "aria-labelledby": "escalations-title" },
       h("h2", { id: "escalations-title" }, `Escalated to you (${escalations.length})`),
       table("Escalated to you", ["Task", "Kind", "Escalated from", "By", "State"], escalationRows,
@@ -430,6 +470,36 @@ function renderInbox(live) {
         h("h2", { id: "whispers-title" }, `Whispers waiting for your answer (${whispers.length})`),
         whispers.length ? whispers.map(renderWhisper) : h("p", { class: "empty" }, "No whispers."))]
       : []));
+}
+
+// One page of the filtered reviews, with where it is in the list.
+function reviewResults(asked, reviews, redraw, known) {
+  const list = inboxQueue(asked);
+  const pages = Math.max(1, Math.ceil(list.length / PAGE));
+  const page = Math.min(state.filters.page, pages - 1);
+  const shown = list.slice(page * PAGE, (page + 1) * PAGE);
+  state.cursor = Math.min(state.cursor, Math.max(0, shown.length - 1));
+  const rows = shown.map((t, i) => h("tr", {
+    class: [known && !known.has(t.id) ? "flash" : "", i === state.cursor ? "current" : ""].join(" ").trim() || null,
+    "data-task": t.id,
+  },
+  h("td", {}, h("a", { href: link(state.workspace, "review", t.id), "data-task": t.id }, title(t.kind, draftOf(t, asked))),
+    h("div", { class: "muted small" }, t.id)),
+  h("td", {}, asked[t.id]?.from || t.assignee || ""),
+  h("td", {}, confidenceOf(t) === null ? "" : String(confidenceOf(t))),
+  h("td", {}, h("time", { datetime: t.review.requested_at, title: t.review.requested_at }, age(t.review.requested_at))),
+  h("td", {}, asked[t.id]?.summary || h("span", { class: "muted" }, "(no rationale given)"))));
+  const filtered = list.length !== reviews.length;
+  return [
+    list.length ? h("p", { id: "inbox-count", class: "help", "aria-live": "polite" },
+      `Showing ${page * PAGE + 1}–${page * PAGE + shown.length} of ${list.length}${filtered ? ` matching (${reviews.length} in all)` : ""}`) : null,
+    table("Reviews waiting for you", ["Review", "Requested by", "Confidence", "Waiting", "Rationale"], rows,
+      reviews.length ? "No review matches the search and filters." : "Nothing waits for your review."),
+    pages > 1 ? h("div", { class: "actions pager" },
+      h("button", { type: "button", id: "page-prev", disabled: page === 0, onclick: () => redraw({ page: page - 1 }) }, "Previous page"),
+      h("span", {}, `Page ${page + 1} of ${pages}`),
+      h("button", { type: "button", id: "page-next", disabled: page === pages - 1, onclick: () => redraw({ page: page + 1 }) }, "Next page")) : null,
+  ].filter(Boolean);
 }
 
 function moveCursor(step) {
@@ -497,8 +567,7 @@ function taskMeta(task, asked) {
     h("div", {}, h("span", {}, "Mode"), String(task.mode)),
     h("div", {}, h("span", {}, "State"), h("strong", { id: "task-state" }, task.state)),
     h("div", {}, h("span", {}, "Requested by"), asked.from || task.assignee || ""),
-    task.confidence !== null && task.confidence !== undefined
-      ? h("div", {}, h("span", {}, "Confidence"), String(task.confidence)) : null,
+    confidenceOf(task) !== null ? h("div", {}, h("span", {}, "Confidence"), String(confidenceOf(task))) : null,
     h("div", {}, h("span", {}, "Asked"), task.review ? `${age(task.review.requested_at)} ago` : ""),
     h("div", {}, h("span", {}, "Rule"), task.review?.rule || ""));
 }
@@ -597,7 +666,7 @@ function renderOpenReview(task) {
   state.review = review;
 
   // The review after this one in the queue, for "Approve & next".
-  const queue = myReviews().map((t) => t.id);
+  const queue = inboxQueue(requests()).map((t) => t.id);
   const next = queue[queue.indexOf(id) + 1] ?? queue.find((t) => t !== id) ?? null;
 
   async function act(label, method, callParams, andNext = false) {
@@ -786,8 +855,9 @@ function renderClosedReview(task, wasOpen) {
 const shortcuts = {
   move: (step) => state.route.page === "inbox" && moveCursor(step),
   open: () => {
-    if (state.route.page !== "inbox" || !state.queue.length) return false;
-    location.hash = link(state.workspace, "review", state.queue[state.cursor]);
+    const row = state.route.page === "inbox" && document.querySelectorAll("tr[data-task]")[state.cursor];
+    if (!row) return false;
+    location.hash = link(state.workspace, "review", row.dataset.task);
     return true;
   },
   approve: () => {
