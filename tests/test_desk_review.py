@@ -119,7 +119,15 @@ def params_of(desk: Desk, task: str, method: str, ws: str = WS) -> dict[str, Any
 
 def open_review(tab: WebDriver, desk: Desk, task: str, ws: str = WS) -> None:
     tab.get(f"{desk.url}/#/w/{ws}/review/{task}")
-    wait(tab, lambda d: d.find_element(By.ID, "task-state").text == "review_requested", "the review page")
+    showing(tab, task)
+    assert tab.find_element(By.ID, "task-state").text == "review_requested"
+
+
+def showing(tab: WebDriver, task: str) -> None:
+    """Until the review page of `task` is drawn (the address changes before
+    the page does, so the address alone is not enough)."""
+    wait(tab, lambda d: d.current_url.endswith(f"/review/{task}") and d.find_element(By.ID, "task-id").text == task,
+         f"the review page of {task}")
     quiet(tab)
 
 
@@ -144,7 +152,8 @@ def ctrl(tab: WebDriver, key: str) -> None:
 
 
 def at_inbox(tab: WebDriver, ws: str = WS) -> None:
-    wait(tab, lambda d: d.current_url.endswith(f"#/w/{ws}/inbox"), "back in the inbox")
+    wait(tab, lambda d: d.current_url.endswith(f"#/w/{ws}/inbox") and d.find_element(By.ID, "page-title").text == "Inbox",
+         "back in the inbox")
     quiet(tab)
 
 
@@ -414,11 +423,10 @@ def test_the_keyboard_clears_a_queue(desk: Desk, tab: WebDriver, shots: Path) ->
     press(tab, "k")
     assert tab.switch_to.active_element.get_attribute("data-task") == first
     press(tab, Keys.ENTER)
-    wait(tab, lambda d: d.current_url.endswith(f"/review/{first}"), "the first review")
-    quiet(tab)
+    showing(tab, first)
     press(tab, "a")  # approve and open the next
-    wait(tab, lambda d: d.current_url.endswith(f"/review/{second}"), "the next review")
-    quiet(tab)
+    showing(tab, second)
+    assert tab.find_element(By.ID, "page-title").text == "readme: Setup"
     press(tab, "r")
     assert tab.switch_to.active_element.get_attribute("id") == "reject-decline"
     press(tab, Keys.ARROW_DOWN)  # within the radio group: send back
@@ -428,8 +436,7 @@ def test_the_keyboard_clears_a_queue(desk: Desk, tab: WebDriver, shots: Path) ->
     wait(tab, lambda d: [r.get_attribute("data-task") for r in d.find_elements(By.CSS_SELECTOR, "tr[data-task]")]
          == [third], "one left")
     press(tab, Keys.ENTER)
-    wait(tab, lambda d: d.current_url.endswith(f"/review/{third}"), "the last review")
-    quiet(tab)
+    showing(tab, third)
     press(tab, "e")
     assert tab.switch_to.active_element.get_attribute("id") == "draft"
     ctrl(tab, "a")
@@ -617,9 +624,8 @@ def test_the_inbox_searches_filters_sorts_and_pages(desk: Desk, tab: WebDriver, 
     # "Approve & next" follows the filtered, sorted queue.
     tab.find_element(By.ID, "page-title").click()
     press(tab, Keys.ENTER)
-    wait(tab, lambda d: d.current_url.endswith(f"/review/{memos[-1]}"), "the newest memo")
-    quiet(tab)
+    showing(tab, memos[-1])
     press(tab, "a")
-    wait(tab, lambda d: d.current_url.endswith(f"/review/{memos[-2]}"), "the next newest memo")
+    showing(tab, memos[-2])
     assert recorded(desk, memos[-1], ws) == [("decide.approve", ALICE, None)]
     assert recorded(desk, acme, ws) == [] and recorded(desk, globex, ws) == []

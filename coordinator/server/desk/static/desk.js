@@ -562,7 +562,7 @@ function renderReview(id, wasOpen) {
 
 function taskMeta(task, asked) {
   return h("div", { class: "meta" },
-    h("div", {}, h("span", {}, "Task"), h("code", {}, task.id)),
+    h("div", {}, h("span", {}, "Task"), h("code", { id: "task-id" }, task.id)),
     h("div", {}, h("span", {}, "Kind"), String(task.kind)),
     h("div", {}, h("span", {}, "Mode"), String(task.mode)),
     h("div", {}, h("span", {}, "State"), h("strong", { id: "task-state" }, task.state)),

@@ -42,7 +42,8 @@ export function readable(value) {
 // The first line a person would read: of a text its first non-blank line,
 // of an object or list the first text in it (in the agent's order).
 export function firstLine(value) {
-  if (typeof value === "string") return (value.split("\n").find((l) => l.trim()) || "").trim();
+  // A markdown heading's marks are not part of what it says.
+  if (typeof value === "string") return (value.split("\n").find((l) => l.trim()) || "").trim().replace(/^#{1,6}\s+/, "");
   if (Array.isArray(value) || isObject(value)) {
     for (const item of Object.values(value)) {
       const line = firstLine(item);
