@@ -210,6 +210,8 @@ def test_a_broken_or_edited_draft_is_never_approved(desk: Desk, tab: WebDriver, 
     type_draft(tab, original.replace('"rpm": 600', '"rpm": 300'))
     wait(tab, lambda d: enabled(d, "override"), "override enabled again")
     tab.find_element(By.ID, "rationale").send_keys("600 rpm trips the upstream quota")
+    tab.execute_script("document.getElementById('changes-title').scrollIntoView({block: 'center'})")
+    tab.save_screenshot(str(shots / "review-edit.png"))
     tab.find_element(By.ID, "override").click()
     at_inbox(tab)
 

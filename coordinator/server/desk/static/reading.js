@@ -29,7 +29,7 @@ export function readable(value) {
   }
   if (Array.isArray(value)) {
     if (!value.length) return h("span", { class: "muted" }, "(empty list)");
-    return h("ol", { class: "tree", start: "0" }, value.map((item) => h("li", {}, readable(item))));
+    return h("ul", { class: "tree" }, value.map((item) => h("li", {}, readable(item))));
   }
   if (isObject(value)) {
     const keys = Object.keys(value);
