@@ -569,6 +569,18 @@ def test_a_sign_in_is_kept_across_tabs_only_when_asked(desk: Desk, browser: WebD
         browser.switch_to.new_window("tab")
         browser.get(desk.url + "/")
         wait(browser, lambda d: d.find_element(By.ID, "token").is_displayed(), "a new tab asking to sign in")
+
+        # A kept token revoked since: dropped, and the person told why.
+        token, info = desk.tokens.create(ALICE)
+        browser.find_element(By.ID, "remember").click()
+        browser.find_element(By.ID, "token").send_keys(token, Keys.ENTER)
+        wait(browser, lambda d: d.find_element(By.ID, "principal").text == ALICE, "signed in again")
+        desk.tokens.revoke(info.id)
+        browser.switch_to.new_window("tab")
+        browser.get(desk.url + "/")
+        message = wait(browser, lambda d: d.find_element(By.ID, "sign-in-error").text, "the refusal said")
+        assert message.startswith("Sign in again: the kept sign-in was refused")
+        assert browser.execute_script("return localStorage.getItem('chapline-desk')") is None
     finally:
         for handle in browser.window_handles:
             if handle != first:

@@ -91,6 +91,13 @@ async function boot() {
   } catch (err) {
     state.auth = true;
     state.me = null;
+    if (saved.token) {
+      // A kept token the server no longer takes (revoked, expired) is dropped.
+      sessionStorage.removeItem(SESSION);
+      localStorage.removeItem(SESSION);
+      setToken(null);
+      return showSignIn(`Sign in again: the kept sign-in was refused (${errorText(err)}).`);
+    }
   }
   if (!state.me) return showSignIn();
   await start();
@@ -123,8 +130,10 @@ async function signIn(event) {
   }
   if (!state.me) return showSignIn("Name the participant you act as, e.g. human:alice");
   const kept = JSON.stringify(state.auth ? { token } : { as });
-  if ($("remember").checked) localStorage.setItem(SESSION, kept);
-  else sessionStorage.setItem(SESSION, kept);
+  if ($("remember").checked) {
+    localStorage.setItem(SESSION, kept);
+    sessionStorage.removeItem(SESSION);
+  } else sessionStorage.setItem(SESSION, kept);
   $("token").value = "";
   await start();
 }
@@ -132,6 +141,7 @@ async function signIn(event) {
 function signOut() {
   sessionStorage.removeItem(SESSION);
   localStorage.removeItem(SESSION);
+  history.replaceState(null, "", location.pathname);
   endSession("Signed out.");
 }
 
@@ -141,8 +151,7 @@ function endSession(message) {
   state.me = null;
   state.workspace = null;
   state.review = null;
-  history.replaceState(null, "", location.pathname);
-  showSignIn(message);
+  showSignIn(message); // the address stays: signing in again returns to it
 }
 
 async function start() {
