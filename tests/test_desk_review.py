@@ -643,3 +643,29 @@ def test_the_inbox_searches_filters_sorts_and_pages(desk: Desk, tab: WebDriver, 
     showing(tab, memos[-2])
     assert recorded(desk, memos[-1], ws) == [("decide.approve", ALICE, None)]
     assert recorded(desk, acme, ws) == [] and recorded(desk, globex, ws) == []
+
+
+def test_an_escalation_leads_to_its_history(desk: Desk, tab: WebDriver, shots: Path) -> None:
+    task = ask(desk, "contract", {"clause": "Liability capped at 2x fees."}, summary="Legal wording")
+    open_review(tab, desk, task)
+    tab.find_element(By.CSS_SELECTOR, f"#escalate-to option[value='{BOB}']").click()
+    tab.find_element(By.ID, "escalate").click()
+    at_inbox(tab)
+    assert recorded(desk, task) == [("escalate.raise", ALICE, None)]
+    [successor] = [t["id"] for t in desk.coord.snapshot(WS)["tasks"].values() if t.get("supersedes") == task]
+
+    tab.switch_to.new_window("tab")
+    try:
+        sign_in(tab, desk, who=BOB)
+        click(tab, By.CSS_SELECTOR, f"a[href$='/review/{task}']")  # the escalation's "from" in Bob's inbox
+        history = wait(tab, lambda d: d.find_element(By.ID, "decision-history").text, "the original's history")
+        assert f"Escalated by {ALICE}" in history and f"Handed to {BOB} as {successor}" in history
+        assert "Liability capped at 2x fees." in tab.find_element(By.ID, "view").text
+        click(tab, By.CSS_SELECTOR, "a.successor")
+        note = wait(tab, lambda d: d.find_element(By.ID, "escalated-from").text, "the successor's page")
+        assert note == f"Escalated to {BOB} by {ALICE} from {task}: its history says why."
+        assert tab.find_element(By.ID, "task-state").text == "created"
+        tab.save_screenshot(str(shots / "escalation-successor.png"))
+    finally:
+        tab.close()
+        tab.switch_to.window(tab.window_handles[-1])

@@ -452,7 +452,7 @@ function renderInbox(live) {
   const distinct = (values) => [...new Set(values)].sort();
   results.replaceChildren(...reviewResults(asked, reviews, redraw, live ? known : null));
   const escalationRows = escalations.map((t) => h("tr", {},
-    h("td", {}, t.id), h("td", {}, String(t.kind)),
+    h("td", {}, h("a", { href: link(state.workspace, "review", t.id) }, t.id)), h("td", {}, String(t.kind)),
     h("td", {}, h("a", { href: link(state.workspace, "review", t.supersedes) }, t.supersedes)),
     h("td", {}, t.delegator), h("td", {}, t.state)));
   settle("Inbox",
@@ -826,12 +826,15 @@ function renderClosedReview(task, wasOpen) {
   const name = title(task.kind, draft);
   const last = [...history].reverse().find((d) => DECISIONS.has(d.method));
   const unsent = wasOpen ? wasOpen.unsent() : null;
+  const successors = Object.values(state.snapshot.tasks).filter((t) => t.supersedes === id);
   state.review = null;
   const items = history.map(({ entry, method, p, draft: before }) => h("li", { class: "decision", "data-method": method },
     h("p", {}, h("strong", {}, VERBS[method](p)), " by ", h("span", { class: "actor" }, p.from), " at ", when(entry.arrived)),
     p.rationale || p.comment || p.summary || p.reason
       ? h("div", { class: "text quote" }, p.rationale || p.comment || p.summary || p.reason) : null,
     p.tags && p.tags.length ? h("p", {}, "Tags: ", p.tags.map((t) => h("span", { class: "badge" }, t))) : null,
+    method === "escalate.raise" ? successors.map((t) => h("p", {}, "Handed to ", t.assignee, " as ",
+      h("a", { href: link(state.workspace, "review", t.id), class: "successor" }, t.id), ` (${t.state})`)) : null,
     method === "decide.override" && Array.isArray(p.diff)
       ? [fieldChanges(before, p.diff), h("details", {}, h("summary", {}, "As JSON Patch"), h("pre", {}, pretty(p.diff)))]
       : null));
@@ -845,6 +848,8 @@ function renderClosedReview(task, wasOpen) {
           when(last.entry.arrived), ". Nothing you entered was sent."),
         unsent ? h("details", {}, h("summary", {}, "Your unsent edit"), h("pre", { id: "unsent" }, unsent)) : null)
       : h("p", { class: "verdict pending" }, `This task is ${task.state}; there is nothing to decide.`),
+    task.supersedes ? h("p", { id: "escalated-from" }, `Escalated to ${task.assignee} by ${task.delegator} from `,
+      h("a", { href: link(state.workspace, "review", task.supersedes) }, task.supersedes), ": its history says why.") : null,
     h("section", { "aria-labelledby": "history-title" },
       h("h2", { id: "history-title" }, "Decision history"),
       items.length ? h("ol", { id: "decision-history", class: "history" }, items)
@@ -856,7 +861,9 @@ function renderClosedReview(task, wasOpen) {
     draft !== null
       ? h("section", { class: "panel", "aria-labelledby": "draft-title" },
         h("h2", { id: "draft-title" }, "The agent's draft"), h("div", { class: "reading" }, readable(draft)))
-      : null);
+      : null,
+    h("section", { class: "panel", "aria-labelledby": "input-title" },
+      h("h2", { id: "input-title" }, "Input"), h("div", { id: "input", class: "reading" }, readable(task.input))));
 }
 
 // -- keyboard -------------------------------------------------------------------
