@@ -669,3 +669,60 @@ def test_an_escalation_leads_to_its_history(desk: Desk, tab: WebDriver, shots: P
     finally:
         tab.close()
         tab.switch_to.window(tab.window_handles[-1])
+
+
+def edited(n: int, draft: Any) -> tuple[Any, list[dict[str, Any]]]:
+    """The reviewer's edit of draft `n`, and the patch the desk makes of it."""
+    if isinstance(draft, str):
+        return f"{draft}\nreviewed", [{"op": "replace", "path": "", "value": f"{draft}\nreviewed"}]
+    if "body" in draft:
+        return {"body": f"# Memo {n}"}, [{"op": "replace", "path": "/body", "value": f"# Memo {n}"}]
+    return {**draft, "retries": 0}, [{"op": "replace", "path": "/retries", "value": 0}]
+
+
+def test_fifty_mixed_reviews_are_cleared_by_keyboard_alone(desk: Desk, tab: WebDriver, shots: Path) -> None:
+    ws = "wsp_fifty"
+    for who, kind in ((ALICE, "human"), (BOT, "agent")):
+        client(desk, who, ws).ok("participant.join", type=kind, role="reviewer" if kind == "human" else "drafter")
+    drafts: list[Any] = []
+    for n in range(50):
+        drafts.append([f"Note {n}\nplain text", {"body": f"# Memo {n}\n\n- point one\n- point two"},
+                       {"name": f"job-{n}", "retries": n}][n % 3])
+    tasks = [ask(desk, ["note", "memo", "config"][n % 3], draft, ws=ws) for n, draft in enumerate(drafts)]
+    plan = {task: ("decide.reject" if n % 10 == 3 else "decide.override" if n % 10 == 7 else "decide.approve")
+            for n, task in enumerate(tasks)}
+    tab.get(f"{desk.url}/#/w/{ws}/inbox")
+    wait(tab, lambda d: "Showing 1–50 of 50" in d.find_element(By.ID, "inbox-count").text, "the queue of fifty")
+    quiet(tab)
+    press(tab, Keys.ENTER)
+    for n, task in enumerate(tasks):
+        showing(tab, task)
+        if plan[task] == "decide.approve":
+            press(tab, "a")  # approve, and the next review opens
+            continue
+        if plan[task] == "decide.reject":
+            press(tab, "r")
+            press(tab, Keys.ARROW_DOWN, Keys.TAB, f"Redo {n}:", Keys.ENTER, "cite the source.")
+        else:
+            press(tab, "e")
+            ctrl(tab, "a")
+            press(tab, json.dumps(edited(n, drafts[n])[0]))
+            ctrl(tab, Keys.ENTER)
+            wait(tab, lambda d: d.switch_to.active_element.get_attribute("id") == "rationale", "the rationale")
+            press(tab, f"No retries for job {n}.")
+        ctrl(tab, Keys.ENTER)
+        at_inbox(tab, ws)
+        press(tab, Keys.ENTER)  # the oldest review left
+    wait(tab, lambda d: "Nothing waits for your review." in d.find_element(By.ID, "view").text, "an empty inbox")
+    tab.save_screenshot(str(shots / "queue-cleared.png"))
+
+    for n, task in enumerate(tasks):
+        assert recorded(desk, task, ws) == [(plan[task], ALICE, None)], n
+    for n, task in enumerate(tasks):
+        if plan[task] == "decide.reject":
+            p = params_of(desk, task, "decide.reject", ws)
+            assert (p["request_revision"], p["comment"]) == (True, f"Redo {n}:\ncite the source.")
+        elif plan[task] == "decide.override":
+            p = params_of(desk, task, "decide.override", ws)
+            assert (p["diff"], p["rationale"]) == (edited(n, drafts[n])[1], f"No retries for job {n}.")
+            assert desk.coord.snapshot(ws)["tasks"][task]["output"] == edited(n, drafts[n])[0]
