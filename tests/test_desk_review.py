@@ -726,3 +726,41 @@ def test_fifty_mixed_reviews_are_cleared_by_keyboard_alone(desk: Desk, tab: WebD
             p = params_of(desk, task, "decide.override", ws)
             assert (p["diff"], p["rationale"]) == (edited(n, drafts[n])[1], f"No retries for job {n}.")
             assert desk.coord.snapshot(ws)["tasks"][task]["output"] == edited(n, drafts[n])[0]
+
+
+HOLD_RELOADS = """
+const real = window.fetch;
+window.__reloads = 0;
+window.__gate = new Promise((release) => { window.__release = release; });
+window.fetch = async (url, init) => {
+  if (String(url).startsWith("/desk/api/snapshot")) {
+    window.__reloads += 1;
+    await window.__gate;
+  }
+  return real(url, init);
+};
+"""
+
+
+def test_the_page_locks_as_soon_as_the_task_changes_elsewhere(desk: Desk, tab: WebDriver) -> None:
+    task = ask(desk, "report", {"title": "Race", "body": "Who decides first?"}, to=[ALICE, BOB])
+    open_review(tab, desk, task)
+    original = tab.find_element(By.ID, "draft").get_attribute("value")
+    assert original is not None
+    type_draft(tab, original.replace("first", "last"))
+    tab.find_element(By.ID, "rationale").send_keys("mine")
+    wait(tab, lambda d: enabled(d, "override"), "an edit ready to override")
+    # The page will not get the task's new state until the test lets it.
+    tab.execute_script(HOLD_RELOADS)
+    desk.ok(BOB, "decide.approve", task_id=task)
+    notice = wait(tab, lambda d: d.find_element(By.ID, "review-notice").is_displayed()
+                  and d.find_element(By.ID, "review-notice").text, "the page held on Bob's change")
+    assert BOB in notice and "reloading" in notice
+    assert tab.execute_script(CONTROLS) == []
+    tab.find_element(By.ID, "override").click()
+    tab.find_element(By.TAG_NAME, "body").click()
+    press(tab, "a")
+    tab.execute_script("window.__release()")
+    wait(tab, lambda d: d.find_element(By.ID, "decided-elsewhere"), "the read-only page")
+    desk.ok(ALICE, "workspace.describe")
+    assert recorded(desk, task) == [("decide.approve", BOB, None)]
