@@ -764,3 +764,32 @@ def test_the_page_locks_as_soon_as_the_task_changes_elsewhere(desk: Desk, tab: W
     wait(tab, lambda d: d.find_element(By.ID, "decided-elsewhere"), "the read-only page")
     desk.ok(ALICE, "workspace.describe")
     assert recorded(desk, task) == [("decide.approve", BOB, None)]
+
+
+def test_a_whisper_is_answered_once_with_what_it_needs(desk: Desk, tab: WebDriver, shots: Path) -> None:
+    ws = "wsp_whisper"
+    alice, bot = client(desk, ALICE, ws), client(desk, BOT, ws)
+    alice.ok("workspace.create", profiles=["core/1.0", "review/1.0", "whisper/1.0"])
+    alice.ok("participant.join", type="human", role="reviewer")
+    bot.ok("participant.join", type="agent", role="drafter")
+    task = alice.ok("task.create", assignee=BOT, kind="refund", input={"order": 7})["task_id"]
+    whisper = bot.ok("whisper.ask", task_id=task, to=[ALICE], question="Refund the shipping too?",
+                     options=[{"id": "y", "label": "Yes"}, {"id": "n", "label": "No"}], urgency="high",
+                     deadline_ms=3_600_000, default_if_lapsed={"id": "n"},
+                     context_summary="The parcel arrived late.\nThe customer asked twice.")["whisper_id"]
+    tab.get(f"{desk.url}/#/w/{ws}/inbox")
+    wait(tab, lambda d: d.find_element(By.CSS_SELECTOR, f"[data-whisper='{whisper}']"), "the whisper")
+    quiet(tab)
+    text = wait(tab, lambda d: d.find_element(By.CSS_SELECTOR, f"[data-whisper='{whisper}']").text, "its text")
+    assert "high urgency" in text and "Refund the shipping too?" in text and f"Asked by {BOT} about refund" in text
+    assert "lapses at" in text and "if it lapses: No" in text
+    assert "The parcel arrived late.\nThe customer asked twice." in text
+    tab.save_screenshot(str(shots / "inbox-whisper.png"))
+    yes = f"[data-whisper='{whisper}'] button[data-option='\"y\"']"
+    wait(tab, lambda d: ActionChains(d).double_click(d.find_element(By.CSS_SELECTOR, yes)).perform() or True,
+         "double-clicking Yes")
+    wait(tab, lambda d: "Whispers waiting for your answer (0)" in d.find_element(By.ID, "view").text, "answered")
+    answers = [e for e in alice.ok("audit.read")["entries"]
+               if (e.get("envelope") or e.get("request") or {}).get("method") == "whisper.answer"]
+    assert [(e["envelope"]["params"]["from"], e["envelope"]["params"]["answer_option"], e.get("outcome"))
+            for e in answers] == [(ALICE, "y", None)]

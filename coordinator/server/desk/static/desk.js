@@ -520,25 +520,60 @@ function moveCursor(step) {
   return true;
 }
 
+// A whisper waiting for this person's answer, with what they need to give
+// it: the task it is about, how urgent it is, when it lapses and what
+// happens then. One answer at a time: the controls are off while it is sent.
+const answering = new Set(); // whispers whose answer is in flight, across redraws
+
 function renderWhisper(w) {
+  const controls = h("fieldset", { class: "bare", id: `whisper-${w.id}`, disabled: answering.has(w.id) });
   const answer = async (params) => {
+    if (answering.has(w.id)) return;
+    answering.add(w.id);
+    controls.disabled = true;
     try {
       await chap("whisper.answer", { workspace: state.workspace, from: state.me, whisper_id: w.id, ...params });
-      say(`Answered ${w.id}`);
-      await render();
+      say(`Answered: ${w.question ?? w.id}`);
     } catch (err) {
+      controls.disabled = false;
       say(`Not answered: ${errorText(err)}`);
+      return;
+    } finally {
+      answering.delete(w.id);
     }
+    await render();
   };
+  const task = state.snapshot.tasks[w.task_id];
+  const lapses = Number.isFinite(Date.parse(w.asked_at)) && Number.isFinite(Number(w.deadline_ms))
+    ? new Date(Date.parse(w.asked_at) + Number(w.deadline_ms)).toISOString() : null;
   const text = h("input", { type: "text", id: `answer-${w.id}` });
-  return h("div", { class: "panel" },
-    h("p", {}, h("strong", {}, w.question ?? ""), " ", h("span", { class: "muted" }, `from ${w.asker} on ${w.task_id}`)),
+  const optionLabel = (o) => (o !== null && typeof o === "object" ? o.label ?? o.id : o);
+  const idOf = (o) => JSON.stringify(o !== null && typeof o === "object" ? o.id : o);
+  const lapsedTo = w.default_if_lapsed === null || w.default_if_lapsed === undefined ? null
+    : (w.options || []).find((o) => idOf(o) === idOf(w.default_if_lapsed)) ?? w.default_if_lapsed;
+  // The context the asker gave is on its whisper.ask entry, not the whisper.
+  const asked = state.snapshot.audit.find((e) => e.envelope?.method === "whisper.ask" && !e.outcome &&
+    (e.envelope.params.whisper_id === w.id || (e.envelope.params.whisper_id === undefined &&
+      e.envelope.params.task_id === w.task_id && e.envelope.params.question === w.question && e.arrived === w.asked_at)));
+  const context = asked?.envelope.params.context_summary;
+  controls.append(
+    h("legend", { class: "skip" }, `Answer: ${w.question ?? ""}`),
     w.options && w.options.length
       ? h("div", { class: "actions" }, w.options.map((o) =>
-        h("button", { type: "button", onclick: () => answer({ answer_option: o.id }) }, o.label ?? o.id)))
+        h("button", { type: "button", "data-option": JSON.stringify(o !== null && typeof o === "object" ? o.id : o),
+          onclick: () => answer({ answer_option: o !== null && typeof o === "object" ? o.id : o }) }, String(optionLabel(o)))))
       : h("div", { class: "actions" },
         h("label", { for: `answer-${w.id}` }, "Answer"), text,
         h("button", { type: "button", onclick: () => answer({ answer_text: text.value }) }, "Send")));
+  return h("div", { class: "panel whisper", "data-whisper": w.id },
+    h("p", {}, h("span", { class: `badge urgency-${w.urgency}` }, `${w.urgency ?? "low"} urgency`), " ",
+      h("strong", {}, w.question ?? "")),
+    h("p", { class: "muted" }, `Asked by ${w.asker} about `,
+      task ? h("a", { href: link(state.workspace, "review", task.id) }, title(task.kind, draftOf(task, requests()))) : String(w.task_id),
+      lapses ? [", lapses at ", when(lapses)] : null,
+      lapsedTo !== null ? `; if it lapses: ${String(optionLabel(lapsedTo))}` : null),
+    typeof context === "string" && context ? h("div", { class: "text quote" }, context) : null,
+    controls);
 }
 
 // -- review page ---------------------------------------------------------------
