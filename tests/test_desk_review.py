@@ -793,3 +793,46 @@ def test_a_whisper_is_answered_once_with_what_it_needs(desk: Desk, tab: WebDrive
                if (e.get("envelope") or e.get("request") or {}).get("method") == "whisper.answer"]
     assert [(e["envelope"]["params"]["from"], e["envelope"]["params"]["answer_option"], e.get("outcome"))
             for e in answers] == [(ALICE, "y", None)]
+
+
+def test_one_inbox_across_the_workspaces_a_person_belongs_to(desk: Desk, tab: WebDriver, shots: Path) -> None:
+    north, south = "wsp_north", "wsp_south"
+    for ws in (north, south):
+        for who, kind in ((ALICE, "human"), (BOT, "agent")):
+            client(desk, who, ws).ok("participant.join", type=kind, role="reviewer" if kind == "human" else "drafter")
+    first = ask(desk, "crossing", "North first", ws=north)
+    second = ask(desk, "crossing", "South second", ws=south)
+    third = ask(desk, "crossing", "North third", ws=north)
+    tab.get(f"{desk.url}/#/w/{north}/inbox")
+    wait(tab, lambda d: d.find_elements(By.ID, "filter-ws") and d.find_elements(By.CSS_SELECTOR, f"a[data-task='{third}']"),
+         "the north inbox")
+    quiet(tab)
+    rows = "tr[data-task]"
+    assert [r.get_attribute("data-task") for r in tab.find_elements(By.CSS_SELECTOR, rows)
+            if "crossing" in r.text] == [first, third]
+    tab.find_element(By.CSS_SELECTOR, "#filter-ws option[value='*']").click()
+    wait(tab, lambda d: d.find_elements(By.CSS_SELECTOR, f"tr[data-task='{second}']"), "the south review listed too")
+    quiet(tab)
+    click(tab, By.ID, "inbox-search")
+    wait(tab, lambda d: d.find_element(By.ID, "inbox-search").send_keys("crossing") or True, "searching")
+
+    def crossing(d: WebDriver) -> list[tuple[str | None, str | None]]:
+        return [(r.get_attribute("data-workspace"), r.get_attribute("data-task")) for r in d.find_elements(By.CSS_SELECTOR, rows)]
+
+    wait(tab, lambda d: crossing(d) == [(north, first), (south, second), (north, third)], "every workspace's reviews")
+    assert "Workspace" in tab.find_element(By.CSS_SELECTOR, "#review-results thead").get_attribute("textContent")
+    tab.save_screenshot(str(shots / "inbox-all-workspaces.png"))
+    tab.find_element(By.ID, "page-title").click()
+    press(tab, Keys.ENTER)
+    showing(tab, first)
+    press(tab, "a")  # the next review is in the other workspace
+    showing(tab, second)
+    assert tab.current_url.endswith(f"#/w/{south}/review/{second}")
+    assert tab.find_element(By.ID, "workspace-select").get_attribute("value") == south
+    press(tab, "a")
+    showing(tab, third)
+    press(tab, "a")  # the last: back to the inbox
+    at_inbox(tab, north)
+    assert recorded(desk, first, north) == [("decide.approve", ALICE, None)]
+    assert recorded(desk, second, south) == [("decide.approve", ALICE, None)]
+    assert recorded(desk, third, north) == [("decide.approve", ALICE, None)]

@@ -22,7 +22,9 @@ const state = {
   route: parse(""),
   review: null, // the open review page's controls (see renderOpenReview)
   cursor: 0, // the selected inbox row
-  filters: { q: "", kind: "", agent: "", sort: "oldest", page: 0 },
+  filters: { q: "", kind: "", agent: "", sort: "oldest", page: 0, ws: "" },
+  others: {}, // the person's other workspaces, loaded for an inbox across them all
+  lastQueue: [], // the inbox's reviews as last listed: {ws, id}
   shown: "", // the hash last drawn, to move focus only on navigation
 };
 
@@ -201,8 +203,8 @@ async function load() {
   state.describe = describe;
 }
 
-function myRole() {
-  const member = state.describe?.members.find((m) => m.uri === state.me);
+function myRole(describe = state.describe) {
+  const member = describe?.members.find((m) => m.uri === state.me);
   return member ? member.role : null;
 }
 
@@ -214,10 +216,10 @@ function taskOf(p) {
   return p.task_id ?? p.original_task_id;
 }
 
-function requests() {
+function requests(snapshot = state.snapshot) {
   // What each task's latest review.request said: who asked, and why.
   const out = {};
-  for (const entry of state.snapshot.audit) {
+  for (const entry of snapshot.audit) {
     const env = entry.envelope;
     if (env && env.method === "review.request" && env.params) {
       out[env.params.task_id] = {
@@ -236,18 +238,39 @@ function draftOf(task, asked) {
   return task.pending_artefact ?? asked[task.id]?.artefact ?? null;
 }
 
-function addressedToMe(task) {
+function addressedToMe(task, role) {
   const review = task.review;
   if (!review || task.state !== "review_requested") return false;
   const to = review.requested_to || [];
-  const role = myRole();
   return to.length === 0 || to.some((uri) =>
     uri === state.me || uri.startsWith("workspace:") || (role && uri === `group:${role}`));
 }
 
-function myReviews() {
-  return Object.values(state.snapshot.tasks).filter(addressedToMe)
-    .sort((a, b) => a.review.requested_at.localeCompare(b.review.requested_at));
+// The reviews addressed to this person in one workspace, as inbox items.
+function reviewItems(ws, snapshot, describe) {
+  const asked = requests(snapshot);
+  const role = myRole(describe);
+  return Object.values(snapshot.tasks).filter((t) => addressedToMe(t, role))
+    .map((task) => ({ ws, task, asked: asked[task.id] || {} }));
+}
+
+// The inbox's reviews, waiting longest first: this workspace's or, with "All
+// my workspaces" chosen, those of every workspace the person belongs to.
+function inboxItems() {
+  const items = reviewItems(state.workspace, state.snapshot, state.describe);
+  if (state.filters.ws === "*") {
+    for (const [ws, d] of Object.entries(state.others)) items.push(...reviewItems(ws, d.snapshot, d.describe));
+  }
+  return items.sort((a, b) => a.task.review.requested_at.localeCompare(b.task.review.requested_at));
+}
+
+async function loadOthers() {
+  const others = state.workspaces.filter((ws) => ws !== state.workspace);
+  const loaded = await Promise.all(others.map(async (ws) => [ws, {
+    snapshot: await read(`/desk/api/snapshot?workspace=${encodeURIComponent(ws)}`),
+    describe: await chap("workspace.describe", { workspace: ws, from: state.me }),
+  }]));
+  state.others = Object.fromEntries(loaded);
 }
 
 // -- live updates -------------------------------------------------------------
@@ -270,7 +293,13 @@ function onEvent(name, data) {
     loadWorkspaces().then(() => scheduleRefresh());
     return;
   }
-  if (data.workspace !== state.workspace) return;
+  if (data.workspace !== state.workspace) {
+    // An inbox across workspaces follows all of them.
+    if (state.filters.ws === "*" && state.route.page === "inbox" && state.workspaces.includes(data.workspace)) {
+      scheduleRefresh();
+    }
+    return;
+  }
   const p = params(data.entry);
   // Someone else changed the task on screen: nothing more may be submitted
   // until the page shows what they did (a decision made elsewhere must not
@@ -357,6 +386,7 @@ async function drawPage(options, current) {
   if (review && !(route.page === "review" && route.task === review.id)) state.review = null;
   try {
     await load();
+    if (route.page === "inbox" && state.filters.ws === "*") await loadOthers();
   } catch (err) {
     if (current()) draw(h("p", { class: "error" }, `Cannot load ${state.workspace}: ${errorText(err)}`));
     return;
@@ -417,40 +447,44 @@ function confidenceOf(task) {
 
 // The reviews the inbox lists, filtered and in the chosen order: the queue
 // that j/k walk and "Approve & next" follows.
-function inboxQueue(asked) {
+function inboxQueue(items) {
   const f = state.filters;
   const q = f.q.trim().toLowerCase();
-  const list = myReviews().filter((t) => (!f.kind || t.kind === f.kind) &&
-    (!f.agent || (asked[t.id]?.from || t.assignee) === f.agent) &&
-    (!q || [title(t.kind, draftOf(t, asked)), t.id, asked[t.id]?.summary || "", asked[t.id]?.from || ""]
-      .join("\n").toLowerCase().includes(q)));
+  const agent = (i) => i.asked.from || i.task.assignee || "";
+  const list = items.filter((i) => (!f.kind || i.task.kind === f.kind) && (!f.agent || agent(i) === f.agent) &&
+    (!q || [titleOf(i), i.task.id, i.asked.summary || "", agent(i), i.ws].join("\n").toLowerCase().includes(q)));
   if (f.sort === "newest") list.reverse();
-  else if (f.sort === "confidence") list.sort((a, b) => (confidenceOf(a) ?? Infinity) - (confidenceOf(b) ?? Infinity));
+  else if (f.sort === "confidence") {
+    list.sort((a, b) => (confidenceOf(a.task) ?? Infinity) - (confidenceOf(b.task) ?? Infinity));
+  }
   return list;
+}
+
+function titleOf(item) {
+  return title(item.task.kind, item.task.pending_artefact ?? item.asked.artefact ?? null);
 }
 
 function renderInbox(live) {
   const tasks = Object.values(state.snapshot.tasks);
-  const asked = requests();
-  const reviews = myReviews();
+  const reviews = inboxItems();
   const escalations = tasks.filter((t) => t.supersedes && t.assignee === state.me &&
     ["created", "in_progress", "review_requested"].includes(t.state));
   const whispers = Object.values(state.snapshot.whispers || {}).filter((w) =>
     w.state === "pending" && (w.askee || []).some((uri) => uri === state.me || uri.startsWith("workspace:")));
   const known = new Set(JSON.parse(sessionStorage.getItem("chapline-seen") || "[]"));
-  sessionStorage.setItem("chapline-seen", JSON.stringify(reviews.map((t) => t.id)));
+  sessionStorage.setItem("chapline-seen", JSON.stringify(reviews.map((i) => i.task.id)));
   const results = h("div", { id: "review-results" });
   const redraw = (changes) => {
     Object.assign(state.filters, changes);
     state.cursor = 0;
-    results.replaceChildren(...reviewResults(asked, reviews, redraw, live ? known : null));
+    results.replaceChildren(...reviewResults(reviews, redraw, live ? known : null));
   };
   const choose = (id, label, key, options) => h("div", { class: "field" },
     h("label", { for: id }, label),
     h("select", { id, onchange: (e) => redraw({ [key]: e.target.value, page: 0 }) },
       options.map(([value, text]) => h("option", { value, selected: state.filters[key] === value }, text))));
   const distinct = (values) => [...new Set(values)].sort();
-  results.replaceChildren(...reviewResults(asked, reviews, redraw, live ? known : null));
+  results.replaceChildren(...reviewResults(reviews, redraw, live ? known : null));
   const escalationRows = escalations.map((t) => h("tr", {},
     h("td", {}, h("a", { href: link(state.workspace, "review", t.id) }, t.id)), h("td", {}, String(t.kind)),
     h("td", {}, h("a", { href: link(state.workspace, "review", t.supersedes) }, t.supersedes)),
@@ -460,13 +494,18 @@ function renderInbox(live) {
     h("p", { class: "help" }, "Press ", h("kbd", {}, "?"), " for keyboard shortcuts."),
     h("section", { "aria-labelledby": "reviews-title" },
       h("h2", { id: "reviews-title" }, `Reviews waiting for you (${reviews.length})`),
-      reviews.length ? h("div", { class: "filters", role: "search" },
+      reviews.length || state.filters.ws === "*" ? h("div", { class: "filters", role: "search" },
         h("div", { class: "field grow" }, h("label", { for: "inbox-search" }, "Search"),
           h("input", { type: "search", id: "inbox-search", value: state.filters.q, placeholder: "title, task, rationale, agent",
             oninput: (e) => redraw({ q: e.target.value, page: 0 }) })),
-        choose("filter-kind", "Kind", "kind", [["", "All kinds"], ...distinct(reviews.map((t) => String(t.kind))).map((k) => [k, k])]),
+        state.workspaces.length > 1 ? h("div", { class: "field" },
+          h("label", { for: "filter-ws" }, "Workspaces"),
+          h("select", { id: "filter-ws", onchange: (e) => { Object.assign(state.filters, { ws: e.target.value, page: 0 }); render(); } },
+            h("option", { value: "", selected: state.filters.ws !== "*" }, `${state.workspace} only`),
+            h("option", { value: "*", selected: state.filters.ws === "*" }, "All my workspaces"))) : null,
+        choose("filter-kind", "Kind", "kind", [["", "All kinds"], ...distinct(reviews.map((i) => String(i.task.kind))).map((k) => [k, k])]),
         choose("filter-agent", "Agent", "agent", [["", "All agents"],
-          ...distinct(reviews.map((t) => asked[t.id]?.from || t.assignee || "")).map((a) => [a, a])]),
+          ...distinct(reviews.map((i) => i.asked.from || i.task.assignee || "")).map((a) => [a, a])]),
         choose("inbox-sort", "Order", "sort", Object.entries(SORTS))) : null,
       results),
     h("section", { "aria-labelledby": "escalations-title" },
@@ -482,27 +521,32 @@ function renderInbox(live) {
 }
 
 // One page of the filtered reviews, with where it is in the list.
-function reviewResults(asked, reviews, redraw, known) {
-  const list = inboxQueue(asked);
+function reviewResults(reviews, redraw, known) {
+  const list = inboxQueue(reviews);
+  state.lastQueue = list.map((i) => ({ ws: i.ws, id: i.task.id }));
+  const across = state.filters.ws === "*";
   const pages = Math.max(1, Math.ceil(list.length / PAGE));
   const page = Math.min(state.filters.page, pages - 1);
   const shown = list.slice(page * PAGE, (page + 1) * PAGE);
   state.cursor = Math.min(state.cursor, Math.max(0, shown.length - 1));
-  const rows = shown.map((t, i) => h("tr", {
+  const rows = shown.map(({ ws, task: t, asked }, i) => h("tr", {
     class: [known && !known.has(t.id) ? "flash" : "", i === state.cursor ? "current" : ""].join(" ").trim() || null,
     "data-task": t.id,
+    "data-workspace": ws,
   },
-  h("td", {}, h("a", { href: link(state.workspace, "review", t.id), "data-task": t.id }, title(t.kind, draftOf(t, asked))),
+  h("td", {}, h("a", { href: link(ws, "review", t.id), "data-task": t.id }, titleOf({ task: t, asked })),
     h("div", { class: "muted small" }, t.id)),
-  h("td", {}, asked[t.id]?.from || t.assignee || ""),
+  across ? h("td", {}, ws) : null,
+  h("td", {}, asked.from || t.assignee || ""),
   h("td", {}, confidenceOf(t) === null ? "" : String(confidenceOf(t))),
   h("td", {}, h("time", { datetime: t.review.requested_at, title: t.review.requested_at }, age(t.review.requested_at))),
-  h("td", {}, asked[t.id]?.summary || h("span", { class: "muted" }, "(no rationale given)"))));
+  h("td", {}, asked.summary || h("span", { class: "muted" }, "(no rationale given)"))));
   const filtered = list.length !== reviews.length;
   return [
     list.length ? h("p", { id: "inbox-count", class: "help", "aria-live": "polite" },
       `Showing ${page * PAGE + 1}–${page * PAGE + shown.length} of ${list.length}${filtered ? ` matching (${reviews.length} in all)` : ""}`) : null,
-    table("Reviews waiting for you", ["Review", "Requested by", "Confidence", "Waiting", "Rationale"], rows,
+    table("Reviews waiting for you",
+      ["Review", ...(across ? ["Workspace"] : []), "Requested by", "Confidence", "Waiting", "Rationale"], rows,
       reviews.length ? "No review matches the search and filters." : "Nothing waits for your review."),
     pages > 1 ? h("div", { class: "actions pager" },
       h("button", { type: "button", id: "page-prev", disabled: page === 0, onclick: () => redraw({ page: page - 1 }) }, "Previous page"),
@@ -709,9 +753,15 @@ function renderOpenReview(task) {
   };
   state.review = review;
 
-  // The review after this one in the queue, for "Approve & next".
-  const queue = inboxQueue(requests()).map((t) => t.id);
-  const next = queue[queue.indexOf(id) + 1] ?? queue.find((t) => t !== id) ?? null;
+  // The review after this one in the queue, for "Approve & next": the
+  // inbox's as last drawn across workspaces, else this workspace's.
+  // Only this workspace's queue is fresh (the others' may have been decided
+  // since), so only it wraps around to the reviews before this one.
+  const here = (i) => i.ws === state.workspace && i.id === id;
+  const across = state.filters.ws === "*" && state.lastQueue.some(here);
+  const queue = across ? state.lastQueue
+    : inboxQueue(reviewItems(state.workspace, state.snapshot, state.describe)).map((i) => ({ ws: i.ws, id: i.task.id }));
+  const next = queue[queue.findIndex(here) + 1] ?? (across ? null : queue.find((i) => !here(i))) ?? null;
 
   async function act(label, method, callParams, andNext = false) {
     if (review.inFlight || review.held || state.review !== review) return;
@@ -731,7 +781,7 @@ function renderOpenReview(task) {
     }
     state.review = null;
     say(`${label}: ${name} is now ${result.state ?? "escalated"}`);
-    location.hash = andNext && next ? link(state.workspace, "review", next) : link(state.workspace, "inbox");
+    location.hash = andNext && next ? link(next.ws, "review", next.id) : link(state.workspace, "inbox");
   }
   const approve = (andNext) => () =>
     act("Approved", "decide.approve", { ...common(), comment: comment.value || undefined, tags: tagList() }, andNext);
@@ -908,7 +958,7 @@ const shortcuts = {
   open: () => {
     const row = state.route.page === "inbox" && document.querySelectorAll("tr[data-task]")[state.cursor];
     if (!row) return false;
-    location.hash = link(state.workspace, "review", row.dataset.task);
+    location.hash = link(row.dataset.workspace, "review", row.dataset.task);
     return true;
   },
   approve: () => {
