@@ -48,11 +48,14 @@ def test_the_desk_page_and_its_modules_are_served(served: tuple[httpx.Client, Co
     page = http.get("/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert '<script type="module" src="/desk/static/desk.js">' in page.text
-    for name in ("desk.js", "api.js", "patch.js", "desk.css"):
+    for name in ("desk.js", "api.js", "dom.js", "keys.js", "markdown.js", "patch.js", "reading.js", "route.js", "desk.css",
+                 "favicon.svg"):
         reply = http.get(f"/desk/static/{name}")
         assert reply.status_code == 200, name
         assert reply.content == (STATIC / name).read_bytes()
     assert "javascript" in http.get("/desk/static/desk.js").headers["content-type"]
+    assert http.get("/desk/static/favicon.svg").headers["content-type"].startswith("image/svg+xml")
+    assert '<link rel="icon" href="/desk/static/favicon.svg"' in page.text
     assert http.get("/desk/static/../routes.py").status_code == 404
     # POST / is still CHAP.
     assert call(http, "participant.join", frm=ALICE, type="human")["joined"] is True

@@ -5,7 +5,7 @@ A reviewer signs in with a token in two tabs, sees an agent's review request
 appear live, edits the draft and overrides it (the patch the browser computed
 is then read back from the log), approves another, and opens the workspace
 page, where the chain is verified. Screenshots of each page are saved to
-$CHAPLINE_DESK_SCREENSHOTS (default: a fresh temporary directory, printed).
+$CHAPLINE_DESK_SCREENSHOTS (default: tests/artifacts/desk/, git-ignored, printed).
 
 Chromium missing is a failure, not a skip: `.ci/run` installs it.
 """
@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -74,7 +73,7 @@ def _binary(name: str) -> str:
 @pytest.fixture(scope="module")
 def shots() -> Path:
     where = os.environ.get("CHAPLINE_DESK_SCREENSHOTS")
-    path = Path(where) if where else Path(tempfile.mkdtemp(prefix="chapline-desk-"))
+    path = Path(where) if where else Path(__file__).resolve().parent / "artifacts" / "desk"
     path.mkdir(parents=True, exist_ok=True)
     print(f"\ndesk screenshots: {path}")
     return path
@@ -132,18 +131,20 @@ def desk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Desk]:
         d.close()
 
 
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
-    chromium = _binary("chromium")
-    driver_path = _binary("chromedriver")
+def chromium(profile: Path) -> WebDriver:
+    """Headless Chromium at 1400x900 with its own profile directory."""
     options = webdriver.ChromeOptions()
-    options.binary_location = chromium
+    options.binary_location = _binary("chromium")
     for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--window-size=1280,900",
-                f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):
+                "--disable-dev-shm-usage", "--window-size=1400,900", f"--user-data-dir={profile}"):
         options.add_argument(arg)
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
+    return webdriver.Chrome(options=options, service=Service(executable_path=_binary("chromedriver")))
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
+    driver = chromium(tmp_path_factory.mktemp("chromium-profile"))
     try:
         yield driver
     finally:
@@ -209,7 +210,7 @@ def test_a_reviewers_day_in_the_desk(desk: Desk, browser: WebDriver, shots: Path
     browser.switch_to.window(first_tab)
 
     # Edit the draft in place and override with the edit.
-    click(browser, By.LINK_TEXT, task)
+    click(browser, By.CSS_SELECTOR, f"a[data-task='{task}']")
     wait(browser, lambda d: d.find_element(By.ID, "draft"), "the review page")
     quiet(browser)
     draft = browser.find_element(By.ID, "draft")
@@ -226,7 +227,7 @@ def test_a_reviewers_day_in_the_desk(desk: Desk, browser: WebDriver, shots: Path
     browser.execute_script("window.scrollTo(0, 0)")
     browser.save_screenshot(str(shots / "3-review.png"))
     browser.find_element(By.ID, "override").click()
-    wait(browser, lambda d: d.current_url.endswith("#/inbox") and inbox_rows(d) == [],
+    wait(browser, lambda d: d.current_url.endswith("/inbox") and inbox_rows(d) == [],
          "back to an empty inbox")
 
     [override] = [e for e in desk.log() if e.get("envelope", {}).get("method") == "decide.override"]
@@ -244,10 +245,10 @@ def test_a_reviewers_day_in_the_desk(desk: Desk, browser: WebDriver, shots: Path
     second = desk.review({"quarter": "Q4"}, {"title": "Outlook"}, "Same template as Q3")
     wait(browser, lambda d: inbox_rows(d) == [second], "the second review")
     refused(desk.call(BOT, "decide.approve", task_id=second), -32011)
-    click(browser, By.LINK_TEXT, second)
+    click(browser, By.CSS_SELECTOR, f"a[data-task='{second}']")
     wait(browser, lambda d: d.find_element(By.ID, "approve").is_enabled(), "the approve button")
     click(browser, By.ID, "approve")
-    wait(browser, lambda d: d.current_url.endswith("#/inbox") and inbox_rows(d) == [],
+    wait(browser, lambda d: d.current_url.endswith("/inbox") and inbox_rows(d) == [],
          "the approval")
     approvals = [e for e in desk.log() if e.get("envelope", {}).get("method") == "decide.approve"]
     assert [a["envelope"]["params"]["from"] for a in approvals] == [ALICE]
@@ -312,14 +313,14 @@ def entry(desk: Desk, method: str) -> dict[str, Any]:
 def open_review(browser: WebDriver, desk: Desk, task: str) -> None:
     browser.get(f"{desk.url}/#/inbox")
     wait(browser, lambda d: task in inbox_rows(d), f"{task} in the inbox")
-    click(browser, By.LINK_TEXT, task)
+    click(browser, By.CSS_SELECTOR, f"a[data-task='{task}']")
     wait(browser, lambda d: d.find_element(By.ID, "task-state").text == "review_requested",
          "the review page")
     quiet(browser)
 
 
 def back_in_inbox(browser: WebDriver, task: str) -> None:
-    wait(browser, lambda d: d.current_url.endswith("#/inbox") and task not in inbox_rows(d),
+    wait(browser, lambda d: d.current_url.endswith("/inbox") and task not in inbox_rows(d),
          f"{task} decided and gone from the inbox")
 
 
@@ -330,8 +331,12 @@ def test_reject_abstain_and_escalate(desk: Desk, browser: WebDriver, shots: Path
 
     rejected = desk.review({"n": 1}, {"text": "draft one"}, "first try")
     open_review(browser, desk, rejected)
-    browser.find_element(By.ID, "comment").send_keys("Cite the source")
-    assert browser.find_element(By.ID, "revise").is_selected()
+    # Rejecting is an explicit choice with a reason: nothing is pre-chosen.
+    assert not browser.find_element(By.ID, "reject-revise").is_selected()
+    assert not browser.find_element(By.ID, "reject-decline").is_selected()
+    browser.find_element(By.ID, "reject-revise").click()
+    assert not browser.find_element(By.ID, "reject").is_enabled()  # no reason yet
+    browser.find_element(By.ID, "reject-reason").send_keys("Cite the source")
     browser.find_element(By.ID, "reject").click()
     back_in_inbox(browser, rejected)
     params = entry(desk, "decide.reject")

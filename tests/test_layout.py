@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # What a build or a run leaves beside the sources (and hidden folders, such as
 # tool caches), not part of the layout.
-NOT_DRAWN = {"__pycache__", "build", "dist"}
+NOT_DRAWN = {"__pycache__", "build", "dist", "artifacts"}  # artifacts: the browser tests' screenshots
 
 
 def drawn_folders() -> set[str]:
