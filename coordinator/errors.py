@@ -6,8 +6,10 @@ Each carries its facts as attributes, and its message (and the class's
     ChaplineError                  base: `remedy` says what to do
      ├── RpcError                  a refusal answered as a JSON-RPC error:
      │    │                        code, message, data
-     │    └── StoredObjectError    -32903, a stored object cannot be read:
-     │                             data {workspace, collection, key}
+     │    ├── StoredObjectError    -32903, a stored object cannot be read:
+     │    │                        data {workspace, collection, key}
+     │    └── OpenLimitError       -32904, a cap on open event streams or
+     │                             MCP/A2A sessions is reached: data {limit, open, ...}
      ├── Rejected                  an envelope refused before any workspace is
      │                             looked at: request_id, error (internal to
      │                             dispatch, which answers it)
@@ -71,6 +73,7 @@ __all__ = [
     "JwkError",
     "MissingExtraError",
     "NotJsonError",
+    "OpenLimitError",
     "PatchError",
     "PatchLimitError",
     "ProjectionError",
@@ -152,6 +155,14 @@ class StoredObjectError(RpcError):
             f"read ({detail}); repair or delete its row in the store",
             {"workspace": workspace, "collection": collection, "key": key},
         )
+
+
+class OpenLimitError(RpcError):
+    """A stream or session refused because a cap on how many may be open is
+    reached (answered 429 with `code` -32904, wire.OPEN_LIMIT_REACHED); `data`
+    holds `limit` and `open` (and `principal` for a cap per participant)."""
+
+    remedy = "Close a stream or session you no longer use, or retry once others have ended."
 
 
 class Rejected(ChaplineError):

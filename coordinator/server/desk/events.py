@@ -1,103 +1,328 @@
-"""Server-sent events: each recorded audit entry, pushed to every open desk.
+"""Server-sent events: each recorded audit entry, pushed to every open stream.
 
 The coordinator calls `publish` on its worker thread once an entry is
-durable; each subscriber is an asyncio queue on the event loop, filled with
-`call_soon_threadsafe`. A subscriber that falls `MAX_BACKLOG` events behind is
-dropped (its stream ends) rather than holding memory for it: the desk
-reconnects and reloads what it shows.
+durable. Publishing never waits for a reader: each stream has a small buffer
+(`max_buffered` events) that `publish` appends to under a lock, waking the
+stream's task only when it sleeps. A stream whose buffer is full has fallen
+behind: its buffer is dropped at once, it is taken off the hub (the writer
+no longer sees it) and it ends with `event: end` (reason "lagged") as soon
+as its reader takes what was already sent. The reader reconnects with
+`Last-Event-ID` and the stream replays what it missed from the store, not
+from memory (SPECIFICATION.md, "Review desk").
+
+Every way a stream ends is said first, as `event: end` with data
+`{"reason", "message"}`; the reasons are END_REASONS.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Literal
 
 import msgspec
 
 from coordinator.audit import AuditEntry
+from coordinator.engine.wire import INVALID_REQUEST, OPEN_LIMIT_REACHED
+from coordinator.errors import OpenLimitError, RpcError
 
-__all__ = ["MAX_BACKLOG", "EventHub"]
+__all__ = [
+    "END_REASONS",
+    "HEARTBEAT_SECONDS",
+    "MAX_BUFFERED",
+    "MAX_STREAMS",
+    "MAX_STREAMS_PER_PRINCIPAL",
+    "EndReason",
+    "EventHub",
+    "EventStream",
+    "ReadAfter",
+    "resume_points",
+]
 
-MAX_BACKLOG = 1000
+EndReason = Literal["lagged", "token_revoked", "token_expired", "server_stopping"]
+END_REASONS: tuple[EndReason, ...] = ("lagged", "token_revoked", "token_expired", "server_stopping")
+
+# Events a stream may hold for a reader that has not taken them. Small: a
+# reader this far behind reconnects and replays from the store instead.
+MAX_BUFFERED = 64
+# Open streams in all, and per authenticated principal (a desk holds one per tab).
+MAX_STREAMS = 4096
+MAX_STREAMS_PER_PRINCIPAL = 32
 # A comment line this often keeps proxies and the browser from timing out.
 HEARTBEAT_SECONDS = 15.0
+# Entries read from the store per step of a replay.
+REPLAY_PAGE = 256
+
+_MESSAGES: dict[EndReason, str] = {
+    "lagged": "This stream fell behind the log and was ended; reconnect with "
+    "Last-Event-ID to receive what was missed",
+    "token_revoked": "The bearer token of this stream was revoked or is no longer known; "
+    "sign in again with a valid token",
+    "token_expired": "The bearer token of this stream expired; sign in again with a fresh token",
+    "server_stopping": "The server is stopping; reconnect with Last-Event-ID once it is back",
+}
 
 _encode = msgspec.json.Encoder().encode
-_END = b""
+
+ReadAfter = Callable[[str, int, int], Awaitable[list[bytes]]]
+"""`read(workspace, start, stop)`: the stored JSON text of the entries
+`start <= seq < stop` of one workspace, in seq order (fewer at the log's end)."""
 
 
-class _Subscriber:
-    def __init__(self, workspace: str | None) -> None:
+def _event(workspace: str, seq: int, entry_json: bytes) -> bytes:
+    data = b'{"workspace":%s,"entry":%s}' % (_encode(workspace), entry_json)
+    return b"event: audit\nid: %s:%d\ndata: %s\n\n" % (workspace.encode(), seq, data)
+
+
+def _end_event(reason: EndReason) -> bytes:
+    data = _encode({"reason": reason, "message": _MESSAGES[reason]})
+    return b"event: end\ndata: %s\n\n" % data
+
+
+class EventStream:
+    """One open stream: its filter, its owner and its buffer.
+
+    `credential` is the Authorization header the stream was opened with
+    (None without authentication), so a re-check of rights can end it.
+    """
+
+    __slots__ = ("workspace", "principal", "credential", "buffer", "ended", "high_water",
+                 "_loop", "wake", "sleeping")
+
+    def __init__(self, workspace: str | None, principal: str | None, credential: str | None) -> None:
         self.workspace = workspace
-        self.loop = asyncio.get_running_loop()
-        self.queue: asyncio.Queue[bytes] = asyncio.Queue(MAX_BACKLOG)
+        self.principal = principal
+        self.credential = credential
+        # (workspace, seq, event bytes), oldest first; touched under the hub's lock.
+        self.buffer: list[tuple[str, int, bytes]] = []
+        self.ended: EndReason | None = None
+        # The most events the buffer ever held (bounded by max_buffered).
+        self.high_water = 0
+        self._loop = asyncio.get_running_loop()
+        self.wake = asyncio.Event()
+        self.sleeping = False
 
-    def offer(self, event: bytes) -> None:
-        """On the loop: queue `event`, or end a stream that fell too far behind."""
-        try:
-            self.queue.put_nowait(event)
-        except asyncio.QueueFull:
-            while not self.queue.empty():
-                self.queue.get_nowait()
-            self.queue.put_nowait(_END)
+    def poke(self) -> None:
+        """Under the hub's lock, from any thread: wake the stream's task if it sleeps."""
+        if self.sleeping:
+            self.sleeping = False
+            try:
+                self._loop.call_soon_threadsafe(self.wake.set)
+            except RuntimeError:  # its loop has closed: nobody is listening
+                pass
 
 
 class EventHub:
-    """Fan-out of audit entries to the open event streams."""
+    """Fan-out of audit entries to the open event streams, with caps."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        max_buffered: int = MAX_BUFFERED,
+        max_streams: int = MAX_STREAMS,
+        max_streams_per_principal: int = MAX_STREAMS_PER_PRINCIPAL,
+    ) -> None:
+        for name, value in (("max_buffered", max_buffered), ("max_streams", max_streams),
+                            ("max_streams_per_principal", max_streams_per_principal)):
+            if value < 1:
+                raise ValueError(f"{name} must be positive, got {value}")
+        self.max_buffered = max_buffered
+        self.max_streams = max_streams
+        self.max_streams_per_principal = max_streams_per_principal
         self._lock = threading.Lock()
-        self._subscribers: set[_Subscriber] = set()
+        # Streams by the workspace they follow (None: every workspace).
+        self._following: dict[str | None, set[EventStream]] = {}
+        self._by_principal: dict[str, int] = {}
+        self._open = 0
         self._closed = False
+        # How many streams ended for each reason (what the operator and tests read).
+        self.ended: dict[EndReason, int] = dict.fromkeys(END_REASONS, 0)
+
+    # -- the writer's side ------------------------------------------------
 
     def publish(self, workspace_id: str, entry: AuditEntry) -> None:
-        """An audit listener: called on the coordinator's thread."""
-        data = _encode({"workspace": workspace_id, "entry": entry.to_dict()})
-        event = b"event: audit\nid: %s:%d\ndata: %s\n\n" % (
-            workspace_id.encode(),
-            entry.seq,
-            data,
-        )
-        self._send(event, workspace_id)
+        """An audit listener: called on the coordinator's thread. O(1) per stream."""
+        event = (workspace_id, entry.seq, _event(workspace_id, entry.seq, _encode(entry.to_dict())))
+        with self._lock:
+            for group in (self._following.get(workspace_id), self._following.get(None)):
+                if not group:
+                    continue
+                for stream in tuple(group):  # a copy: lagging ones leave the set
+                    if len(stream.buffer) >= self.max_buffered:
+                        self._end(stream, "lagged")
+                        continue
+                    stream.buffer.append(event)
+                    if len(stream.buffer) > stream.high_water:
+                        stream.high_water = len(stream.buffer)
+                    stream.poke()
+
+    # -- ending streams -----------------------------------------------------
 
     def close(self) -> None:
         """End every stream (a server stopping), and refuse new ones."""
         with self._lock:
             self._closed = True
-        self._send(_END, None)
+            for stream in self._all():
+                self._end(stream, "server_stopping")
 
-    def _send(self, event: bytes, workspace_id: str | None) -> None:
+    def end_credential(self, credential: str, reason: EndReason) -> int:
+        """End every stream opened with `credential`; how many there were."""
         with self._lock:
-            targets = [
-                s
-                for s in self._subscribers
-                if workspace_id is None or s.workspace in (None, workspace_id)
-            ]
-        for sub in targets:
-            try:
-                sub.loop.call_soon_threadsafe(sub.offer, event)
-            except RuntimeError:  # its loop has closed: nobody is listening
-                pass
+            mine = [s for s in self._all() if s.credential == credential]
+            for stream in mine:
+                self._end(stream, reason)
+        return len(mine)
 
-    async def stream(self, workspace: str | None) -> AsyncIterator[bytes]:
-        """The event stream of one client: a `ready` event, then entries."""
-        sub = _Subscriber(workspace)
+    def credentials(self) -> set[str]:
+        """The credentials that have streams open (for the rights re-check)."""
+        with self._lock:
+            return {s.credential for s in self._all() if s.credential is not None}
+
+    def open_streams(self, principal: str | None = None) -> int:
+        """How many streams are open, in all or of `principal`."""
+        with self._lock:
+            return self._open if principal is None else self._by_principal.get(principal, 0)
+
+    def _all(self) -> list[EventStream]:
+        return [s for group in self._following.values() for s in group]
+
+    def _end(self, stream: EventStream, reason: EndReason) -> None:
+        """Under the lock: take `stream` off the hub, drop what it holds, wake it."""
+        if stream.ended is not None:
+            return
+        stream.ended = reason
+        stream.buffer = []
+        self.ended[reason] += 1
+        self._forget(stream)
+        stream.poke()
+
+    def _forget(self, stream: EventStream) -> None:
+        group = self._following.get(stream.workspace)
+        if group is None or stream not in group:
+            return
+        group.discard(stream)
+        if not group:
+            del self._following[stream.workspace]
+        self._open -= 1
+        if stream.principal is not None:
+            left = self._by_principal[stream.principal] - 1
+            if left:
+                self._by_principal[stream.principal] = left
+            else:
+                del self._by_principal[stream.principal]
+
+    # -- a reader's side -----------------------------------------------------
+
+    def open(self, workspace: str | None, principal: str | None, credential: str | None) -> EventStream:
+        """Register a new stream (on the event loop), or raise OpenLimitError
+        (or RpcError when the server is stopping). Each counts against
+        `max_streams`, and one of an authenticated principal against
+        `max_streams_per_principal` too."""
+        stream = EventStream(workspace, principal, credential)
         with self._lock:
             if self._closed:
-                return
-            self._subscribers.add(sub)
+                raise RpcError(INVALID_REQUEST, "The server is stopping; reconnect once it is back")
+            if self._open >= self.max_streams:
+                raise OpenLimitError(
+                    OPEN_LIMIT_REACHED,
+                    f"The server has {self._open} event streams open, its limit; close one "
+                    "(another tab or client) or retry later",
+                    {"limit": self.max_streams, "open": self._open},
+                )
+            held = self._by_principal.get(principal, 0) if principal is not None else 0
+            if principal is not None and held >= self.max_streams_per_principal:
+                raise OpenLimitError(
+                    OPEN_LIMIT_REACHED,
+                    f"{principal} has {held} event streams open, the limit per participant; "
+                    "close one (another tab or client) before opening another",
+                    {"limit": self.max_streams_per_principal, "open": held, "principal": principal},
+                )
+            self._following.setdefault(workspace, set()).add(stream)
+            self._open += 1
+            if principal is not None:
+                self._by_principal[principal] = held + 1
+        return stream
+
+    async def events(
+        self, stream: EventStream, resume: dict[str, int], read: ReadAfter
+    ) -> AsyncIterator[bytes]:
+        """The body of one stream `open` registered: `event: ready`, what
+        the store holds after each `resume` point (workspace -> last seq
+        seen), then live entries, until the stream ends with `event: end`."""
+        sent = dict(resume)
         try:
             yield b"event: ready\ndata: {}\n\n"
+            for workspace, last in resume.items():
+                start = last + 1
+                while stream.ended is None:
+                    texts = await read(workspace, start, start + REPLAY_PAGE)
+                    if texts:
+                        yield b"".join(_event(workspace, start + i, t) for i, t in enumerate(texts))
+                        start += len(texts)
+                        sent[workspace] = start - 1
+                    if len(texts) < REPLAY_PAGE:
+                        break
             while True:
+                with self._lock:
+                    taken, stream.buffer = stream.buffer, []
+                    ended = stream.ended
+                    if not taken and ended is None:
+                        stream.sleeping = True
+                        stream.wake.clear()
+                if taken:
+                    # Entries the replay already sent come again live: skip them.
+                    chunk = b"".join(
+                        e for w, seq, e in taken if seq > sent.get(w, -1)
+                    )
+                    for w, seq, _ in taken:
+                        sent[w] = max(seq, sent.get(w, -1))
+                    if chunk:
+                        yield chunk
+                    continue
+                if ended is not None:
+                    yield _end_event(ended)
+                    return
                 try:
-                    event = await asyncio.wait_for(sub.queue.get(), HEARTBEAT_SECONDS)
+                    await asyncio.wait_for(stream.wake.wait(), HEARTBEAT_SECONDS)
                 except TimeoutError:
                     yield b": heartbeat\n\n"
-                    continue
-                if event == _END:
-                    return
-                yield event
         finally:
-            with self._lock:
-                self._subscribers.discard(sub)
+            self.release(stream)
+
+    def release(self, stream: EventStream) -> None:
+        """Take a stream that ended or whose reader left off the hub (idempotent)."""
+        with self._lock:
+            stream.sleeping = False
+            self._forget(stream)
+
+
+_POINT = re.compile(r"^(?:([^\s:,]+):)?(\d{1,18})$")
+
+
+def resume_points(header: str | None, workspace: str | None) -> dict[str, int]:
+    """Where a reconnecting reader left off, from its `Last-Event-ID`:
+    `W:SEQ` (the id of an event), a comma-separated list of them (the last
+    of each workspace a reader of every workspace saw), or, on the stream of
+    one workspace, a bare `SEQ`. Raises ValueError for anything else."""
+    if header is None or not header.strip():
+        return {}
+    points: dict[str, int] = {}
+    for part in header.split(","):
+        found = _POINT.match(part.strip())
+        if found is None:
+            raise ValueError(
+                f"Last-Event-ID {header!r} is not an event id: send the id of the last event "
+                "received (WORKSPACE:SEQ), or a comma-separated list of them"
+            )
+        named, seq = found.group(1) or workspace, int(found.group(2))
+        if named is None:
+            raise ValueError(
+                f"Last-Event-ID {header!r} names no workspace; on a stream of every "
+                "workspace send WORKSPACE:SEQ"
+            )
+        if workspace is not None and named != workspace:
+            continue  # another workspace: this stream does not carry it
+        points[named] = seq
+    return points

@@ -11,17 +11,19 @@ import msgspec
 
 from coordinator.audit import AuditEntry
 from coordinator.engine.wire import INVALID_PARAMS, error_response
-from coordinator.errors import RpcError
+from coordinator.errors import OpenLimitError, RpcError
 from coordinator.extras import needs
 from coordinator.server.auth import Authenticator
-from coordinator.server.desk.events import EventHub
+from coordinator.server.desk.events import EventHub, resume_points
 from coordinator.server.dispatcher import SerialDispatcher
+from storage import Store
 
 with needs("server"):
     from starlette.requests import Request
     from starlette.responses import FileResponse, Response, StreamingResponse
     from starlette.routing import BaseRoute, Mount, Route
     from starlette.staticfiles import StaticFiles
+    from starlette.types import Receive, Scope, Send
 
 __all__ = ["STATIC", "DeskTarget", "desk_routes"]
 
@@ -45,15 +47,31 @@ class DeskTarget(Protocol):
 
     def add_audit_listener(self, listener: Callable[[str, AuditEntry], None]) -> object: ...
 
+    @property
+    def store(self) -> Store: ...
+
 
 def desk_routes(
     target: DeskTarget,
     dispatcher: SerialDispatcher,
     auth: Authenticator | None,
     hub: EventHub,
+    opened: Callable[[], None] = lambda: None,
 ) -> list[BaseRoute]:
-    """Routes for the desk; registers `hub` as an audit listener of `target`."""
+    """Routes for the desk; registers `hub` as an audit listener of `target`.
+    `opened` is called on the event loop after each stream opens (to start
+    the re-check of the rights streams hold)."""
     target.add_audit_listener(hub.publish)
+
+    async def read(workspace: str, start: int, stop: int) -> list[bytes]:
+        # On the worker thread, between calls: a bounded page of the store.
+        def texts() -> list[bytes]:
+            try:
+                return target.store.read_entry_texts(workspace, start, stop)
+            except KeyError:
+                return []
+
+        return await dispatcher.run(texts)
 
     def principal(request: Request) -> str | None:
         if auth is None:
@@ -94,12 +112,25 @@ def desk_routes(
 
     async def events(request: Request) -> Response:
         try:
-            principal(request)
+            who = principal(request)
         except RpcError as err:
             return _refused(err)
         workspace = request.query_params.get("workspace") or None
-        return StreamingResponse(
-            hub.stream(workspace),
+        try:
+            resume = resume_points(request.headers.get("last-event-id"), workspace)
+        except ValueError as exc:
+            return _bad(str(exc))
+        credential = request.headers.get("authorization") if auth is not None else None
+        try:
+            stream = hub.open(workspace, who, credential)
+        except OpenLimitError as err:
+            return _json(error_response(None, err), 429)
+        except RpcError as err:
+            return _json(error_response(None, err), 503)
+        opened()
+        return _Stream(
+            hub.events(stream, resume, read),
+            lambda: hub.release(stream),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
@@ -116,6 +147,21 @@ def desk_routes(
 
 
 _NO_STORE = {"Cache-Control": "no-store"}
+
+
+class _Stream(StreamingResponse):
+    """A StreamingResponse that releases its stream however it ends, even
+    before its body was started (a client gone before the headers were sent)."""
+
+    def __init__(self, body: Any, release: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(body, **kwargs)
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
 
 
 def _json(payload: Any, status: int = 200) -> Response:
