@@ -88,8 +88,7 @@ class EventStream:
     (None without authentication), so a re-check of rights can end it.
     """
 
-    __slots__ = ("workspace", "principal", "credential", "buffer", "ended", "high_water",
-                 "_loop", "wake", "sleeping")
+    __slots__ = ("workspace", "principal", "credential", "buffer", "ended", "_loop", "wake", "sleeping")
 
     def __init__(self, workspace: str | None, principal: str | None, credential: str | None) -> None:
         self.workspace = workspace
@@ -98,8 +97,6 @@ class EventStream:
         # (workspace, seq, event bytes), oldest first; touched under the hub's lock.
         self.buffer: list[tuple[str, int, bytes]] = []
         self.ended: EndReason | None = None
-        # The most events the buffer ever held (bounded by max_buffered).
-        self.high_water = 0
         self._loop = asyncio.get_running_loop()
         self.wake = asyncio.Event()
         self.sleeping = False
@@ -137,8 +134,10 @@ class EventHub:
         self._by_principal: dict[str, int] = {}
         self._open = 0
         self._closed = False
-        # How many streams ended for each reason (what the operator and tests read).
+        # How many streams ended for each reason, and the most events any
+        # stream's buffer held (never above max_buffered): for the operator and tests.
         self.ended: dict[EndReason, int] = dict.fromkeys(END_REASONS, 0)
+        self.most_buffered = 0
 
     # -- the writer's side ------------------------------------------------
 
@@ -154,8 +153,8 @@ class EventHub:
                         self._end(stream, "lagged")
                         continue
                     stream.buffer.append(event)
-                    if len(stream.buffer) > stream.high_water:
-                        stream.high_water = len(stream.buffer)
+                    if len(stream.buffer) > self.most_buffered:
+                        self.most_buffered = len(stream.buffer)
                     stream.poke()
 
     # -- ending streams -----------------------------------------------------

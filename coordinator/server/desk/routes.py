@@ -132,7 +132,8 @@ def desk_routes(
             hub.events(stream, resume, read),
             lambda: hub.release(stream),
             media_type="text/event-stream",
-            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+            # Connection: close, so a stream that ended closes its connection.
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no", "Connection": "close"},
         )
 
     routes: list[BaseRoute] = [

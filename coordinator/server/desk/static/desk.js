@@ -122,14 +122,17 @@ async function signIn(event) {
   await start();
 }
 
-function signOut() {
+// Signed out by the person, or by the server when the token was revoked or
+// expired (`why` then says so).
+function signOut(why) {
   sessionStorage.removeItem("chapline-desk");
   if (state.stopEvents) state.stopEvents();
+  state.stopEvents = null;
   setToken(null);
   state.me = null;
   state.workspace = null;
   location.hash = "";
-  showSignIn("Signed out.");
+  showSignIn(typeof why === "string" ? `Signed out: ${why}` : "Signed out.");
 }
 
 async function start() {
@@ -138,7 +141,7 @@ async function start() {
   $("who").hidden = false;
   $("principal").textContent = state.me;
   await loadWorkspaces();
-  state.stopEvents = listen(onEvent, (live) => setLive(live));
+  state.stopEvents = listen(onEvent, (live) => setLive(live), (why) => signOut(why));
   if (!location.hash) location.hash = "#/inbox";
   await render();
 }
