@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+import test_desk_browser as desk_browser
 from a2a.server.context import ServerCallContext
 from a2a.types import Task
 from client import Client, Http, refused
@@ -34,6 +35,10 @@ from coordinator.server.auth import Authenticator, TokenStore
 from coordinator.server.desk.events import EventHub
 from coordinator.server.sessions import SessionLimits
 from storage import SqliteStore
+
+# The desk's browser harness (Debian's Chromium through Selenium), for the last test.
+browser = desk_browser.browser
+wait = desk_browser.wait
 
 WS = "wsp_streams"
 ALICE = "human:alice"
@@ -513,3 +518,43 @@ def test_a2a_tasks_are_kept_with_a_bound_per_owner_and_in_all() -> None:
     # Alice's oldest went at her cap (3), then her next oldest at the cap in all (5).
     assert anyio.run(run) == [False, False, True, True, True, True, True, False]
     assert len(store) == 5
+
+
+# -- the desk in a real browser ----------------------------------------------------------
+
+
+def test_the_desk_signs_out_saying_why_when_its_token_is_revoked(db: Path, browser: Any) -> None:
+    """A stream ended as lagged is reopened (the desk stays signed in and
+    live); one ended because the token was revoked signs the desk out, and
+    the page says why."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    served = Served(db, auth=True)
+    hub = served.app.state.events
+    try:
+        token, token_id = served.token(ALICE)
+        served.chap(ALICE, token).ok("participant.join", type="human", role="reviewer")
+        browser.get(served.url + "/")
+        field = wait(browser, lambda d: d.find_element(By.ID, "token").is_displayed()
+                     and d.find_element(By.ID, "token"), "the sign-in form")
+        field.send_keys(token, Keys.ENTER)
+        wait(browser, lambda d: d.find_element(By.ID, "principal").text == ALICE, "signed in")
+        live = lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-live")  # noqa: E731
+        wait(browser, lambda d: live(d) == "on", "the live event stream")
+        until(lambda: hub.open_streams(ALICE) == 1, "the desk's stream")
+
+        assert hub.end_credential(f"Bearer {token}", "lagged") == 1
+        wait(browser, lambda d: live(d) == "off", "the stream seen ended")
+        wait(browser, lambda d: live(d) == "on", "the stream reopened")
+        assert browser.find_element(By.ID, "principal").text == ALICE
+
+        served.tokens.revoke(token_id)  # type: ignore[union-attr]
+        wait(browser, lambda d: d.find_element(By.ID, "sign-in").is_displayed(), "signed out")
+        said = browser.find_element(By.ID, "sign-in-error").text
+        assert said.startswith("Signed out:") and "revoked" in said
+        assert not browser.find_element(By.ID, "principal").is_displayed()
+        assert browser.execute_script("return sessionStorage.getItem('chapline-desk')") is None
+        until(lambda: hub.open_streams() == 0, "no stream left open")
+    finally:
+        served.close()
