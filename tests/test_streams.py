@@ -26,6 +26,7 @@ from a2a.types import Task
 from client import Client, Http, refused
 from servers import ROOT, LiveServer, env
 from starlette.authentication import SimpleUser
+from support import eventually
 
 from coordinator import Coordinator
 from coordinator.cli import DEFAULT_PROFILES
@@ -175,14 +176,6 @@ class Reader:
         return self.events.get(timeout=timeout)
 
 
-def until(condition: Any, what: str, deadline: float = WAIT) -> None:
-    """Poll `condition` until true; fail after `deadline` seconds."""
-    end = time.monotonic() + deadline
-    while not condition():
-        assert time.monotonic() < end, f"not within {deadline} s: {what}"
-        time.sleep(0.02)
-
-
 # -- streams never slow the writer ------------------------------------------------
 
 STALLED = 520
@@ -207,7 +200,7 @@ def test_stalled_streams_never_hold_a_write_and_are_ended_once_behind(db: Path) 
         bot.ok("participant.join", type="agent")
         healthy = Reader(served, f"/chap/events?workspace={WS}")
         stalled = [raw_stream(served.port, "/chap/events", rcvbuf=2048) for _ in range(STALLED)]
-        until(lambda: hub.open_streams() == STALLED + 1, "every stream open")
+        eventually(lambda: hub.open_streams() == STALLED + 1, "every stream open")
         writes = 0
         while hub.ended["lagged"] < STALLED:
             assert writes < 2000, f"only {hub.ended['lagged']} of {STALLED} stalled streams ended"
@@ -305,7 +298,7 @@ def test_streams_are_capped_per_principal_and_in_all(db: Path) -> None:
             return sock
 
         open_as(alice), open_as(alice)
-        until(lambda: hub.open_streams(ALICE) == 2, "alice's two streams")
+        eventually(lambda: hub.open_streams(ALICE) == 2, "alice's two streams")
         third = served.http.get("/chap/events", headers={"Authorization": f"Bearer {alice}"})
         assert third.status_code == 429
         refused(third.json(), OPEN_LIMIT_REACHED)
@@ -313,16 +306,16 @@ def test_streams_are_capped_per_principal_and_in_all(db: Path) -> None:
         assert ALICE in third.json()["error"]["message"]
 
         open_as(bob)
-        until(lambda: hub.open_streams() == 3, "three streams")
+        eventually(lambda: hub.open_streams() == 3, "three streams")
         full = served.http.get("/chap/events", headers={"Authorization": f"Bearer {bob}"})
         assert full.status_code == 429
         assert full.json()["error"]["data"] == {"limit": 3, "open": 3}
 
         # A stream closed by its reader frees its place.
         socks.pop(0).close()
-        until(lambda: hub.open_streams(ALICE) == 1, "alice's closed stream released")
+        eventually(lambda: hub.open_streams(ALICE) == 1, "alice's closed stream released")
         open_as(alice)
-        until(lambda: hub.open_streams(ALICE) == 2, "alice's new stream")
+        eventually(lambda: hub.open_streams(ALICE) == 2, "alice's new stream")
     finally:
         for sock in socks:
             sock.close()
@@ -355,7 +348,7 @@ def mcp_session(served: Served, token: str | None = None) -> str:
     assert ready.status_code == 202, ready.text
     # The SDK finishes with a request a moment after it has answered it.
     gate = served.app.state.sessions
-    until(lambda: not any(s.busy for s in gate._sessions if s.id == session), "the session idle")
+    eventually(lambda: not any(s.busy for s in gate._sessions if s.id == session), "the session idle")
     return session
 
 
@@ -385,7 +378,7 @@ def test_revoking_a_token_from_another_process_ends_its_stream_and_session(db: P
         assert name == "end" and data["reason"] == "token_revoked"
         assert "sign in again" in data["message"]
         assert stream.next() == ("closed", None, None)
-        until(lambda: gate.open_sessions() == 0, "the session ended", deadline=1.0)
+        eventually(lambda: gate.open_sessions() == 0, "the session ended", timeout=1.0)
 
         # The session's next call is refused, with the revoked token or another.
         again = tools_list(served, token, session)
@@ -464,7 +457,7 @@ def test_mcp_sessions_are_capped_and_the_oldest_idle_one_makes_room(db: Path) ->
             socks.append(raw_stream(served.port, "/mcp", {
                 "Authorization": f"Bearer {alice}", "Mcp-Session-Id": session,
                 "Mcp-Protocol-Version": "2025-11-25"}))
-        until(lambda: all(s.busy for s in gate._sessions), "both sessions busy")
+        eventually(lambda: all(s.busy for s in gate._sessions), "both sessions busy")
         busy = mcp(served, INITIALIZE, alice)
         assert busy.status_code == 429
         refused(busy.json(), OPEN_LIMIT_REACHED)
@@ -486,7 +479,7 @@ def test_an_idle_mcp_session_expires(db: Path) -> None:
     try:
         session = mcp_session(served)
         gate = served.app.state.sessions
-        until(lambda: gate.open_sessions() == 0, "the idle session ended", deadline=10)
+        eventually(lambda: gate.open_sessions() == 0, "the idle session ended", timeout=10)
         assert tools_list(served, None, session).status_code == 404
         assert gate._sdk.session_manager._server_instances == {}
     finally:
@@ -542,7 +535,7 @@ def test_the_desk_signs_out_saying_why_when_its_token_is_revoked(db: Path, brows
         wait(browser, lambda d: d.find_element(By.ID, "principal").text == ALICE, "signed in")
         live = lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-live")  # noqa: E731
         wait(browser, lambda d: live(d) == "on", "the live event stream")
-        until(lambda: hub.open_streams(ALICE) == 1, "the desk's stream")
+        eventually(lambda: hub.open_streams(ALICE) == 1, "the desk's stream")
 
         assert hub.end_credential(f"Bearer {token}", "lagged") == 1
         wait(browser, lambda d: live(d) == "off", "the stream seen ended")
@@ -555,6 +548,6 @@ def test_the_desk_signs_out_saying_why_when_its_token_is_revoked(db: Path, brows
         assert said.startswith("Signed out:") and "revoked" in said
         assert not browser.find_element(By.ID, "principal").is_displayed()
         assert browser.execute_script("return sessionStorage.getItem('chapline-desk')") is None
-        until(lambda: hub.open_streams() == 0, "no stream left open")
+        eventually(lambda: hub.open_streams() == 0, "no stream left open")
     finally:
         served.close()

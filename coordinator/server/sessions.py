@@ -153,11 +153,13 @@ class McpGate:
                 AccessToken(token=digest, client_id=principal, scopes=[], subject=digest)
             )}
         session_id = headers.get(_SESSION_HEADER)
+        holder = credential if self._auth is not None else None
         if session_id is None and scope["method"] == "POST":
-            await self._open(principal, credential if self._auth is not None else None, scope, receive, send)
+            await self._open(principal, holder, scope, receive, send)
             return
         session = next((s for s in self._sessions if s.id == session_id), None)
-        if session is None:
+        if session is None or session.credential != holder:
+            # Unknown, or another token's: the SDK answers 404 either way.
             await self._sdk(scope, receive, send)
             return
         session.busy += 1
@@ -182,12 +184,12 @@ class McpGate:
         self._sessions.append(session)
         for victim in victims:
             await self._end(victim)
-        opened = ""
 
         async def watch(message: Message) -> None:
-            nonlocal opened
+            # Known by its id before the client can use it (the SDK returns
+            # only after the answer is sent).
             if message["type"] == "http.response.start" and message["status"] < 400:
-                opened = Headers(raw=message.get("headers", [])).get(_SESSION_HEADER) or ""
+                session.id = Headers(raw=message.get("headers", [])).get(_SESSION_HEADER) or ""
             await send(message)
 
         try:
@@ -195,8 +197,7 @@ class McpGate:
         finally:
             session.busy -= 1
             session.last_used = self._clock()
-            if opened:
-                session.id = opened
+            if session.id:
                 self._sweep_soon()
                 self._opened()
             else:  # refused, or stateless: nothing was opened
