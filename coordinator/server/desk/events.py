@@ -101,14 +101,25 @@ class EventStream:
         self.wake = asyncio.Event()
         self.sleeping = False
 
-    def poke(self) -> None:
-        """Under the hub's lock, from any thread: wake the stream's task if it sleeps."""
+    def poke(self, woken: dict[asyncio.AbstractEventLoop, list[asyncio.Event]]) -> None:
+        """Under the hub's lock: note the stream's task in `woken` if it sleeps."""
         if self.sleeping:
             self.sleeping = False
-            try:
-                self._loop.call_soon_threadsafe(self.wake.set)
-            except RuntimeError:  # its loop has closed: nobody is listening
-                pass
+            woken.setdefault(self._loop, []).append(self.wake)
+
+
+def _wake(woken: dict[asyncio.AbstractEventLoop, list[asyncio.Event]]) -> None:
+    """Wake the sleeping streams: one call into each loop, however many they are."""
+    for loop, events in woken.items():
+        try:
+            loop.call_soon_threadsafe(_set_all, events)
+        except RuntimeError:  # its loop has closed: nobody is listening
+            pass
+
+
+def _set_all(events: list[asyncio.Event]) -> None:
+    for event in events:
+        event.set()
 
 
 class EventHub:
@@ -144,34 +155,40 @@ class EventHub:
     def publish(self, workspace_id: str, entry: AuditEntry) -> None:
         """An audit listener: called on the coordinator's thread. O(1) per stream."""
         event = (workspace_id, entry.seq, _event(workspace_id, entry.seq, _encode(entry.to_dict())))
+        woken: dict[asyncio.AbstractEventLoop, list[asyncio.Event]] = {}
         with self._lock:
             for group in (self._following.get(workspace_id), self._following.get(None)):
                 if not group:
                     continue
                 for stream in tuple(group):  # a copy: lagging ones leave the set
                     if len(stream.buffer) >= self.max_buffered:
-                        self._end(stream, "lagged")
+                        self._end(stream, "lagged", woken)
                         continue
                     stream.buffer.append(event)
                     if len(stream.buffer) > self.most_buffered:
                         self.most_buffered = len(stream.buffer)
-                    stream.poke()
+                    stream.poke(woken)
+        _wake(woken)
 
     # -- ending streams -----------------------------------------------------
 
     def close(self) -> None:
         """End every stream (a server stopping), and refuse new ones."""
+        woken: dict[asyncio.AbstractEventLoop, list[asyncio.Event]] = {}
         with self._lock:
             self._closed = True
             for stream in self._all():
-                self._end(stream, "server_stopping")
+                self._end(stream, "server_stopping", woken)
+        _wake(woken)
 
     def end_credential(self, credential: str, reason: EndReason) -> int:
         """End every stream opened with `credential`; how many there were."""
+        woken: dict[asyncio.AbstractEventLoop, list[asyncio.Event]] = {}
         with self._lock:
             mine = [s for s in self._all() if s.credential == credential]
             for stream in mine:
-                self._end(stream, reason)
+                self._end(stream, reason, woken)
+        _wake(woken)
         return len(mine)
 
     def credentials(self) -> set[str]:
@@ -187,15 +204,17 @@ class EventHub:
     def _all(self) -> list[EventStream]:
         return [s for group in self._following.values() for s in group]
 
-    def _end(self, stream: EventStream, reason: EndReason) -> None:
-        """Under the lock: take `stream` off the hub, drop what it holds, wake it."""
+    def _end(
+        self, stream: EventStream, reason: EndReason, woken: dict[asyncio.AbstractEventLoop, list[asyncio.Event]]
+    ) -> None:
+        """Under the lock: take `stream` off the hub, drop what it holds, note it to wake."""
         if stream.ended is not None:
             return
         stream.ended = reason
         stream.buffer = []
         self.ended[reason] += 1
         self._forget(stream)
-        stream.poke()
+        stream.poke(woken)
 
     def _forget(self, stream: EventStream) -> None:
         group = self._following.get(stream.workspace)
