@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Literal
 
 import msgspec
@@ -53,7 +53,10 @@ MAX_STREAMS_PER_PRINCIPAL = 32
 # A comment line this often keeps proxies and the browser from timing out.
 HEARTBEAT_SECONDS = 15.0
 # Entries read from the store per step of a replay.
-REPLAY_PAGE = 256
+REPLAY_PAGE = 32
+# Events are sent joined up to this many bytes (a larger one alone), so what
+# a reader has in flight is bounded by bytes as well as by events.
+CHUNK_BYTES = 64 * 1024
 
 _MESSAGES: dict[EndReason, str] = {
     "lagged": "This stream fell behind the log and was ended; reconnect with "
@@ -277,7 +280,8 @@ class EventHub:
                 while stream.ended is None:
                     texts = await read(workspace, start, start + REPLAY_PAGE)
                     if texts:
-                        yield b"".join(_event(workspace, start + i, t) for i, t in enumerate(texts))
+                        for chunk in _chunks([_event(workspace, start + i, t) for i, t in enumerate(texts)]):
+                            yield chunk
                         start += len(texts)
                         sent[workspace] = start - 1
                     if len(texts) < REPLAY_PAGE:
@@ -291,12 +295,11 @@ class EventHub:
                         stream.wake.clear()
                 if taken:
                     # Entries the replay already sent come again live: skip them.
-                    chunk = b"".join(
-                        e for w, seq, e in taken if seq > sent.get(w, -1)
-                    )
+                    fresh = [e for w, seq, e in taken if seq > sent.get(w, -1)]
                     for w, seq, _ in taken:
                         sent[w] = max(seq, sent.get(w, -1))
-                    if chunk:
+                    del taken
+                    for chunk in _chunks(fresh):
                         yield chunk
                     continue
                 if ended is not None:
@@ -314,6 +317,20 @@ class EventHub:
         with self._lock:
             stream.sleeping = False
             self._forget(stream)
+
+
+def _chunks(events: list[bytes]) -> Iterator[bytes]:
+    """`events` joined into chunks of at most CHUNK_BYTES (a larger event alone)."""
+    group: list[bytes] = []
+    size = 0
+    for event in events:
+        if group and size + len(event) > CHUNK_BYTES:
+            yield b"".join(group)
+            group, size = [], 0
+        group.append(event)
+        size += len(event)
+    if group:
+        yield b"".join(group)
 
 
 _POINT = re.compile(r"^(?:([^\s:,]+):)?(\d{1,18})$")
