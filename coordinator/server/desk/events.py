@@ -2,8 +2,9 @@
 
 The coordinator calls `publish` on its worker thread once an entry is
 durable. Publishing never waits for a reader: each stream has a small buffer
-(`max_buffered` events) that `publish` appends to under a lock, waking the
-stream's task only when it sleeps. A stream whose buffer is full has fallen
+(`max_buffered` events) that `publish` appends to under a lock. The streams'
+tasks are woken by one tick for all (or at once when a buffer is half full),
+so each sends what gathered since in one go. A stream whose buffer is full has fallen
 behind: its buffer is dropped at once, it is taken off the hub (the writer
 no longer sees it) and it ends with `event: end` (reason "lagged") as soon
 as its reader takes what was already sent. The reader reconnects with
@@ -34,6 +35,8 @@ __all__ = [
     "MAX_BUFFERED",
     "MAX_STREAMS",
     "MAX_STREAMS_PER_PRINCIPAL",
+    "TICK_PER_STREAM",
+    "TICK_SECONDS",
     "EndReason",
     "EventHub",
     "EventStream",
@@ -52,6 +55,14 @@ MAX_STREAMS = 4096
 MAX_STREAMS_PER_PRINCIPAL = 32
 # A comment line this often keeps proxies and the browser from timing out.
 HEARTBEAT_SECONDS = 15.0
+# Streams are woken by one clock for all (`EventHub`'s tick), not one timer
+# each: a stream with new events sends them at the next tick, all at once,
+# or at once when half its buffer is full. One send per stream per tick, not
+# one per write, is what keeps many streams cheap, and finds out a reader
+# that does not read in a few sends. The tick grows with the number of open
+# streams (TICK_PER_STREAM each), between these bounds.
+TICK_SECONDS = (0.05, 1.0)
+TICK_PER_STREAM = 0.0005
 # Entries read from the store per step of a replay.
 REPLAY_PAGE = 32
 # Events are sent joined up to this many bytes (a larger one alone), so what
@@ -91,7 +102,7 @@ class EventStream:
     (None without authentication), so a re-check of rights can end it.
     """
 
-    __slots__ = ("workspace", "principal", "credential", "buffer", "ended", "_loop", "wake", "sleeping")
+    __slots__ = ("workspace", "principal", "credential", "buffer", "ended", "wake", "waiting", "beat")
 
     def __init__(self, workspace: str | None, principal: str | None, credential: str | None) -> None:
         self.workspace = workspace
@@ -100,29 +111,28 @@ class EventStream:
         # (workspace, seq, event bytes), oldest first; touched under the hub's lock.
         self.buffer: list[tuple[str, int, bytes]] = []
         self.ended: EndReason | None = None
-        self._loop = asyncio.get_running_loop()
+        # Set by the hub's tick (or at once, see `publish`) while its task
+        # waits; `beat`: a heartbeat is due.
         self.wake = asyncio.Event()
-        self.sleeping = False
-
-    def poke(self, woken: dict[asyncio.AbstractEventLoop, list[asyncio.Event]]) -> None:
-        """Under the hub's lock: note the stream's task in `woken` if it sleeps."""
-        if self.sleeping:
-            self.sleeping = False
-            woken.setdefault(self._loop, []).append(self.wake)
+        self.waiting = False
+        self.beat = False
 
 
-def _wake(woken: dict[asyncio.AbstractEventLoop, list[asyncio.Event]]) -> None:
-    """Wake the sleeping streams: one call into each loop, however many they are."""
-    for loop, events in woken.items():
+_Woken = list[EventStream]
+
+
+def _wake(loop: asyncio.AbstractEventLoop | None, woken: _Woken) -> None:
+    """From any thread: wake the streams' tasks with one call into their loop."""
+    if woken and loop is not None:
         try:
-            loop.call_soon_threadsafe(_set_all, events)
+            loop.call_soon_threadsafe(_set_all, woken)
         except RuntimeError:  # its loop has closed: nobody is listening
             pass
 
 
-def _set_all(events: list[asyncio.Event]) -> None:
-    for event in events:
-        event.set()
+def _set_all(woken: _Woken) -> None:
+    for stream in woken:
+        stream.wake.set()
 
 
 class EventHub:
@@ -142,7 +152,13 @@ class EventHub:
         self.max_buffered = max_buffered
         self.max_streams = max_streams
         self.max_streams_per_principal = max_streams_per_principal
+        self._enough = max(1, max_buffered // 2)
         self._lock = threading.Lock()
+        # Waiting streams with new events, for the next tick; the loop the
+        # streams live on and the task that ticks (while any is open).
+        self._due: set[EventStream] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ticker: asyncio.Task[None] | None = None
         # Streams by the workspace they follow (None: every workspace).
         self._following: dict[str | None, set[EventStream]] = {}
         self._by_principal: dict[str, int] = {}
@@ -158,40 +174,53 @@ class EventHub:
     def publish(self, workspace_id: str, entry: AuditEntry) -> None:
         """An audit listener: called on the coordinator's thread. O(1) per stream."""
         event = (workspace_id, entry.seq, _event(workspace_id, entry.seq, _encode(entry.to_dict())))
-        woken: dict[asyncio.AbstractEventLoop, list[asyncio.Event]] = {}
+        woken: _Woken = []
         with self._lock:
             for group in (self._following.get(workspace_id), self._following.get(None)):
                 if not group:
                     continue
                 for stream in tuple(group):  # a copy: lagging ones leave the set
-                    if len(stream.buffer) >= self.max_buffered:
+                    buffer = stream.buffer
+                    if len(buffer) >= self.max_buffered:
                         self._end(stream, "lagged", woken)
                         continue
-                    stream.buffer.append(event)
-                    if len(stream.buffer) > self.most_buffered:
-                        self.most_buffered = len(stream.buffer)
-                    stream.poke(woken)
-        _wake(woken)
+                    buffer.append(event)
+                    if len(buffer) > self.most_buffered:
+                        self.most_buffered = len(buffer)
+                    if stream.waiting:
+                        if len(buffer) >= self._enough:
+                            stream.waiting = False
+                            self._due.discard(stream)
+                            woken.append(stream)
+                        else:
+                            self._due.add(stream)
+        _wake(self._loop, woken)
 
     # -- ending streams -----------------------------------------------------
 
     def close(self) -> None:
         """End every stream (a server stopping), and refuse new ones."""
-        woken: dict[asyncio.AbstractEventLoop, list[asyncio.Event]] = {}
+        woken: _Woken = []
         with self._lock:
             self._closed = True
             for stream in self._all():
                 self._end(stream, "server_stopping", woken)
-        _wake(woken)
+        _wake(self._loop, woken)
+        if self._loop is not None and self._ticker is not None:
+            # Every stream was woken to end: nothing is due any more.
+            try:
+                self._loop.call_soon_threadsafe(self._ticker.cancel)
+            except RuntimeError:  # its loop has closed
+                pass
 
     def end_credential(self, credential: str, reason: EndReason) -> int:
         """End every stream opened with `credential`; how many there were."""
-        woken: dict[asyncio.AbstractEventLoop, list[asyncio.Event]] = {}
+        woken: _Woken = []
         with self._lock:
             mine = [s for s in self._all() if s.credential == credential]
             for stream in mine:
                 self._end(stream, reason, woken)
-        _wake(woken)
+        _wake(self._loop, woken)
         return len(mine)
 
     def credentials(self) -> set[str]:
@@ -207,9 +236,7 @@ class EventHub:
     def _all(self) -> list[EventStream]:
         return [s for group in self._following.values() for s in group]
 
-    def _end(
-        self, stream: EventStream, reason: EndReason, woken: dict[asyncio.AbstractEventLoop, list[asyncio.Event]]
-    ) -> None:
+    def _end(self, stream: EventStream, reason: EndReason, woken: _Woken) -> None:
         """Under the lock: take `stream` off the hub, drop what it holds, note it to wake."""
         if stream.ended is not None:
             return
@@ -217,9 +244,12 @@ class EventHub:
         stream.buffer = []
         self.ended[reason] += 1
         self._forget(stream)
-        stream.poke(woken)
+        if stream.waiting:
+            stream.waiting = False
+            woken.append(stream)
 
     def _forget(self, stream: EventStream) -> None:
+        self._due.discard(stream)
         group = self._following.get(stream.workspace)
         if group is None or stream not in group:
             return
@@ -264,7 +294,34 @@ class EventHub:
             self._open += 1
             if principal is not None:
                 self._by_principal[principal] = held + 1
+        if self._ticker is None or self._ticker.done():
+            self._loop = asyncio.get_running_loop()
+            self._ticker = self._loop.create_task(self._tick())
         return stream
+
+    async def _tick(self) -> None:
+        """While any stream is open: wake the due ones every tick, and every
+        waiting one for a heartbeat every HEARTBEAT_SECONDS."""
+        assert self._loop is not None
+        low, high = TICK_SECONDS
+        last_beat = self._loop.time()
+        while True:
+            await asyncio.sleep(min(high, max(low, self._open * TICK_PER_STREAM)))
+            now = self._loop.time()
+            with self._lock:
+                if not self._open:
+                    return
+                woken = [s for s in self._due if s.waiting]
+                self._due.clear()
+                if now - last_beat >= HEARTBEAT_SECONDS:
+                    last_beat = now
+                    for stream in self._all():
+                        if stream.waiting and not stream.buffer:
+                            stream.beat = True
+                            woken.append(stream)
+                for stream in woken:
+                    stream.waiting = False
+            _set_all(woken)
 
     async def events(
         self, stream: EventStream, resume: dict[str, int], read: ReadAfter
@@ -289,9 +346,10 @@ class EventHub:
             while True:
                 with self._lock:
                     taken, stream.buffer = stream.buffer, []
-                    ended = stream.ended
-                    if not taken and ended is None:
-                        stream.sleeping = True
+                    ended, beat = stream.ended, stream.beat
+                    stream.beat = False
+                    if not taken and ended is None and not beat:
+                        stream.waiting = True
                         stream.wake.clear()
                 if taken:
                     # Entries the replay already sent come again live: skip them.
@@ -301,21 +359,20 @@ class EventHub:
                     del taken
                     for chunk in _chunks(fresh):
                         yield chunk
-                    continue
-                if ended is not None:
+                elif ended is not None:
                     yield _end_event(ended)
                     return
-                try:
-                    await asyncio.wait_for(stream.wake.wait(), HEARTBEAT_SECONDS)
-                except TimeoutError:
+                elif beat:
                     yield b": heartbeat\n\n"
+                else:
+                    await stream.wake.wait()
         finally:
             self.release(stream)
 
     def release(self, stream: EventStream) -> None:
         """Take a stream that ended or whose reader left off the hub (idempotent)."""
         with self._lock:
-            stream.sleeping = False
+            stream.waiting = False
             self._forget(stream)
 
 
