@@ -24,6 +24,8 @@ import test_desk_browser as desk_browser
 from a2a.server.context import ServerCallContext
 from a2a.types import Task
 from client import Client, Http, refused
+from hypothesis import given
+from hypothesis import strategies as st
 from servers import ROOT, LiveServer, env
 from starlette.authentication import SimpleUser
 from support import eventually
@@ -33,7 +35,7 @@ from coordinator.cli import DEFAULT_PROFILES
 from coordinator.server import create_app
 from coordinator.server.a2a_tasks import BoundedTaskStore
 from coordinator.server.auth import Authenticator, TokenStore
-from coordinator.server.desk.events import EventHub
+from coordinator.server.desk.events import CHUNK_BYTES, EventHub, _chunks, resume_points
 from coordinator.server.sessions import SessionLimits
 from storage import SqliteStore
 
@@ -551,3 +553,29 @@ def test_the_desk_signs_out_saying_why_when_its_token_is_revoked(db: Path, brows
         eventually(lambda: hub.open_streams() == 0, "no stream left open")
     finally:
         served.close()
+
+
+# -- properties -------------------------------------------------------------------------
+
+_WORKSPACE = st.from_regex(r"wsp_[a-z0-9_]{1,12}", fullmatch=True)
+
+
+@given(st.lists(st.tuples(_WORKSPACE, st.integers(0, 10**12)), min_size=1, max_size=6))
+def test_last_event_id_lists_read_back_as_their_points(points: list[tuple[str, int]]) -> None:
+    """What a reader of every workspace sends back is what it saw: the last
+    point named for each workspace, whatever the spacing."""
+    header = " , ".join(f"{w}:{seq}" for w, seq in points)
+    assert resume_points(header, None) == dict(points)
+    # On one workspace's stream, only that workspace's point counts; a bare seq names it.
+    w, seq = points[-1]
+    assert resume_points(header, w) == {w: seq}
+    assert resume_points(str(seq), w) == {w: seq}
+
+
+@given(st.lists(st.binary(min_size=1, max_size=3 * CHUNK_BYTES // 2), max_size=20))
+def test_events_are_sent_whole_in_bounded_chunks(events: list[bytes]) -> None:
+    chunks = list(_chunks(events))
+    assert b"".join(chunks) == b"".join(events)
+    # A chunk is one event, or events that together fit the bound.
+    for chunk in chunks:
+        assert len(chunk) <= CHUNK_BYTES or chunk in events
