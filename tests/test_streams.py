@@ -441,6 +441,29 @@ def test_unauthenticated_mcp_initialize_opens_no_session(db: Path) -> None:
         served.close()
 
 
+def test_a_token_that_cannot_be_checked_opens_nothing(db: Path) -> None:
+    """The token table unreadable (here: dropped by another process): MCP
+    and A2A fail closed with 503 -32900 and a log id, as POST /chap does."""
+    import sqlite3
+
+    served = Served(db, auth=True)
+    try:
+        token, _ = served.token(ALICE)
+        with sqlite3.connect(db) as other:
+            other.execute("DROP TABLE chapline_tokens")
+        reply = mcp(served, INITIALIZE, token)
+        assert reply.status_code == 503 and "mcp-session-id" not in reply.headers
+        refused(reply.json(), -32900)
+        assert "log_id" in reply.json()["error"]["data"]
+        assert served.app.state.sessions.open_sessions() == 0
+        a2a = served.http.post("/a2a", json={"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {}},
+                               headers={"Authorization": f"Bearer {token}"})
+        assert a2a.status_code == 503
+        refused(a2a.json(), -32900)
+    finally:
+        served.close()
+
+
 def test_mcp_sessions_are_capped_and_the_oldest_idle_one_makes_room(db: Path) -> None:
     served = Served(db, auth=True, sessions=SessionLimits(max_sessions=3, max_sessions_per_principal=2))
     gate = served.app.state.sessions

@@ -26,18 +26,20 @@ from __future__ import annotations
 
 import itertools
 import logging
+import sqlite3
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from coordinator import __version__
-from coordinator.engine.incidents import internal_error
+from coordinator.engine.incidents import internal_error, logged
 from coordinator.engine.registry import Method
 from coordinator.engine.wire import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     PARSE_ERROR,
+    STORE_WRITE_FAILED,
     error_response,
 )
 from coordinator.errors import NotJsonError, RpcError
@@ -47,6 +49,7 @@ from coordinator.server.auth import Authenticator
 from coordinator.server.body import MAX_BODY_BYTES, read_body
 from coordinator.server.catalogue import tool_name
 from coordinator.server.strict_json import loads
+from storage import StoreError
 
 with needs("a2a"):
     from a2a.helpers.proto_helpers import get_data_parts, new_data_message
@@ -231,6 +234,14 @@ def a2a_routes(
                 request.scope["user"] = SimpleUser(auth.principal(request.headers.get("authorization")))
             except RpcError as err:
                 return _refusal(err, 401)
+            except (StoreError, sqlite3.Error) as exc:  # fail closed, as POST /chap does
+                log_id = logged(log, "the token table could not be read", exc)
+                return _refusal(RpcError(
+                    STORE_WRITE_FAILED,
+                    f"The bearer token could not be checked (the database did not answer); retry. "
+                    f"The server logged the cause as {log_id}.",
+                    {"log_id": log_id},
+                ), 503)
         body = await read_body(request, max_body_bytes)
         if body is None:
             return _refusal(RpcError(INVALID_REQUEST, f"Request body larger than {max_body_bytes} bytes"))

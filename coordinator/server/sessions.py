@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,10 +27,12 @@ from typing import Any
 
 import msgspec
 
-from coordinator.engine.wire import OPEN_LIMIT_REACHED, error_response
+from coordinator.engine.incidents import logged
+from coordinator.engine.wire import OPEN_LIMIT_REACHED, STORE_WRITE_FAILED, error_response
 from coordinator.errors import OpenLimitError, RpcError
 from coordinator.extras import needs
 from coordinator.server.auth import Authenticator
+from storage import StoreError
 
 with needs("mcp"):
     from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
@@ -38,6 +42,8 @@ with needs("mcp"):
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = ["IDLE_SECONDS", "MAX_SESSIONS", "MAX_SESSIONS_PER_PRINCIPAL", "McpGate", "SessionLimits"]
+
+log = logging.getLogger(__name__)
 
 MAX_SESSIONS = 1024
 MAX_SESSIONS_PER_PRINCIPAL = 64
@@ -145,6 +151,16 @@ class McpGate:
                 principal = self._auth.principal(credential)
             except RpcError as err:
                 await _answer(scope, receive, send, 401, err, {"WWW-Authenticate": 'Bearer realm="chap"'})
+                return
+            except (StoreError, sqlite3.Error) as exc:
+                # Fail closed, as POST /chap does: nothing opened, the cause logged.
+                log_id = logged(log, "the token table could not be read", exc)
+                await _answer(scope, receive, send, 503, RpcError(
+                    STORE_WRITE_FAILED,
+                    "The bearer token could not be checked (the database did not answer); retry. "
+                    f"The server logged the cause as {log_id}.",
+                    {"log_id": log_id},
+                ))
                 return
             assert credential is not None
             # The SDK binds a session to the credential that opened it.
