@@ -64,14 +64,9 @@ def desk_routes(
     target.add_audit_listener(hub.publish)
 
     async def read(workspace: str, start: int, stop: int) -> list[bytes]:
-        # On the worker thread, between calls: a bounded page of the store.
-        def texts() -> list[bytes]:
-            try:
-                return target.store.read_entry_texts(workspace, start, stop)
-            except KeyError:
-                return []
-
-        return await dispatcher.run(texts)
+        # On the worker thread, between calls: a bounded page of the store
+        # (none for a workspace it does not hold).
+        return await dispatcher.run(lambda: target.store.read_entry_texts(workspace, start, stop))
 
     def principal(request: Request) -> str | None:
         if auth is None:
