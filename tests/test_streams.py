@@ -499,6 +499,36 @@ def test_mcp_sessions_are_capped_and_the_oldest_idle_one_makes_room(db: Path) ->
         served.close()
 
 
+def test_stateless_mcp_requests_open_no_session_and_pass_a_full_cap(db: Path) -> None:
+    """The 2026-07-28 era keeps no session: at a cap full of busy sessions
+    its calls are still served, and nothing is counted or ended for them."""
+    import httpx2
+    from mcp import Client as McpClient
+    from mcp.client.streamable_http import streamable_http_client
+
+    served = Served(db, sessions=SessionLimits(max_sessions=1, max_sessions_per_principal=1))
+    gate = served.app.state.sessions
+    sock = None
+    try:
+        session = mcp_session(served)
+        sock = raw_stream(served.port, "/mcp", {"Mcp-Session-Id": session, "Mcp-Protocol-Version": "2025-11-25"})
+        eventually(lambda: all(s.busy for s in gate._sessions), "the session busy")
+        refused(mcp(served, INITIALIZE).json(), OPEN_LIMIT_REACHED)
+
+        async def run() -> list[str]:
+            async with httpx2.AsyncClient() as http:
+                transport = streamable_http_client(served.url + "/mcp", http_client=http)
+                async with McpClient(transport, mode="2026-07-28") as client:
+                    return [t.name for t in (await client.list_tools()).tools]
+
+        assert "chap.task.create" in anyio.run(run)
+        assert gate.open_sessions() == 1 and gate._sessions[0].id == session
+    finally:
+        if sock is not None:
+            sock.close()
+        served.close()
+
+
 def test_an_idle_mcp_session_expires(db: Path) -> None:
     served = Served(db, sessions=SessionLimits(idle_seconds=0.3))
     try:

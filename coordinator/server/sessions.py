@@ -37,6 +37,7 @@ from storage import StoreError
 with needs("mcp"):
     from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
     from mcp.server.auth.provider import AccessToken
+    from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
     from starlette.datastructures import Headers
     from starlette.responses import Response
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -170,7 +171,9 @@ class McpGate:
             )}
         session_id = headers.get(_SESSION_HEADER)
         holder = credential if self._auth is not None else None
-        if session_id is None and scope["method"] == "POST":
+        era = headers.get("mcp-protocol-version")
+        if session_id is None and scope["method"] == "POST" and (era is None or era in HANDSHAKE_PROTOCOL_VERSIONS):
+            # Only the `initialize` era opens sessions; the stateless one never does.
             await self._open(principal, holder, scope, receive, send)
             return
         session = next((s for s in self._sessions if s.id == session_id), None)
