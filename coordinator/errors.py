@@ -8,6 +8,8 @@ Each carries its facts as attributes, and its message (and the class's
      │    │                        code, message, data
      │    ├── StoredObjectError    -32903, a stored object cannot be read:
      │    │                        data {workspace, collection, key}
+     │    ├── OpenLimitError       -32904, a cap on open event streams or
+     │    │                        MCP/A2A sessions is reached: data {limit, open, ...}
      │    └── UnsafeRequest        an HTTP request a browser could have been made
      │                             to send (wrong Host, Origin, Content-Type):
      │                             status, header
@@ -76,6 +78,7 @@ __all__ = [
     "JwkError",
     "MissingExtraError",
     "NotJsonError",
+    "OpenLimitError",
     "PatchError",
     "PatchLimitError",
     "ProjectionError",
@@ -176,6 +179,14 @@ class UnsafeRequest(RpcError):
         super().__init__(code, message, data)
         self.status = status
         self.header = header
+
+
+class OpenLimitError(RpcError):
+    """A stream or session refused because a cap on how many may be open is
+    reached (answered 429 with `code` -32904, wire.OPEN_LIMIT_REACHED); `data`
+    holds `limit` and `open` (and `principal` for a cap per participant)."""
+
+    remedy = "Close a stream or session you no longer use, or retry once others have ended."
 
 
 class Rejected(ChaplineError):

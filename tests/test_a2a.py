@@ -107,16 +107,22 @@ def test_with_auth_a_message_acts_only_as_its_token(served_with_auth: Served) ->
     async def run() -> list[tuple[dict[str, Any], bool]]:
         return [
             await as_holder(alice, "chap.participant.join", {"from": ALICE, "type": "human"}),
-            await as_holder(None, "chap.participant.join", {"from": BOT, "type": "agent"}),
             await as_holder(alice, "chap.participant.join", {"from": BOT, "type": "agent"}),
             await as_holder(alice, "chap.audit.read", {"from": ALICE}),
         ]
 
+    # Without a token the message is refused before the agent sees it (401,
+    # as on POST /chap), so it leaves no task behind.
+    join = {"skill": "chap.participant.join", "params": {**w, "from": BOT, "type": "agent"}}
+    anonymous = httpx.post(served_with_auth.url + "/a2a", timeout=60, json={
+        "jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": {
+            "role": "user", "kind": "message", "messageId": "m-1", "parts": [{"kind": "data", "data": join}]}}})
+    assert anonymous.status_code == 401
+    refused(anonymous.json(), -32902)
     outcomes = anyio.run(run)
-    assert [failed for _, failed in outcomes] == [False, True, True, False]
-    assert outcomes[1][0]["chap_error"] == -32902
-    assert outcomes[2][0]["chap_error"] == -32011
-    assert [e["envelope"]["params"]["from"] for e in outcomes[3][0]["entries"]] == [ALICE]
+    assert [failed for _, failed in outcomes] == [False, True, False]
+    assert outcomes[1][0]["chap_error"] == -32011
+    assert [e["envelope"]["params"]["from"] for e in outcomes[2][0]["entries"]] == [ALICE]
 
 
 # -- text JSON cannot carry, and failures inside the agent ---------------------------------
@@ -268,13 +274,12 @@ def test_with_auth_a_0_3_message_acts_only_as_its_token(served_with_auth: Served
     alice = served_with_auth.tokens[ALICE]
     join = {"skill": "chap.participant.join", "params": {**w, "from": ALICE, "type": "human"}}
     parts = [
-        _v03(served_with_auth.url, 1, join)["result"]["parts"][0],
         _v03(served_with_auth.url, 2, {**join, "params": {**w, "from": BOT, "type": "agent"}}, token=alice)
         ["result"]["parts"][0],
         _v03(served_with_auth.url, 3, join, token=alice)["result"]["parts"][0],
     ]
-    assert [p["data"].get("chap_error") for p in parts] == [-32902, -32011, None]
-    assert parts[2]["data"] == {"joined": True, "as": ALICE}
+    assert [p["data"].get("chap_error") for p in parts] == [-32011, None]
+    assert parts[1]["data"] == {"joined": True, "as": ALICE}
 
 
 def test_a_body_over_the_limit_is_refused_before_it_is_read(served: Served) -> None:

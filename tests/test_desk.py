@@ -114,7 +114,10 @@ def test_each_recorded_entry_reaches_every_open_stream(
         assert got == [("audit", {"workspace": WS, "entry": entry}) for entry in log]
         assert out.empty()
     assert streams[2].empty()
-    # Closing the hub (what stopping the server does first) ends every stream.
+    # Closing the hub (what stopping the server does first) ends every
+    # stream, each told why first (SPECIFICATION.md, "Review desk").
     live.app.state.events.close()
     for out in streams:
+        name, data = out.get(timeout=60)
+        assert name == "end" and data["reason"] == "server_stopping"
         assert out.get(timeout=60) == ("end", None)

@@ -255,20 +255,33 @@ def test_a_review_story_over_http(served: Served, mode: str) -> None:
     _check_story_log(anyio.run(run))
 
 
+def _leaves(group: BaseExceptionGroup[Any]) -> list[Any]:
+    return [e for x in group.exceptions for e in (_leaves(x) if isinstance(x, BaseExceptionGroup) else [x])]
+
+
 def test_over_http_with_auth_a_tool_call_acts_only_as_its_token(served_with_auth: Served) -> None:
     """`serve --auth` holds MCP to the rules of POST /chap: no token, or a
     `from` that is not the token's principal, is refused and not recorded."""
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared.exceptions import MCPError
 
     w = {"workspace": "wsp_auth"}
 
     async def as_holder(token: str | None, tool: str, arguments: dict[str, Any]) -> tuple[bool, Any]:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        refused: list[MCPError] = []
         async with httpx2.AsyncClient(headers=headers) as http:
             transport = streamable_http_client(served_with_auth.url + "/mcp", http_client=http)
-            async with Client(transport, mode="legacy") as client:
-                return _result(await client.call_tool(f"chap.{tool}", {**w, **arguments}))
+            try:
+                async with Client(transport, mode="legacy") as client:
+                    return _result(await client.call_tool(f"chap.{tool}", {**w, **arguments}))
+            except* MCPError as group:
+                # Without a valid token not even `initialize` is served (no
+                # session is opened): the handshake is refused with the code.
+                refused.extend(_leaves(group))
+        (error,) = refused
+        return True, {"chap_error": error.code, "message": error.message}
 
     alice, bot = served_with_auth.tokens[ALICE], served_with_auth.tokens[BOT]
 

@@ -57,6 +57,7 @@ __all__ = [
     "STORE_WRITE_FAILED",
     "STORE_CONFLICT",
     "STORED_OBJECT_UNREADABLE",
+    "OPEN_LIMIT_REACHED",
     "AUTHENTICATION_REQUIRED",
     "WORK_STALE_TOKEN",
     "WORK_TASK_REDEFINED",
@@ -129,6 +130,8 @@ STORE_CONFLICT = -32901
 # HTTP with --auth: no valid bearer token (server/auth.py).
 AUTHENTICATION_REQUIRED = -32902
 STORED_OBJECT_UNREADABLE = -32903
+# HTTP: a cap on open event streams or MCP/A2A sessions is reached (answered 429).
+OPEN_LIMIT_REACHED = -32904
 # x-chapline-work/1.0 (profiles/work/), in -32960..-32969 where no CHAP code is:
 # a call with a fencing token that is not the live claim's (a lease that
 # expired and was reclaimed, or released); a plan task key resubmitted with a

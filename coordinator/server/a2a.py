@@ -26,27 +26,31 @@ from __future__ import annotations
 
 import itertools
 import logging
+import sqlite3
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from coordinator import __version__
-from coordinator.engine.incidents import internal_error
+from coordinator.engine.incidents import internal_error, logged
 from coordinator.engine.registry import Method
 from coordinator.engine.wire import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     PARSE_ERROR,
+    STORE_WRITE_FAILED,
     error_response,
 )
 from coordinator.errors import NotJsonError, RpcError
 from coordinator.extras import needs
+from coordinator.server.a2a_tasks import BoundedTaskStore
 from coordinator.server.auth import Authenticator
 from coordinator.server.authz import authoriser
 from coordinator.server.body import MAX_BODY_BYTES, read_body
 from coordinator.server.catalogue import tool_name
 from coordinator.server.strict_json import loads
+from storage import StoreError
 
 with needs("a2a"):
     from a2a.helpers.proto_helpers import get_data_parts, new_data_message
@@ -54,10 +58,10 @@ with needs("a2a"):
     from a2a.server.events import EventQueue
     from a2a.server.request_handlers import DefaultRequestHandler
     from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
-    from a2a.server.tasks import InMemoryTaskStore
     from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
     from a2a.utils.constants import TransportProtocol
     from google.protobuf.json_format import MessageToDict
+    from starlette.authentication import SimpleUser
     from starlette.requests import Request
     from starlette.responses import Response
     from starlette.routing import Route
@@ -221,12 +225,27 @@ def a2a_routes(
     card = agent_card(url, methods)
     handler = DefaultRequestHandler(
         agent_executor=ChaplineAgentExecutor(call, methods, auth),
-        task_store=InMemoryTaskStore(),
+        task_store=BoundedTaskStore(),
         agent_card=card,
     )
     (sdk,) = create_jsonrpc_routes(handler, rpc_url=A2A_PATH, enable_v0_3_compat=True)
 
     async def endpoint(request: Request) -> Response:
+        if auth is not None:
+            # Before anything is read or kept: a caller without a valid
+            # token leaves no task behind. Its tasks are kept as its own.
+            try:
+                request.scope["user"] = SimpleUser(auth.principal(request.headers.get("authorization")))
+            except RpcError as err:
+                return _refusal(err, 401)
+            except (StoreError, sqlite3.Error) as exc:  # fail closed, as POST /chap does
+                log_id = logged(log, "the token table could not be read", exc)
+                return _refusal(RpcError(
+                    STORE_WRITE_FAILED,
+                    f"The bearer token could not be checked (the database did not answer); retry. "
+                    f"The server logged the cause as {log_id}.",
+                    {"log_id": log_id},
+                ), 503)
         body = await read_body(request, max_body_bytes)
         if body is None:
             return _refusal(RpcError(INVALID_REQUEST, f"Request body larger than {max_body_bytes} bytes"))
@@ -240,9 +259,13 @@ def a2a_routes(
     return [*create_agent_card_routes(card), Route(A2A_PATH, endpoint, methods=["POST"])]
 
 
-def _refusal(error: RpcError) -> Response:
-    # A2A answers JSON-RPC errors with 200, as the SDK does; no envelope, no id.
-    return Response(msgspec.json.encode(error_response(None, error)), 200, media_type="application/json")
+def _refusal(error: RpcError, status: int = 200) -> Response:
+    # A2A answers JSON-RPC errors with 200, as the SDK does; no envelope, no
+    # id. A missing or invalid token is 401, as on POST /chap.
+    response = Response(msgspec.json.encode(error_response(None, error)), status, media_type="application/json")
+    if status == 401:
+        response.headers["WWW-Authenticate"] = 'Bearer realm="chap"'
+    return response
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

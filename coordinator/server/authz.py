@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -44,7 +44,6 @@ __all__ = [
     "Workspaces",
     "authoriser",
     "readable",
-    "visible_events",
     "visible_to",
 ]
 
@@ -251,25 +250,3 @@ def visible_to(target: Workspaces, identity: Identity) -> Callable[[str], bool]:
     time (a join or leave changes it): for the desk's list and for an event
     stream of every workspace."""
     return lambda workspace: readable(target, identity, workspace) is None
-
-
-async def visible_events(events: AsyncIterator[bytes], visible: Callable[[str], bool]) -> AsyncIterator[bytes]:
-    """The events of a stream of every workspace that `visible` allows: an
-    audit event names its workspace in its `id: <workspace>:<seq>` line.
-    Closing this closes `events` (its subscription ends with the client)."""
-    try:
-        async for event in events:
-            workspace = _event_workspace(event)
-            if workspace is None or visible(workspace):
-                yield event
-    finally:
-        close = getattr(events, "aclose", None)  # an async generator's (EventHub.stream)
-        if close is not None:
-            await close()
-
-
-def _event_workspace(event: bytes) -> str | None:
-    for line in event.split(b"\n"):
-        if line.startswith(b"id: "):
-            return line[4:].rsplit(b":", 1)[0].decode()
-    return None

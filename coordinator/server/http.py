@@ -23,7 +23,7 @@ import signal
 import threading
 from collections.abc import AsyncIterator
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -46,6 +46,7 @@ from coordinator.server.body import MAX_BODY_BYTES, read_body
 from coordinator.server.browser import DEFAULT_POLICY, BrowserGuard, BrowserPolicy
 from coordinator.server.desk import DeskTarget, EventHub, desk_routes
 from coordinator.server.dispatcher import SerialDispatcher, sweep_every
+from coordinator.server.rights import RightsWatch
 
 with needs("server"):
     import uvicorn
@@ -55,6 +56,9 @@ with needs("server"):
     from starlette.responses import Response
     from starlette.routing import BaseRoute, Route
     from starlette.types import ASGIApp
+
+if TYPE_CHECKING:
+    from coordinator.server.sessions import SessionLimits
 
 __all__ = ["MAX_BODY_BYTES", "MCP_PATH", "AppServer", "create_app", "status_of"]
 
@@ -92,6 +96,8 @@ def create_app(
     browser: BrowserPolicy = DEFAULT_POLICY,
     public_url: str = "http://127.0.0.1:8080",
     sweep_interval: float = 0,
+    events: EventHub | None = None,
+    sessions: SessionLimits | None = None,
 ) -> Starlette:
     """An ASGI app serving `target` (a Coordinator) over HTTP: CHAP at
     POST /chap, MCP (streamable HTTP) at /mcp, A2A at /a2a with its Agent
@@ -116,6 +122,12 @@ def create_app(
     (expired work leases reclaimed, overdue whispers lapsed), and stops it
     before the dispatcher closes.
 
+    `events` is the hub of `GET /chap/events` (its buffer and caps; a
+    default one without it), `sessions` the `SessionLimits` of MCP sessions
+    (server/sessions.py). With `auth`, the tokens holding streams and
+    sessions open are re-checked twice a second, and a revoked or expired
+    one ends them (server/rights.py).
+
     Calls are run one at a time, off the event loop, by a SerialDispatcher
     (`app.state.dispatcher`) that the app's lifespan starts and closes. The
     app never closes `target`: its owner does, after the server has stopped,
@@ -132,21 +144,36 @@ def create_app(
     registry = getattr(target, "registry", REGISTRY)  # a Coordinator's own, given or default
     methods = registry.methods() + registry.extension_methods()
     # MCP and A2A, served beside POST /chap where their extras are installed.
+    hub = events if events is not None else EventHub()
+    # With auth, the tokens holding streams and sessions open are re-checked.
+    watch = None if auth is None else RightsWatch(auth)
+    opened = watch.poke if watch is not None else (lambda: None)
     agents: list[BaseRoute] = []
     mcp_server = None
+    mcp_gate = None
     if installed("mcp"):
-        from coordinator.server.mcp import create_mcp_server
-
-        mcp_server = create_mcp_server(gate, methods, auth=auth)
-        # The SDK builds an app with one route; we serve that route beside ours.
         from mcp.server.transport_security import TransportSecuritySettings
 
-        # The browser guard checks Host and Origin on every route, /mcp included.
-        sdk_app = mcp_server.streamable_http_app(
-            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False)
-        )
-        (mcp_route,) = [r for r in sdk_app.routes if getattr(r, "path", "") == MCP_PATH]
-        agents.append(mcp_route)
+        from coordinator.server.mcp import create_mcp_server
+        from coordinator.server.sessions import McpGate, SessionLimits
+
+        limits = sessions if sessions is not None else SessionLimits()
+        mcp_server = create_mcp_server(gate, methods, auth=auth)
+        # The SDK builds an app with one route; we serve that route beside
+        # ours, behind a gate (authentication and caps). The SDK's own idle
+        # timeout is a backstop to the gate's. The browser guard checks Host
+        # and Origin on every route, /mcp included, so the SDK's check is off.
+        (mcp_route,) = [
+            r
+            for r in mcp_server.streamable_http_app(
+                transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+                session_idle_timeout=2 * limits.idle_seconds,
+                max_sessions=None,
+            ).routes
+            if isinstance(r, Route) and r.path == MCP_PATH
+        ]
+        mcp_gate = McpGate(mcp_route.endpoint, auth, limits, opened=opened)
+        agents.append(Route(MCP_PATH, mcp_gate))
     if installed("a2a"):
         from coordinator.server.a2a import A2A_PATH, a2a_routes
 
@@ -192,14 +219,21 @@ def create_app(
                 timer.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await timer
+            if watch is not None:
+                await watch.stop()
+            if mcp_gate is not None:
+                await mcp_gate.stop()
             # Runs after the server stopped taking requests: finish the calls
             # already queued, off the loop, so their writes reach the store.
             await asyncio.to_thread(dispatcher.close)
 
     routes: list[BaseRoute] = [Route(path, chap, methods=["POST", "OPTIONS"]) for path in PATHS]
     routes += agents
-    hub = EventHub()
-    routes += desk_routes(target, dispatcher, auth, hub)
+    if watch is not None:
+        watch.watch(hub.credentials, hub.end_credential)
+        if mcp_gate is not None:
+            watch.watch(mcp_gate.credentials, mcp_gate.end_credential)
+    routes += desk_routes(target, dispatcher, auth, hub, opened=opened)
     app = _Guarded(
         browser,
         routes=routes,
@@ -212,6 +246,8 @@ def create_app(
     # Open event streams never finish on their own; whoever stops the server
     # ends them first (`app.state.events.close()`), or the stop waits for them.
     app.state.events = hub
+    app.state.sessions = mcp_gate
+    app.state.rights = watch
     return app
 
 

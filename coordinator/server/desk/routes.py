@@ -11,18 +11,20 @@ import msgspec
 
 from coordinator.audit import AuditEntry
 from coordinator.engine.wire import INVALID_PARAMS, error_response
-from coordinator.errors import RpcError
+from coordinator.errors import OpenLimitError, RpcError
 from coordinator.extras import needs
 from coordinator.server.auth import Authenticator, Identity
-from coordinator.server.authz import readable, visible_events, visible_to
-from coordinator.server.desk.events import EventHub
+from coordinator.server.authz import readable, visible_to
+from coordinator.server.desk.events import EventHub, resume_points
 from coordinator.server.dispatcher import SerialDispatcher
+from storage import Store
 
 with needs("server"):
     from starlette.requests import Request
     from starlette.responses import FileResponse, Response, StreamingResponse
     from starlette.routing import BaseRoute, Mount, Route
     from starlette.staticfiles import StaticFiles
+    from starlette.types import Receive, Scope, Send
 
 if TYPE_CHECKING:
     from coordinator.engine.registry import CallCheck
@@ -54,15 +56,26 @@ class DeskTarget(Protocol):
 
     def add_audit_listener(self, listener: Callable[[str, AuditEntry], None]) -> object: ...
 
+    @property
+    def store(self) -> Store: ...
+
 
 def desk_routes(
     target: DeskTarget,
     dispatcher: SerialDispatcher,
     auth: Authenticator | None,
     hub: EventHub,
+    opened: Callable[[], None] = lambda: None,
 ) -> list[BaseRoute]:
-    """Routes for the desk; registers `hub` as an audit listener of `target`."""
+    """Routes for the desk; registers `hub` as an audit listener of `target`.
+    `opened` is called on the event loop after each stream opens (to start
+    the re-check of the rights streams hold)."""
     target.add_audit_listener(hub.publish)
+
+    async def read(workspace: str, start: int, stop: int) -> list[bytes]:
+        # On the worker thread, between calls: a bounded page of the store
+        # (none for a workspace it does not hold).
+        return await dispatcher.run(lambda: target.store.read_entry_texts(workspace, start, stop))
 
     def principal(request: Request) -> str | None:
         if auth is None:
@@ -119,17 +132,34 @@ def desk_routes(
         except RpcError as err:
             return _refused(err)
         workspace = request.query_params.get("workspace") or None
-        stream = hub.stream(workspace)
+        try:
+            resume = resume_points(request.headers.get("last-event-id"), workspace)
+        except ValueError as exc:
+            return _bad(str(exc))
+        visible = None
         if who is not None and workspace is not None:
-            refusal = readable(target, who, workspace)
+            refusal = await dispatcher.run(lambda: readable(target, who, workspace))
             if refusal is not None:
                 return _json(error_response(None, refusal), 403)
         elif who is not None:
-            stream = visible_events(stream, visible_to(target, who))
-        return StreamingResponse(
-            stream,
+            # A stream of every workspace carries only those the principal may read.
+            visible = visible_to(target, who)
+            readable_now = await dispatcher.run(lambda: [w for w in resume if visible(w)])
+            resume = {w: resume[w] for w in readable_now}
+        credential = request.headers.get("authorization") if auth is not None else None
+        try:
+            stream = hub.open(workspace, who.principal if who is not None else None, credential, visible)
+        except OpenLimitError as err:
+            return _json(error_response(None, err), 429)
+        except RpcError as err:
+            return _json(error_response(None, err), 503)
+        opened()
+        return _Stream(
+            hub.events(stream, resume, read),
+            lambda: hub.release(stream),
             media_type="text/event-stream",
-            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+            # Connection: close, so a stream that ended closes its connection.
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no", "Connection": "close"},
         )
 
     routes: list[BaseRoute] = [
@@ -144,6 +174,21 @@ def desk_routes(
 
 
 _NO_STORE = {"Cache-Control": "no-store"}
+
+
+class _Stream(StreamingResponse):
+    """A StreamingResponse that releases its stream however it ends, even
+    before its body was started (a client gone before the headers were sent)."""
+
+    def __init__(self, body: Any, release: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(body, **kwargs)
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
 
 
 def _json(payload: Any, status: int = 200) -> Response:

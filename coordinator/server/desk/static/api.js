@@ -43,17 +43,28 @@ export async function read(path) {
 }
 
 // Server-sent events read with fetch (EventSource cannot send a header).
-// Calls onEvent(name, data) for each event; reconnects after a drop.
-export function listen(onEvent, onState) {
+// Calls onEvent(name, data) for each event. A stream the server ended
+// (event: end, SPECIFICATION.md "Review desk") because it fell behind or the
+// server stopped, or that dropped, is reopened with Last-Event-ID naming the
+// last entry seen of each workspace, so nothing is missed. One ended because
+// the token was revoked or expired (or refused on reopening) is not:
+// onRevoked(message) is called instead.
+export function listen(onEvent, onState, onRevoked) {
   let stopped = false;
   const controller = new AbortController();
+  const seen = new Map(); // workspace -> last seq received
   async function run() {
     while (!stopped) {
+      let revoked = null;
       try {
-        const reply = await fetch("/chap/events", {
-          headers: headers({ Accept: "text/event-stream" }),
-          signal: controller.signal,
-        });
+        const extra = { Accept: "text/event-stream" };
+        if (seen.size) extra["Last-Event-ID"] = [...seen].map(([w, seq]) => `${w}:${seq}`).join(",");
+        const reply = await fetch("/chap/events", { headers: headers(extra), signal: controller.signal });
+        if (reply.status === 401) {
+          const body = await reply.json();
+          revoked = (body.error && body.error.message) || "The token is no longer accepted";
+          throw new Error(revoked);
+        }
         if (!reply.ok || !reply.body) throw new Error(`events: HTTP ${reply.status}`);
         const reader = reply.body.pipeThrough(new TextDecoderStream()).getReader();
         let buffer = "";
@@ -66,20 +77,36 @@ export function listen(onEvent, onState) {
             const block = buffer.slice(0, cut);
             buffer = buffer.slice(cut + 2);
             let name = "message";
+            let id = null;
             const data = [];
             for (const line of block.split("\n")) {
               if (line.startsWith("event:")) name = line.slice(6).trim();
+              else if (line.startsWith("id:")) id = line.slice(3).trim();
               else if (line.startsWith("data:")) data.push(line.slice(5).trimStart());
             }
-            if (data.length) onEvent(name, JSON.parse(data.join("\n")));
+            if (!data.length) continue;
+            const payload = JSON.parse(data.join("\n"));
+            if (id !== null) {
+              const at = id.lastIndexOf(":");
+              seen.set(id.slice(0, at), Number(id.slice(at + 1)));
+            }
+            if (name === "end" && (payload.reason === "token_revoked" || payload.reason === "token_expired")) {
+              revoked = payload.message;
+            }
+            onEvent(name, payload);
           }
         }
       } catch (err) {
         if (stopped) return;
       }
       onState(false);
-      // The stream ended (server restart, a slow tab dropped): try again soon;
-      // the desk reloads what it shows when the stream is back.
+      if (revoked !== null) {
+        stopped = true;
+        onRevoked(revoked);
+        return;
+      }
+      // The stream ended (it fell behind, the server restarted): reopen it
+      // soon; it replays what was missed, and the desk reloads on `ready`.
       await new Promise((resolve) => setTimeout(resolve, 1000));
     }
   }

@@ -147,8 +147,17 @@ function signOut() {
   endSession("Signed out.");
 }
 
+// Signed out by the server: the token was revoked or expired (`why` says
+// so). The kept sign-in goes too; the address stays.
+function signedOutBy(why) {
+  sessionStorage.removeItem(SESSION);
+  localStorage.removeItem(SESSION);
+  endSession(`Signed out: ${why}`);
+}
+
 function endSession(message) {
   if (state.stopEvents) state.stopEvents();
+  state.stopEvents = null;
   setToken(null);
   state.me = null;
   state.workspace = null;
@@ -162,7 +171,7 @@ async function start() {
   $("who").hidden = false;
   $("principal").textContent = state.me;
   await loadWorkspaces();
-  state.stopEvents = listen(onEvent, (live) => setLive(live));
+  state.stopEvents = listen(onEvent, (live) => setLive(live), signedOutBy);
   await render();
 }
 
