@@ -111,6 +111,10 @@ def _command(args: argparse.Namespace) -> int:
             raise ValueError(
                 f"--sweep-interval must be 0 (no timer) or a number of seconds, got {args.sweep_interval}"
             )
+        if args.write_wait is not None and not 0 < args.write_wait < math.inf:
+            raise ValueError(
+                f"--write-wait must be a positive number of seconds, got {args.write_wait}"
+            )
     except ValueError as exc:
         print(f"chapline: {exc}", file=sys.stderr)
         return 2
@@ -128,6 +132,7 @@ def _command(args: argparse.Namespace) -> int:
             projections,
             getattr(args, "workers", 1),
             args.sweep_interval,
+            args.write_wait,
         )
     except _Usage as exc:
         print(f"chapline: {exc}", file=sys.stderr)
@@ -167,6 +172,13 @@ def _parser() -> argparse.ArgumentParser:
         help="reclaim expired work leases and lapse overdue whispers this often, in every "
         "workspace (0: never; every write still reclaims the leases it would touch) "
         "(default: %(default)s)",
+    )
+    serve.add_argument(
+        "--write-wait",
+        type=float,
+        metavar="SECONDS",
+        help="the longest a call waits for its workspace's write turn while other writers "
+        "hold it; past it the call is answered -32901 (default: 30)",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     serve.add_argument(
@@ -354,6 +366,7 @@ def _serve(
     projections: list[tuple[str, str]],
     workers: int = 1,
     sweep_interval: float = DEFAULT_SWEEP_INTERVAL,
+    write_wait: float | None = None,
 ) -> int:
     from storage import StoreError
     from storage.target import describe_target, open_store
@@ -396,7 +409,7 @@ def _serve(
         def serve_one(projections: list[tuple[str, str]], say: Callable[[str], str] | None) -> int:
             return _serve_one(
                 db, host, sock, profiles, auth, require_signatures, oidc, projections, say,
-                sweep_interval,
+                sweep_interval, write_wait,
             )
 
         if workers == 1:
@@ -432,6 +445,7 @@ def _serve_one(
     projections: list[tuple[str, str]],
     announce: Callable[[str], str] | None,
     sweep_interval: float,
+    write_wait: float | None,
 ) -> int:
     """One server process: its own coordinator on `db`, serving `sock`;
     prints `announce(what the projections say)` once it is ready."""
@@ -448,7 +462,7 @@ def _serve_one(
         # watch: reload a workspace another process (a worker, another
         # server on the same database) changed before using it.
         coord = Coordinator(
-            store=open_store(db, watch=True),
+            store=open_store(db, watch=True, wait=write_wait),
             default_profiles=profiles,
             require_signatures=require_signatures,
         )
@@ -539,7 +553,7 @@ def _mcp_stdio(
 
     try:
         coord = Coordinator(
-            store=open_store(args.db),
+            store=open_store(args.db, wait=args.write_wait),
             default_profiles=profiles,
             require_signatures=args.require_signatures,
         )

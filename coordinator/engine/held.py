@@ -119,6 +119,7 @@ class HeldWorkspaces:
     def reload(self, workspace_id: str) -> bool:
         """Replace memory's copy of one workspace with the store's (dropping it
         if the store has none); False if the store's cannot be read."""
+        self._stale.discard(workspace_id)  # what follows is the store's latest
         for held in self.store.load_held(workspace_id):
             ws = workspace_from_held(held)
             if ws is None:

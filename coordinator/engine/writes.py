@@ -16,7 +16,7 @@ from coordinator.engine.wire import STORE_CONFLICT, STORE_WRITE_FAILED
 from coordinator.engine.workspace import Workspace
 from coordinator.errors import RpcError
 from coordinator.model import WorkspaceMeta
-from storage import Store, StoreChange, StoreConflictError
+from storage import Store, StoreChange, StoreConflictError, WriteTurnTimeoutError
 
 __all__ = ["WorkspaceWrite", "apply_change", "apply_changes", "store_error"]
 
@@ -127,8 +127,18 @@ def apply_changes(store: Store, changes: list[StoreChange], ids: IdSource) -> di
 
 def store_error(workspace_id: str, exc: Exception, ids: IdSource) -> RpcError:
     """The answer to a call whose write the store refused: -32901 for a
-    conflict (retry), else -32900 with the cause logged under a log id (the
-    store's own words can name files, hosts or credentials)."""
+    conflict or a write turn not had within the store's wait (retry), else
+    -32900 with the cause logged under a log id (the store's own words can
+    name files, hosts or credentials)."""
+    if isinstance(exc, WriteTurnTimeoutError):
+        return RpcError(
+            STORE_CONFLICT,
+            f"Workspace {workspace_id} stayed busy: another writer held its write turn "
+            f"past the store's {exc.wait:g} s deadline, so the call was not run and nothing "
+            "was recorded. Retry the call; if this keeps happening, a writer of this "
+            "workspace is stopped or stuck (tell the operator).",
+            {"workspace": workspace_id, "deadline": exc.wait},
+        )
     if isinstance(exc, StoreConflictError):
         return RpcError(
             STORE_CONFLICT,
