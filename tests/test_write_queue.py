@@ -27,6 +27,7 @@ from support import eventually
 from test_multiprocess import SHARED, _check, _set_up, _task
 
 from coordinator import Coordinator
+from storage import StoreChange, WriteTurnTimeoutError
 from storage.target import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -196,6 +197,29 @@ def test_a_turn_held_past_the_wait_is_answered_32901_naming_it(database: str) ->
     finally:
         coord.close()
     _check(database, [SHARED], ["after"], ["late"])
+
+
+def test_a_turn_keeps_other_writers_out_for_at_most_their_wait(database: str) -> None:
+    """In one process, two handles: while one holds the turn, the other's
+    write and turn each raise WriteTurnTimeoutError (workspace, wait) and
+    write nothing; after it, the other writes."""
+    _set_up(database, [SHARED])
+    holding = open_store(database)
+    other = open_store(database, wait=0.2)
+    try:
+        (held,) = other.load_held(SHARED)
+        with holding.write_turn(SHARED):
+            with pytest.raises(WriteTurnTimeoutError) as timed_out:
+                other.apply(StoreChange(SHARED, held.version, held.version, "t", held.meta))
+            assert (timed_out.value.workspace, timed_out.value.wait) == (SHARED, 0.2)
+            with pytest.raises(WriteTurnTimeoutError), other.write_turn(SHARED):
+                pass
+        assert other.load_held(SHARED)[0].updated_at == held.updated_at
+        other.apply(StoreChange(SHARED, held.version, held.version, "t", held.meta))
+        assert other.load_held(SHARED)[0].updated_at == "t"
+    finally:
+        other.close()
+        holding.close()
 
 
 def test_serve_write_wait_bounds_the_wait(database: str) -> None:
