@@ -48,6 +48,7 @@ from storage import _rows
 from storage._encode import EncodedChange, encode_change
 from storage.records import WorkspaceRecord
 from storage.types import (
+    DEFAULT_WAIT,
     DatabaseEncodingError,
     EntryFilter,
     HeldWorkspace,
@@ -71,9 +72,6 @@ __all__ = ["CHANNEL", "PostgresStore", "connect", "entries_query"]
 log = logging.getLogger(__name__)
 
 CHANNEL = "chapline_changes"
-
-# Seconds a write waits for another writer's lock by default (`wait`).
-WAIT = 30.0
 
 # Taken while creating the schema, so two processes opening one empty
 # database at once do not race on the catalogue.
@@ -205,7 +203,7 @@ class PostgresStore(Store):
     """
 
     def __init__(
-        self, dsn: str, *, watch: bool = False, connect_timeout: int = 5, wait: float = WAIT
+        self, dsn: str, *, watch: bool = False, connect_timeout: int = 5, wait: float = DEFAULT_WAIT
     ) -> None:
         if not 0 < wait < float("inf"):
             raise ValueError(f"wait must be a positive number of seconds, got {wait!r}")

@@ -23,6 +23,7 @@ from storage._encode import EncodedChange, encode_change
 from storage._rows import _Unreadable, decode_object
 from storage.records import SHARED_LAYOUT, WorkspaceRecord, change_from_record
 from storage.types import (
+    DEFAULT_WAIT,
     EntryFilter,
     HeldWorkspace,
     MalformedChangeError,
@@ -128,8 +129,6 @@ def _view_sql() -> str:
     )
 
 
-# Seconds a write waits for another writer's lock by default (`wait`).
-WAIT = 30.0
 
 
 class SqliteStore(Store):
@@ -148,7 +147,7 @@ class SqliteStore(Store):
         *,
         wal: bool = True,
         watch: bool = False,
-        wait: float = WAIT,
+        wait: float = DEFAULT_WAIT,
     ) -> None:
         if not 0 < wait < float("inf"):
             raise ValueError(f"wait must be a positive number of seconds, got {wait!r}")

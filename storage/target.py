@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from storage import SqliteStore, Store
+from storage.types import DEFAULT_WAIT
 
 __all__ = ["describe_target", "is_postgres", "open_store"]
 
@@ -24,14 +25,12 @@ def open_store(target: str, *, watch: bool = False, wait: float | None = None) -
     for a `wait` that is not a positive number, and
     coordinator.extras.MissingExtraError for a PostgreSQL database without
     chapline[postgres]."""
+    waiting = DEFAULT_WAIT if wait is None else wait
     if is_postgres(target):
-        from storage.postgres import WAIT, PostgresStore
+        from storage.postgres import PostgresStore
 
-        return PostgresStore(target, watch=watch, wait=WAIT if wait is None else wait)
-    from storage.sqlite import WAIT as SQLITE_WAIT
-
-    watched = watch and target != ":memory:"
-    return SqliteStore(target, watch=watched, wait=SQLITE_WAIT if wait is None else wait)
+        return PostgresStore(target, watch=watch, wait=waiting)
+    return SqliteStore(target, watch=watch and target != ":memory:", wait=waiting)
 
 
 def describe_target(target: str) -> str:

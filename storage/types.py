@@ -31,6 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 import msgspec
 
 __all__ = [
+    "DEFAULT_WAIT",
     "DatabaseEncodingError",
     "EntryFilter",
     "HeldWorkspace",
@@ -43,6 +44,10 @@ __all__ = [
     "WorkspaceExistsError",
     "WriteTurnTimeoutError",
 ]
+
+# Seconds a write waits for another writer's lock (a SQL store's `wait`).
+DEFAULT_WAIT = 30.0
+
 
 class StoreChange(msgspec.Struct, frozen=True):
     """One atomic write to one workspace.
