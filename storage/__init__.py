@@ -21,6 +21,7 @@ from storage.types import (
     StoreError,
     StoreUnavailableError,
     WorkspaceExistsError,
+    WriteTurnTimeoutError,
 )
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "StoreUnavailableError",
     "WorkspaceExistsError",
     "WorkspaceRecord",
+    "WriteTurnTimeoutError",
     "entry_matches",
 ]
 

@@ -503,6 +503,51 @@ class StoreContract:
                 second.close()
             first.close()
 
+    # -- write turns (SPECIFICATION.md, "Contract": write_turn) ----------------
+
+    def test_a_write_in_a_turn_is_committed_and_ends_it(self, factory: StoreFactory) -> None:
+        store = factory.open()
+        other = factory.another(store)
+        try:
+            store.apply(change("w", 0, 2))
+            with store.write_turn("w"):
+                (held,) = store.load_held("w")
+                assert held.version == 2 and len(store.read_entries("w")) == 2
+                store.apply(change("w", 2, 1))
+                assert len(store.read_entries("w")) == 3
+            assert [e["seq"] for e in other.read_entries("w")] == [0, 1, 2]
+            other.apply(change("w", 3, 1))  # the turn is over: anyone writes
+            assert store.load_held("w")[0].version == 4
+        finally:
+            if other is not store:
+                other.close()
+            store.close()
+
+    def test_a_turn_that_writes_nothing_leaves_the_store_as_it_was(self, store: ContractStore) -> None:
+        store.apply(change("w", 0, 2))
+        before = store.load()
+        with store.write_turn("w"):
+            pass
+        with pytest.raises(RuntimeError), store.write_turn("w"):
+            raise RuntimeError("the block failed")
+        with store.write_turn("new"):  # a workspace the store does not hold
+            assert store.load_held("new") == []
+        assert store.load() == before
+        store.apply(change("w", 2, 1))
+        assert store.load_held("w")[0].version == 3
+
+    def test_a_refused_write_in_a_turn_writes_nothing(self, store: ContractStore) -> None:
+        store.apply(change("w", 0, 2))
+        with store.write_turn("w"):
+            with pytest.raises(StoreConflictError):
+                store.apply(change("w", 1, 1))
+        with store.write_turn("w"):
+            with pytest.raises(MalformedChangeError):
+                store.apply(StoreChange("w", 2, 9, "t", {}, [entry(2)]))
+        assert store.load_held("w")[0].version == 2
+        store.apply(change("w", 2, 1))
+        assert [e["seq"] for e in store.read_entries("w")] == [0, 1, 2]
+
     def test_random_sequences_match_the_model(self, factory: StoreFactory) -> None:
         machine = store_machine(factory)
         run_state_machine_as_test(

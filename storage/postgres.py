@@ -14,6 +14,10 @@ SPECIFICATION.md, "PostgreSQL":
   compare-and-swap on `base` sees every commit before it. The primary key on
   (workspace, seq) is the backstop. A `create` change is refused when the
   row was already there.
+- A write waits at most the store's `wait` for a lock another writer holds
+  (the session's `lock_timeout`), else raises WriteTurnTimeoutError.
+  `write_turn` locks the workspace's `chap_meta` row (`SELECT ... FOR
+  UPDATE`) in a transaction the block's first write then commits.
 - A write that reaches the database sends a notification (channel
   `chapline_changes`, payload "<writer> <workspace>") that other processes
   use to refresh a workspace before their next write to it.
@@ -31,11 +35,12 @@ SPECIFICATION.md, "PostgreSQL":
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from coordinator.extras import needs
@@ -43,6 +48,7 @@ from storage import _rows
 from storage._encode import EncodedChange, encode_change
 from storage.records import WorkspaceRecord
 from storage.types import (
+    DEFAULT_WAIT,
     DatabaseEncodingError,
     EntryFilter,
     HeldWorkspace,
@@ -53,11 +59,13 @@ from storage.types import (
     StoreError,
     StoreUnavailableError,
     WorkspaceExistsError,
+    WriteTurnTimeoutError,
 )
 
 with needs("postgres"):
     import psycopg
     from psycopg import errors as pg_errors
+    from psycopg.pq import TransactionStatus
 
 __all__ = ["CHANNEL", "PostgresStore", "connect", "entries_query"]
 
@@ -137,6 +145,10 @@ _SERVER_SAID = re.compile(r"failed: \w+:  ([^\n]+)")
 
 T = TypeVar("T")
 
+# A connection in one of these states is inside a write turn (outside one,
+# every transaction ends before the store's lock is released).
+_IN_TURN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
+
 
 class _Ambiguous(Exception):
     """The connection broke after COMMIT was sent: the write may have landed."""
@@ -186,10 +198,16 @@ class PostgresStore(Store):
     One instance holds one connection and may be shared by threads (they
     take turns); any number of instances and processes may share one
     database. `watch=True` also listens for other writers' changes, which
-    `changed()` reports.
+    `changed()` reports. A write waits at most `wait` seconds for a lock
+    another writer holds, else raises WriteTurnTimeoutError.
     """
 
-    def __init__(self, dsn: str, *, watch: bool = False, connect_timeout: int = 5) -> None:
+    def __init__(
+        self, dsn: str, *, watch: bool = False, connect_timeout: int = 5, wait: float = DEFAULT_WAIT
+    ) -> None:
+        if not 0 < wait < float("inf"):
+            raise ValueError(f"wait must be a positive number of seconds, got {wait!r}")
+        self.wait = wait
         self._dsn = dsn
         self._timeout = connect_timeout
         self._lock = threading.RLock()
@@ -216,6 +234,16 @@ class PostgresStore(Store):
                 conn.close()
             self._conn = None
             conn = self._connect_raw()
+            try:
+                # Bounds every lock wait of this session: a writer that holds a
+                # workspace's row past it (stopped, stuck) delays others by no more.
+                conn.execute(
+                    "SELECT set_config('lock_timeout', %s, false)",
+                    (f"{max(1, round(self.wait * 1000))}ms",),
+                )
+            except psycopg.Error:
+                conn.close()
+                raise
             if not self._schema_ready:
                 try:
                     _create_schema(conn)
@@ -228,20 +256,29 @@ class PostgresStore(Store):
 
     def _run(self, work: Callable[[psycopg.Connection[Any]], T], what: str) -> T:
         """`work(connection)` under the lock, once more on a fresh connection
-        if the first one turns out to be broken (nothing was committed then)."""
+        if the first one turns out to be broken (nothing was committed then).
+        Inside a write turn, on the turn's connection only: a broken one has
+        lost the turn, and nothing was committed."""
         with self._lock:
             self._check_open()
+            conn = self._conn
+            if conn is not None and conn.info.transaction_status in _IN_TURN:
+                try:
+                    return work(conn)
+                except _Ambiguous:
+                    raise _ambiguous() from None
+                except (psycopg.Error, UnicodeError) as exc:
+                    if conn.broken:
+                        self._conn = None
+                        conn.close()
+                        raise StoreUnavailableError("", _UNREACHABLE.format(what=what)) from None
+                    raise _server_error(exc, what) from None
             for attempt in (1, 2):
                 conn = self._connection()
                 try:
                     return work(conn)
                 except _Ambiguous:
-                    raise StoreUnavailableError(
-                        "",
-                        "the connection to the PostgreSQL server was lost while committing, "
-                        "so this write may or may not have been stored. Reload the workspace "
-                        "from the store (a coordinator does so on its next write) and retry."
-                    ) from None
+                    raise _ambiguous() from None
                 except psycopg.OperationalError as exc:
                     if not conn.broken:
                         raise _server_error(exc, what) from None
@@ -255,6 +292,41 @@ class PostgresStore(Store):
                         conn.close()
                     raise _server_error(exc, what) from None
             raise AssertionError("unreachable")
+
+    @contextlib.contextmanager
+    def write_turn(self, workspace: str) -> Iterator[None]:
+        """The workspace's `chap_meta` row locked (`SELECT ... FOR UPDATE`,
+        waiting at most `wait`) in a transaction held until the block's first
+        `apply` commits it, or the block ends (SPECIFICATION.md, "Contract":
+        `write_turn`). Every writer of the workspace locks that row first, so
+        none commits to it meanwhile; the lock goes with the session if this
+        process dies. Threads sharing this instance wait for the block too."""
+
+        def begin(conn: psycopg.Connection[Any]) -> None:
+            conn.execute("BEGIN")
+            try:
+                conn.execute(
+                    "SELECT 1 FROM chap_meta WHERE workspace = %s FOR UPDATE", (workspace,)
+                )
+            except pg_errors.LockNotAvailable:
+                conn.execute("ROLLBACK")
+                raise WriteTurnTimeoutError(workspace, self.wait) from None
+            except BaseException:
+                if not conn.broken:
+                    conn.execute("ROLLBACK")
+                raise
+
+        with self._lock:
+            self._run(begin, "written")
+            try:
+                yield
+            finally:
+                conn = self._conn
+                if conn is not None and conn.info.transaction_status in _IN_TURN:
+                    try:
+                        conn.execute("ROLLBACK")  # the block wrote nothing
+                    except psycopg.OperationalError:
+                        pass  # broken meanwhile: the server rolls back
 
     def _check_open(self) -> None:
         if self._closed:
@@ -306,7 +378,9 @@ class PostgresStore(Store):
         if conflicts is not None:
             conflicts.clear()  # a retry on a fresh connection starts over
         with conn.cursor() as cur:
-            cur.execute("BEGIN")
+            if conn.info.transaction_status not in _IN_TURN:
+                cur.execute("BEGIN")
+            # else: inside a write turn, whose transaction this write commits
             try:
                 for position, (change, encoded) in enumerate(changes):
                     if conflicts is None:
@@ -315,7 +389,8 @@ class PostgresStore(Store):
                     cur.execute("SAVEPOINT change")
                     try:
                         self._write_one(cur, change, encoded)
-                    except StoreConflictError as exc:  # WorkspaceExistsError too
+                    except (StoreConflictError, WriteTurnTimeoutError) as exc:
+                        # WorkspaceExistsError too
                         cur.execute("ROLLBACK TO SAVEPOINT change")
                         conflicts[position] = exc
                     cur.execute("RELEASE SAVEPOINT change")
@@ -341,7 +416,10 @@ class PostgresStore(Store):
 
     def _write_one(self, cur: psycopg.Cursor[Any], change: StoreChange, encoded: EncodedChange) -> None:
         wid = change.id
-        existed = _lock_meta(cur, wid, encoded.meta.decode(), change.version, change.updated_at)
+        try:
+            existed = _lock_meta(cur, wid, encoded.meta.decode(), change.version, change.updated_at)
+        except pg_errors.LockNotAvailable:
+            raise WriteTurnTimeoutError(wid, self.wait) from None
         if existed and encoded.create:
             raise WorkspaceExistsError(wid, _held(cur, wid), change.base)
         if change.replace:
@@ -380,7 +458,12 @@ class PostgresStore(Store):
     def delete(self, workspace: str) -> None:
         def work(conn: psycopg.Connection[Any]) -> None:
             with conn.transaction():
-                conn.execute("SELECT 1 FROM chap_meta WHERE workspace = %s FOR UPDATE", (workspace,))
+                try:
+                    conn.execute(
+                        "SELECT 1 FROM chap_meta WHERE workspace = %s FOR UPDATE", (workspace,)
+                    )
+                except pg_errors.LockNotAvailable:
+                    raise WriteTurnTimeoutError(workspace, self.wait) from None
                 for table in ("chap_entries", "chap_objects", "chap_meta"):
                     conn.execute(f"DELETE FROM {table} WHERE workspace = %s", (workspace,))
                 conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{self._writer} {workspace}"))
@@ -405,6 +488,13 @@ class PostgresStore(Store):
         metas, objects, log_ = _rows.load_queries(_DIALECT, workspace, entries)
 
         def work(conn: psycopg.Connection[Any]) -> list[list[Any]]:
+            if conn.info.transaction_status in _IN_TURN:
+                # Inside a write turn: no writer of the workspace commits
+                # while it is held, so the three reads agree.
+                return [
+                    conn.execute(sql, args, binary=True).fetchall()
+                    for sql, args in (metas, objects, log_)
+                ]
             # One snapshot for all three reads.
             with conn.transaction():
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
@@ -454,6 +544,15 @@ class PostgresStore(Store):
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+
+
+def _ambiguous() -> StoreUnavailableError:
+    return StoreUnavailableError(
+        "",
+        "the connection to the PostgreSQL server was lost while committing, "
+        "so this write may or may not have been stored. Reload the workspace "
+        "from the store (a coordinator does so on its next write) and retry."
+    )
 
 
 def _create_schema(conn: psycopg.Connection[Any]) -> None:

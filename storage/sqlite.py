@@ -8,12 +8,13 @@ The file layout is shared with the other CHAP 0.3 coordinators: the tables
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any
 
@@ -22,6 +23,7 @@ from storage._encode import EncodedChange, encode_change
 from storage._rows import _Unreadable, decode_object
 from storage.records import SHARED_LAYOUT, WorkspaceRecord, change_from_record
 from storage.types import (
+    DEFAULT_WAIT,
     EntryFilter,
     HeldWorkspace,
     MalformedChangeError,
@@ -31,6 +33,7 @@ from storage.types import (
     StoreError,
     StoreUnavailableError,
     WorkspaceExistsError,
+    WriteTurnTimeoutError,
 )
 
 __all__ = ["SqliteStore"]
@@ -126,8 +129,6 @@ def _view_sql() -> str:
     )
 
 
-# Seconds a connection waits for another writer before giving up.
-_BUSY_TIMEOUT = 30.0
 
 
 class SqliteStore(Store):
@@ -135,13 +136,23 @@ class SqliteStore(Store):
 
     Files use WAL unless `wal=False`; every commit is synced to disk before
     `apply` returns (PRAGMA synchronous=FULL). One instance may be shared by
-    threads; several instances and processes may share one file.
+    threads; several instances and processes may share one file. A write
+    waits at most `wait` seconds for another connection's write lock (the
+    file's write turn), else raises WriteTurnTimeoutError.
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, wal: bool = True, watch: bool = False
+        self,
+        path: str | os.PathLike[str],
+        *,
+        wal: bool = True,
+        watch: bool = False,
+        wait: float = DEFAULT_WAIT,
     ) -> None:
+        if not 0 < wait < float("inf"):
+            raise ValueError(f"wait must be a positive number of seconds, got {wait!r}")
         self.path = os.fspath(path)
+        self.wait = wait
         # With `watch`: the file's data_version and each workspace's
         # (version, updated_at) as last seen, for `changed()`.
         self._watch = watch
@@ -150,7 +161,7 @@ class SqliteStore(Store):
         # isolation_level=None: we issue BEGIN ourselves, so a read-then-write
         # (the base check, then the insert) is one transaction.
         self._db = sqlite3.connect(
-            self.path, isolation_level=None, check_same_thread=False, timeout=_BUSY_TIMEOUT
+            self.path, isolation_level=None, check_same_thread=False, timeout=wait
         )
         self._lock = threading.RLock()
         self._closed = False
@@ -178,7 +189,7 @@ class SqliteStore(Store):
         same old file holds its lock; so wait here, for as long as the
         connection's own busy timeout.
         """
-        deadline = time.monotonic() + _BUSY_TIMEOUT
+        deadline = time.monotonic() + self.wait
         while True:
             try:
                 self._db.execute("PRAGMA journal_mode=WAL")
@@ -249,17 +260,34 @@ class SqliteStore(Store):
 
     # -- transactions ------------------------------------------------------
 
-    def _write(self) -> _Transaction:
-        return _Transaction(self._lock, self._db, self._check_open, "BEGIN IMMEDIATE")
+    def _write(self, workspace: str = "") -> _Transaction:
+        return _Transaction(
+            self._lock, self._db, self._check_open, "BEGIN IMMEDIATE", workspace, self.wait
+        )
 
     def _read(self) -> _Transaction:
-        return _Transaction(self._lock, self._db, self._check_open, "BEGIN")
+        return _Transaction(self._lock, self._db, self._check_open, "BEGIN", "", self.wait)
+
+    @contextlib.contextmanager
+    def write_turn(self, workspace: str) -> Iterator[None]:
+        """The file's write lock (`BEGIN IMMEDIATE`, waiting at most `wait`),
+        held until the block's first `apply` commits, or the block ends
+        (SPECIFICATION.md, "Contract": `write_turn`). Threads sharing this
+        instance wait for the block too."""
+        with self._lock:
+            self._check_open()
+            _begin(self._db, "BEGIN IMMEDIATE", workspace, self.wait)
+            try:
+                yield
+            finally:
+                if self._db.in_transaction:  # the block wrote nothing
+                    self._db.execute("ROLLBACK")
 
     # -- writing -----------------------------------------------------------
 
     def apply(self, change: StoreChange) -> None:
         encoded = encode_change(change)
-        with self._write():
+        with self._write(change.id):
             self._apply_encoded(change, encoded)
         if self._watch:
             self._saw([change])
@@ -282,7 +310,7 @@ class SqliteStore(Store):
             except MalformedChangeError as exc:
                 encoded.append(None)
                 results.append(exc)
-        with self._write():
+        with self._write(changes[0].id if changes else ""):
             for i, (change, enc) in enumerate(zip(changes, encoded, strict=True)):
                 if enc is None:
                     continue
@@ -355,7 +383,7 @@ class SqliteStore(Store):
             )
 
     def delete(self, workspace: str) -> None:
-        with self._write():
+        with self._write(workspace):
             for table in ("chap_entries", "chap_objects", "chap_meta"):
                 self._db.execute(f"DELETE FROM {table} WHERE workspace = ?", (workspace,))
         self._seen.pop(workspace, None)
@@ -454,12 +482,27 @@ class SqliteStore(Store):
             )
 
 
+def _begin(db: sqlite3.Connection, begin: str, workspace: str, wait: float) -> None:
+    """Start a transaction; a write lock for `workspace` not had within the
+    connection's busy timeout (`wait`) is WriteTurnTimeoutError."""
+    try:
+        db.execute(begin)
+    except sqlite3.OperationalError as exc:
+        busy = exc.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+        if not busy or not workspace:  # opening the file: "database is locked" says it
+            raise
+        raise WriteTurnTimeoutError(workspace, wait) from None
+
+
 class _Transaction:
     """`with` block around one explicit transaction on the store's connection
     `db`, holding the store's `lock` so threads sharing the instance take
-    turns; `check_open` refuses a closed store once the lock is held."""
+    turns; `check_open` refuses a closed store once the lock is held. Inside
+    a write turn (a transaction already open on `db`, which only
+    `write_turn` leaves open) it joins that transaction: a read leaves it
+    open, a write commits it, ending the turn."""
 
-    __slots__ = ("_lock", "_db", "_check_open", "_begin")
+    __slots__ = ("_lock", "_db", "_check_open", "_begin", "_workspace", "_wait", "_joined")
 
     def __init__(
         self,
@@ -467,17 +510,24 @@ class _Transaction:
         db: sqlite3.Connection,
         check_open: Callable[[], None],
         begin: str,
+        workspace: str,
+        wait: float,
     ) -> None:
         self._lock = lock
         self._db = db
         self._check_open = check_open
         self._begin = begin
+        self._workspace = workspace
+        self._wait = wait
+        self._joined = False
 
     def __enter__(self) -> None:
         self._lock.acquire()
         try:
             self._check_open()
-            self._db.execute(self._begin)
+            self._joined = self._db.in_transaction
+            if not self._joined:
+                _begin(self._db, self._begin, self._workspace, self._wait)
         except BaseException:
             self._lock.release()
             raise
@@ -490,6 +540,8 @@ class _Transaction:
     ) -> None:
         db = self._db
         try:
+            if self._joined and self._begin == "BEGIN":
+                return  # a read inside a write turn: the turn goes on
             if kind is None:
                 try:
                     db.execute("COMMIT")

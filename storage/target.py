@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from storage import SqliteStore, Store
+from storage.types import DEFAULT_WAIT
 
 __all__ = ["describe_target", "is_postgres", "open_store"]
 
@@ -16,16 +17,20 @@ def is_postgres(target: str) -> bool:
     return target.startswith(_SCHEMES)
 
 
-def open_store(target: str, *, watch: bool = False) -> Store:
+def open_store(target: str, *, watch: bool = False, wait: float | None = None) -> Store:
     """The store `target` names; `watch` makes it report other writers'
-    changes (`changed()`). Raises StoreError, sqlite3.Error or OSError when
-    it cannot be opened, and coordinator.extras.MissingExtraError for a
-    PostgreSQL database without chapline[postgres]."""
+    changes (`changed()`); `wait` bounds, in seconds, how long a write waits
+    for another writer's lock (None: the store's default, 30). Raises
+    StoreError, sqlite3.Error or OSError when it cannot be opened, ValueError
+    for a `wait` that is not a positive number, and
+    coordinator.extras.MissingExtraError for a PostgreSQL database without
+    chapline[postgres]."""
+    waiting = DEFAULT_WAIT if wait is None else wait
     if is_postgres(target):
         from storage.postgres import PostgresStore
 
-        return PostgresStore(target, watch=watch)
-    return SqliteStore(target, watch=watch and target != ":memory:")
+        return PostgresStore(target, watch=watch, wait=waiting)
+    return SqliteStore(target, watch=watch and target != ":memory:", wait=waiting)
 
 
 def describe_target(target: str) -> str:

@@ -12,6 +12,8 @@ message)::
     StoreError                    a store refused or could not do what was asked
      ├── StoreConflictError       the log does not end at `base`     (workspace, held, base)
      │    └── WorkspaceExistsError  a create named a held workspace   (workspace, held)
+     ├── WriteTurnTimeoutError    another writer held the workspace's write turn
+     │                            past the store's wait          (workspace, wait)
      ├── MalformedChangeError     the change cannot be stored as given (workspace, problem)
      └── StoreUnavailableError    closed store, unreadable row, failed I/O (path)
           └── DatabaseEncodingError  a PostgreSQL database whose encoding cannot
@@ -22,12 +24,14 @@ Nothing was written whenever `apply` raises one of these.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Iterable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
 __all__ = [
+    "DEFAULT_WAIT",
     "DatabaseEncodingError",
     "EntryFilter",
     "HeldWorkspace",
@@ -38,7 +42,12 @@ __all__ = [
     "StoreError",
     "StoreUnavailableError",
     "WorkspaceExistsError",
+    "WriteTurnTimeoutError",
 ]
+
+# Seconds a write waits for another writer's lock (a SQL store's `wait`).
+DEFAULT_WAIT = 30.0
+
 
 class StoreChange(msgspec.Struct, frozen=True):
     """One atomic write to one workspace.
@@ -139,6 +148,31 @@ class WorkspaceExistsError(StoreConflictError):
             "entries), so this create wrote nothing. Another writer created it; "
             "reload the workspace from the store, or create one with another id.",
         )
+
+
+class WriteTurnTimeoutError(StoreError):
+    """Another writer held `workspace`'s write turn (its lock in the store)
+    for longer than the store's `wait` (seconds), so this write did not get
+    it; nothing was written."""
+
+    remedy = (
+        "Retry the call. If it keeps happening, a writer of the workspace is stopped or "
+        "stuck while holding it: find it, or give the store a longer wait."
+    )
+
+    def __init__(self, workspace: str, wait: float, message: str | None = None) -> None:
+        self.workspace = workspace
+        self.wait = wait
+        super().__init__(
+            message
+            or f"workspace {workspace!r}: another writer held its write turn for longer "
+            f"than the {wait:g} s this store waits, so nothing was written. Retry; if it "
+            "keeps happening, a writer of this workspace is stopped or stuck while "
+            "holding it."
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.workspace, self.wait, str(self)))
 
 
 class MalformedChangeError(StoreError):
@@ -251,6 +285,20 @@ class Store(Protocol):
                 results.append(exc)
         return results
 
+    def write_turn(self, workspace: str) -> contextlib.AbstractContextManager[None]:
+        """Hold `workspace`'s write turn for the `with` block: wait (at most
+        the store's wait, else WriteTurnTimeoutError) until no other writer
+        of it is writing, then keep every other writer of it out. Reads in
+        the block see every commit before the turn; the block's first
+        `apply` writes and commits inside it and ends the turn; a block that
+        writes nothing ends it having written nothing. The same thread that
+        took the turn makes the calls.
+
+        This default takes no turn (for a store that cannot keep writers
+        out): a write in the block may still raise StoreConflictError.
+        """
+        return _no_turn()
+
     def delete(self, workspace: str) -> None:
         """Forget a workspace (nothing happens if it is not held)."""
         ...
@@ -258,3 +306,8 @@ class Store(Protocol):
     def close(self) -> None:
         """Release the store; closing twice is harmless."""
         ...
+
+
+@contextlib.contextmanager
+def _no_turn() -> Iterator[None]:
+    yield

@@ -85,6 +85,7 @@ def test_every_store_error_has_the_common_base_and_a_remedy() -> None:
         "StoreError",
         "StoreConflictError",
         "WorkspaceExistsError",
+        "WriteTurnTimeoutError",
         "MalformedChangeError",
         "StoreUnavailableError",
         "DatabaseEncodingError",

@@ -101,7 +101,7 @@ def test_the_protocol_is_the_change_api_and_names_no_coordinator_collection() ->
     methods = {name for name in vars(Store) if not name.startswith("_")}
     assert methods == {
         "workspace_ids", "load_held", "read_entries", "read_entry_texts",
-        "apply", "apply_many", "delete", "close",
+        "apply", "apply_many", "write_turn", "delete", "close",
     }
     for path in sorted((Path(__file__).resolve().parent.parent / "storage").glob("*.py")):
         text = path.read_text()

@@ -112,6 +112,10 @@ def _command(args: argparse.Namespace) -> int:
             raise ValueError(
                 f"--sweep-interval must be 0 (no timer) or a number of seconds, got {args.sweep_interval}"
             )
+        if args.write_wait is not None and not 0 < args.write_wait < math.inf:
+            raise ValueError(
+                f"--write-wait must be a positive number of seconds, got {args.write_wait}"
+            )
     except ValueError as exc:
         print(f"chapline: {exc}", file=sys.stderr)
         return 2
@@ -131,6 +135,7 @@ def _command(args: argparse.Namespace) -> int:
             args.insecure,
             getattr(args, "workers", 1),
             args.sweep_interval,
+            args.write_wait,
             scope_claim=args.oidc_scope_claim,
         )
     except _Usage as exc:
@@ -171,6 +176,13 @@ def _parser() -> argparse.ArgumentParser:
         help="reclaim expired work leases and lapse overdue whispers this often, in every "
         "workspace (0: never; every write still reclaims the leases it would touch) "
         "(default: %(default)s)",
+    )
+    serve.add_argument(
+        "--write-wait",
+        type=float,
+        metavar="SECONDS",
+        help="the longest a call waits for its workspace's write turn while other writers "
+        "hold it; past it the call is answered -32901 (default: 30)",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     serve.add_argument(
@@ -417,6 +429,7 @@ def _serve(
     insecure: bool,
     workers: int = 1,
     sweep_interval: float = DEFAULT_SWEEP_INTERVAL,
+    write_wait: float | None = None,
     *,
     scope_claim: str = "chapline_scope",
 ) -> int:
@@ -467,7 +480,7 @@ def _serve(
         def serve_one(projections: list[tuple[str, str]], say: Callable[[str], str] | None) -> int:
             return _serve_one(
                 db, sock, profiles, auth, require_signatures, oidc, projections, say,
-                sweep_interval, browser, scope_claim,
+                sweep_interval, browser, scope_claim, write_wait,
             )
 
         if workers == 1:
@@ -504,6 +517,7 @@ def _serve_one(
     sweep_interval: float,
     browser: BrowserPolicy,
     scope_claim: str,
+    write_wait: float | None,
 ) -> int:
     """One server process: its own coordinator on `db`, serving `sock`;
     prints `announce(what the projections say)` once it is ready."""
@@ -520,7 +534,7 @@ def _serve_one(
         # watch: reload a workspace another process (a worker, another
         # server on the same database) changed before using it.
         coord = Coordinator(
-            store=open_store(db, watch=True),
+            store=open_store(db, watch=True, wait=write_wait),
             default_profiles=profiles,
             require_signatures=require_signatures,
         )
@@ -613,7 +627,7 @@ def _mcp_stdio(
 
     try:
         coord = Coordinator(
-            store=open_store(args.db),
+            store=open_store(args.db, wait=args.write_wait),
             default_profiles=profiles,
             require_signatures=args.require_signatures,
         )

@@ -23,12 +23,12 @@ from coordinator.engine.batch import BatchPart, WorkspaceBatch
 from coordinator.engine.ids import IdSource
 from coordinator.engine.log import LogReader
 from coordinator.engine.signed_calls import index_signed
-from coordinator.engine.wire import INTERNAL_ERROR, STORE_CONFLICT
+from coordinator.engine.wire import INTERNAL_ERROR
 from coordinator.engine.workspace import Workspace, workspace_from_held
-from coordinator.engine.writes import WorkspaceWrite, apply_changes
+from coordinator.engine.writes import WorkspaceWrite, apply_changes, store_error
 from coordinator.errors import BatchWriteError, RpcError
 from coordinator.listeners import Listeners, decode_objects, encode_objects
-from storage import Store
+from storage import Store, StoreConflictError
 
 __all__ = ["HeldWorkspaces"]
 
@@ -119,6 +119,7 @@ class HeldWorkspaces:
     def reload(self, workspace_id: str) -> bool:
         """Replace memory's copy of one workspace with the store's (dropping it
         if the store has none); False if the store's cannot be read."""
+        self._stale.discard(workspace_id)  # what follows is the store's latest
         for held in self.store.load_held(workspace_id):
             ws = workspace_from_held(held)
             if ws is None:
@@ -221,13 +222,13 @@ class HeldWorkspaces:
         changes = [part.change(wid) for wid, part in batch.parts.items()]
         failed: dict[str, RpcError] = {}
         conflicted: list[str] = []
-        for wid, error in apply_changes(self.store, changes, ids).items():
+        for wid, refused in apply_changes(self.store, changes).items():
             part = batch.parts[wid]
             self._undo(wid, part)
-            if error.code == STORE_CONFLICT:
-                conflicted.append(wid)
-            else:
-                failed[wid] = error
+            if isinstance(refused, StoreConflictError):
+                conflicted.append(wid)  # each call runs again, in the turn if it loses again
+            else:  # a turn not had within the wait among them: waiting again per call would not help
+                failed[wid] = error = store_error(wid, refused, ids)
                 part.answer_all(error)
         for wid, part in batch.parts.items():
             if wid not in failed and wid not in conflicted and wid in self._held:

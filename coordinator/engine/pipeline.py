@@ -45,7 +45,6 @@ from coordinator.engine.sweeps import Sweep, Swept, sweep_all
 from coordinator.engine.wire import (
     METHOD_NOT_FOUND,
     NOT_AUTHORISED,
-    STORE_CONFLICT,
     STORE_WRITE_FAILED,
     WORKSPACE_PAUSED,
     decode_json,
@@ -72,7 +71,7 @@ from coordinator.options import (
 )
 from coordinator.projections.cursor import Attachment, Projection
 from coordinator.tools.snapshot import restore_changes, snapshot_of
-from storage import MemoryStore, Store, StoreChange, StoreError
+from storage import MemoryStore, Store, StoreChange, StoreConflictError, StoreError
 from storage._mypyc import mypyc_attr
 
 __all__ = ["Pipeline"]
@@ -447,7 +446,7 @@ class Pipeline:
         """Write what the call staged, with its entry when `logged` (accepted,
         or refused with `outcome`), through the one append path; a write the
         store refused because another writer moved on runs the call again on
-        the fresh state, authorised again."""
+        the fresh state, in the workspace's write turn, authorised again."""
         ws = call.ws
         assert ws is not None
         write = WorkspaceWrite(ws, call.meta or ws.meta, call.staged, call.arrived, call.created)
@@ -456,15 +455,31 @@ class Pipeline:
         held = self._held
         refused = held.append(write, response)
         if refused is not None:
-            error = store_error(ws.id, refused, self._ids)
-            if error.code == STORE_CONFLICT and call.retry and held.reload(ws.id):
-                # run again on the fresh state, at a fresh reading: the
-                # other writer's entries may be later than our first one
-                return self._dispatch_safe(call.envelope, False, authorise)
-            return error_response(call.request_id, error)
+            if isinstance(refused, StoreConflictError) and call.retry:
+                return self._run_in_turn(call, ws.id, refused, authorise)
+            return error_response(call.request_id, store_error(ws.id, refused, self._ids))
         if held.batch is not None:
             held.batch.current = (ws.id, call.envelope)
         return response
+
+    def _run_in_turn(
+        self, call: Call, workspace_id: str, lost: StoreConflictError, authorise: CallCheck | None
+    ) -> dict[str, Any]:
+        """A call whose write lost the race to another writer: wait for the
+        workspace's write turn (at most the store's wait), reload what
+        changed, and run the call again on it, at a fresh clock reading (the
+        other writer's entries may be later than our first one); its write
+        commits inside the turn, so it cannot lose again (SPECIFICATION.md,
+        "Write-ahead persistence")."""
+        held = self._held
+        try:
+            with self.store.write_turn(workspace_id):
+                if held.reload(workspace_id):
+                    return self._dispatch_safe(call.envelope, False, authorise)
+                error = store_error(workspace_id, lost, self._ids)  # unreadable now
+        except StoreError as exc:
+            error = store_error(workspace_id, exc, self._ids)
+        return error_response(call.request_id, error)
 
     def _run_again(self, envelope: dict[str, Any]) -> dict[str, Any]:
         """A batch's call whose write lost to another writer, run again on the

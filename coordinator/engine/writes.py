@@ -16,9 +16,9 @@ from coordinator.engine.wire import STORE_CONFLICT, STORE_WRITE_FAILED
 from coordinator.engine.workspace import Workspace
 from coordinator.errors import RpcError
 from coordinator.model import WorkspaceMeta
-from storage import Store, StoreChange, StoreConflictError
+from storage import Store, StoreChange, StoreConflictError, WriteTurnTimeoutError
 
-__all__ = ["WorkspaceWrite", "apply_change", "apply_changes", "store_error"]
+__all__ = ["WorkspaceWrite", "apply_changes", "store_error"]
 
 log = logging.getLogger("chapline")
 
@@ -99,36 +99,39 @@ class WorkspaceWrite:
         )
 
 
-def apply_change(store: Store, change: StoreChange, ids: IdSource) -> RpcError | None:
-    """Write one change; the error to answer with if the store refused it."""
-    try:
-        store.apply(change)
-    except Exception as exc:
-        return store_error(change.id, exc, ids)
-    return None
-
-
-def apply_changes(store: Store, changes: list[StoreChange], ids: IdSource) -> dict[str, RpcError]:
+def apply_changes(store: Store, changes: list[StoreChange]) -> dict[str, Exception]:
     """Write several changes (one per workspace), with one commit where the
-    store batches; the error of each workspace not written, by id."""
+    store batches; what the store raised for each workspace not written, by
+    id (`store_error` says how to answer it)."""
     if len(changes) == 1:
-        error = apply_change(store, changes[0], ids)
-        return {} if error is None else {changes[0].id: error}
+        try:
+            store.apply(changes[0])
+        except Exception as exc:
+            return {changes[0].id: exc}
+        return {}
     try:
         results = store.apply_many(changes)
     except Exception as exc:  # the commit itself failed: nothing was written
         results = [exc] * len(changes)
     return {
-        change.id: store_error(change.id, exc, ids)
-        for change, exc in zip(changes, results, strict=True)
-        if exc is not None
+        change.id: exc for change, exc in zip(changes, results, strict=True) if exc is not None
     }
 
 
 def store_error(workspace_id: str, exc: Exception, ids: IdSource) -> RpcError:
     """The answer to a call whose write the store refused: -32901 for a
-    conflict (retry), else -32900 with the cause logged under a log id (the
-    store's own words can name files, hosts or credentials)."""
+    conflict or a write turn not had within the store's wait (retry), else
+    -32900 with the cause logged under a log id (the store's own words can
+    name files, hosts or credentials)."""
+    if isinstance(exc, WriteTurnTimeoutError):
+        return RpcError(
+            STORE_CONFLICT,
+            f"Workspace {workspace_id} stayed busy: another writer held its write turn "
+            f"past the store's {exc.wait:g} s deadline, so the call was not run and nothing "
+            "was recorded. Retry the call; if this keeps happening, a writer of this "
+            "workspace is stopped or stuck (tell the operator).",
+            {"workspace": workspace_id, "deadline": exc.wait},
+        )
     if isinstance(exc, StoreConflictError):
         return RpcError(
             STORE_CONFLICT,
