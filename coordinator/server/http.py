@@ -42,6 +42,7 @@ from coordinator.server.auth import Authenticator
 from coordinator.server.body import MAX_BODY_BYTES, read_body
 from coordinator.server.desk import DeskTarget, EventHub, desk_routes
 from coordinator.server.dispatcher import SerialDispatcher, sweep_every
+from coordinator.server.observed import Observability
 
 with needs("server"):
     import uvicorn
@@ -95,6 +96,7 @@ def create_app(
     host: str = "127.0.0.1",
     public_url: str = "http://127.0.0.1:8080",
     sweep_interval: float = 0,
+    observability: Observability | None = None,
 ) -> Starlette:
     """An ASGI app serving `target` (a Coordinator) over HTTP: CHAP at
     POST /chap, MCP (streamable HTTP) at /mcp, A2A at /a2a with its Agent
@@ -116,6 +118,11 @@ def create_app(
     (expired work leases reclaimed, overdue whispers lapsed), and stops it
     before the dispatcher closes.
 
+    `observability` says what the server watches of its calls (metrics at
+    /metrics, traces, call logs, the checks of /readyz; /healthz is always
+    served); by default an `Observability()`: metrics where chapline[metrics]
+    is installed, traces where an OpenTelemetry SDK is configured.
+
     Calls are run one at a time, off the event loop, by a SerialDispatcher
     (`app.state.dispatcher`) that the app's lifespan starts and closes. The
     app never closes `target`: its owner does, after the server has stopped,
@@ -126,9 +133,10 @@ def create_app(
         raise ValueError(f"max_body_bytes must be positive, got {max_body_bytes}")
     if not sweep_interval >= 0:
         raise ValueError(f"sweep_interval must be 0 (no timer) or positive, got {sweep_interval}")
-    dispatcher = SerialDispatcher(target)
     registry = getattr(target, "registry", REGISTRY)  # a Coordinator's own, given or default
     methods = registry.methods() + registry.extension_methods()
+    observed = observability if observability is not None else Observability()
+    dispatcher = SerialDispatcher(observed.target(target, (m.name for m in methods)))
     # MCP and A2A, served beside POST /chap where their extras are installed.
     agents: list[BaseRoute] = []
     mcp_server = None
@@ -175,6 +183,7 @@ def create_app(
             timer = asyncio.create_task(sweep_every(dispatcher, target.sweep, sweep_interval))
         try:
             async with contextlib.AsyncExitStack() as running:
+                await running.enter_async_context(observed.running(dispatcher, hub))
                 if mcp_server is not None:
                     await running.enter_async_context(mcp_server.session_manager.run())
                 yield
@@ -190,6 +199,7 @@ def create_app(
     routes: list[BaseRoute] = [Route(path, chap, methods=["POST", "OPTIONS"]) for path in PATHS]
     routes += agents
     hub = EventHub()
+    routes += observed.routes(dispatcher, hub)
     routes += desk_routes(target, dispatcher, auth, hub)
     app = Starlette(
         routes=routes,

@@ -51,6 +51,12 @@ class EventHub:
         self._subscribers: set[_Subscriber] = set()
         self._closed = False
 
+    @property
+    def open_streams(self) -> int:
+        """How many event streams are open now (a server's metrics read it)."""
+        with self._lock:
+            return len(self._subscribers)
+
     def publish(self, workspace_id: str, entry: AuditEntry) -> None:
         """An audit listener: called on the coordinator's thread."""
         data = _encode({"workspace": workspace_id, "entry": entry.to_dict()})
