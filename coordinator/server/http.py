@@ -9,7 +9,8 @@ The full contract is in
 SPECIFICATION.md, "HTTP binding". With a TokenStore, every call must carry
 a bearer token and may act only as its principal (server/auth.py). GET /
 and the paths under /desk and /chap/events serve the review desk
-(server/desk/).
+(server/desk/); GET /healthz, /readyz and /metrics what an operator watches
+(server/observed.py).
 """
 
 from __future__ import annotations
