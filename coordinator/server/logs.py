@@ -21,12 +21,14 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["CALLS_LOGGER", "JsonFormatter", "calling", "current_call", "use_json_logs"]
+__all__ = ["CALL", "CALLS_LOGGER", "JsonFormatter", "calling", "current_call", "use_json_logs"]
 
 CALLS_LOGGER = "chapline.calls"
 
-# (call id, workspace) of the call running on this thread's context.
-_CALL: contextvars.ContextVar[tuple[Any, str | None] | None] = contextvars.ContextVar(
+# (call id, workspace) of the call running on this thread's context; set
+# and reset around each call by the server (`calling`, or directly where a
+# context manager's cost shows).
+CALL: contextvars.ContextVar[tuple[Any, str | None] | None] = contextvars.ContextVar(
     "chapline_call", default=None
 )
 _encode = msgspec.json.Encoder().encode
@@ -35,16 +37,16 @@ _encode = msgspec.json.Encoder().encode
 @contextlib.contextmanager
 def calling(call_id: Any, workspace: str | None) -> Iterator[None]:
     """Records logged inside carry this call's id and workspace."""
-    token = _CALL.set((call_id, workspace))
+    token = CALL.set((call_id, workspace))
     try:
         yield
     finally:
-        _CALL.reset(token)
+        CALL.reset(token)
 
 
 def current_call() -> tuple[Any, str | None] | None:
     """The (call id, workspace) of the call running here, or None."""
-    return _CALL.get()
+    return CALL.get()
 
 
 class JsonFormatter(logging.Formatter):

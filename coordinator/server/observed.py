@@ -31,7 +31,7 @@ from coordinator.errors import DispatcherClosed
 from coordinator.extras import installed, needs
 from coordinator.server.dispatcher import Dispatcher, SerialDispatcher
 from coordinator.server.health import Probe, Projected, health_routes
-from coordinator.server.logs import CALLS_LOGGER, calling
+from coordinator.server.logs import CALL, CALLS_LOGGER, calling
 from coordinator.server.metrics import METRICS_PATH, Metrics
 from coordinator.server.tracing import Tracing, configured
 from storage import HeldWorkspace, Store, StoreChange, StoreConflictError
@@ -206,13 +206,18 @@ class ObservedTarget:
         # started, response); counted once the group's write has settled
         # their answers.
         self._group: list[_Pending] | None = None
+        # The labelled series each call lands in, looked up once (a lookup
+        # takes prometheus_client's lock).
+        self._counters: dict[tuple[str, str], Any] = {}
+        self._timers: dict[str, Any] = {}
 
     def dispatch(self, envelope: dict[str, Any] | str | bytes) -> dict[str, Any]:
         obs = self._obs
         call_id, method, workspace = _head_of(envelope)
         label = method if method in self._methods else UNKNOWN_METHOD
         started = obs.clock()
-        with calling(call_id, workspace):
+        context = CALL.set((call_id, workspace))  # for the records logged meanwhile
+        try:
             if obs.tracing is None:
                 response = self._target.dispatch(envelope)
             else:
@@ -223,6 +228,8 @@ class ObservedTarget:
                 self._count(label, started, response, obs.clock())
                 if obs.metrics is not None:
                     obs.metrics.group_size.observe(1)
+        finally:
+            CALL.reset(context)
         if self._group is not None:
             self._group.append((call_id, workspace, label, started, response))
         return response
@@ -255,9 +262,16 @@ class ObservedTarget:
         code = _code(response)
         outcome = "ok" if code is None else str(code)
         seconds = done - started
-        if obs.metrics is not None:
-            obs.metrics.calls.labels(label, outcome).inc()
-            obs.metrics.call_seconds.labels(label).observe(seconds)
+        metrics = obs.metrics
+        if metrics is not None:
+            counter = self._counters.get((label, outcome))
+            if counter is None:
+                counter = self._counters[label, outcome] = metrics.calls.labels(label, outcome)
+            counter.inc()
+            timer = self._timers.get(label)
+            if timer is None:
+                timer = self._timers[label] = metrics.call_seconds.labels(label)
+            timer.observe(seconds)
         if obs.log_calls:
             calls_log.info(
                 "call %s %s in %.6f s", label, outcome, seconds,
