@@ -488,14 +488,11 @@ _envelopes = st.fixed_dictionaries(
 @given(bodies=st.lists(_envelopes.map(lambda e: json.dumps(e).encode()) | st.binary(max_size=20), max_size=6))
 def test_any_body_is_counted_once_under_a_known_method_or_unknown(bodies: list[bytes]) -> None:
     metrics = Metrics()
-    try:
-        coord = Coordinator()
-        methods = {m.name for m in coord.registry.methods() + coord.registry.extension_methods()}
-        target = Observability(metrics=metrics, tracing=None).target(coord, methods)
-        for body in bodies:
-            target.dispatch(body)
-        counted = calls_counted(samples(metrics.render()[0].decode()))
-        assert sum(counted.values()) == len(bodies)
-        assert {method for method, _ in counted} <= methods | {"unknown"}
-    finally:
-        metrics.close()
+    coord = Coordinator()
+    methods = {m.name for m in coord.registry.methods() + coord.registry.extension_methods()}
+    target = Observability(metrics=metrics, tracing=None).target(coord, methods)
+    for body in bodies:
+        target.dispatch(body)
+    counted = calls_counted(samples(metrics.render()[0].decode()))
+    assert sum(counted.values()) == len(bodies)
+    assert {method for method, _ in counted} <= methods | {"unknown"}

@@ -26,7 +26,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from coordinator.extras import needs
-from storage.waits import on_lock_wait
 
 __all__ = ["METRICS_PATH", "MULTIPROCESS_ENV", "Metrics", "forget_process", "multiprocess_dir"]
 
@@ -45,7 +44,8 @@ _GROUP_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 class Metrics:
     """One server's metrics, in a registry of their own (so several apps in
     one process, as tests make them, do not collide). `render()` is the
-    body of `GET /metrics`; `close()` stops counting lock waits."""
+    body of `GET /metrics`. Lock waits reach `lock_wait_seconds` while the
+    server runs (`Observability.running` registers it with `storage.waits`)."""
 
     def __init__(self) -> None:
         with needs("metrics"):
@@ -90,7 +90,6 @@ class Metrics:
             "chapline_webhook_deliveries", "Webhook deliveries, by outcome", ["outcome"],
             registry=r,
         )
-        self._stop_waits = on_lock_wait(self.lock_wait_seconds.observe)
 
     def render(self) -> tuple[bytes, str]:
         """The exposition text and its content type: this process's
@@ -103,9 +102,6 @@ class Metrics:
             registry = prom.CollectorRegistry()
             multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         return prom.generate_latest(registry), prom.CONTENT_TYPE_LATEST
-
-    def close(self) -> None:
-        self._stop_waits()
 
 
 @contextlib.contextmanager

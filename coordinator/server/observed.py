@@ -36,6 +36,7 @@ from coordinator.server.metrics import METRICS_PATH, Metrics
 from coordinator.server.tracing import Tracing, configured
 from storage import HeldWorkspace, Store, StoreChange, StoreConflictError
 from storage.types import EntryFilter
+from storage.waits import on_lock_wait
 
 with needs("server"):
     from starlette.requests import Request
@@ -146,9 +147,9 @@ class Observability:
 
     @contextlib.asynccontextmanager
     async def running(self, dispatcher: SerialDispatcher, hub: Streams) -> AsyncIterator[None]:
-        """While the app serves: the gauges refreshed every REFRESH_SECONDS
-        (each worker its own share). On the way out, lock waits are no
-        longer counted."""
+        """While the app serves: lock waits counted (`storage.waits`) and
+        the gauges refreshed every REFRESH_SECONDS (each worker its own
+        share)."""
         metrics = self.metrics
         if metrics is None:
             yield
@@ -165,6 +166,7 @@ class Observability:
                     log.exception("refreshing the gauges failed; tried again in %s s", REFRESH_SECONDS)
                 await asyncio.sleep(REFRESH_SECONDS)
 
+        stop_waits = on_lock_wait(metrics.lock_wait_seconds.observe)
         task = asyncio.create_task(every())
         try:
             yield
@@ -172,7 +174,7 @@ class Observability:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-            metrics.close()
+            stop_waits()
 
     def _refresher(
         self, metrics: Metrics, dispatcher: SerialDispatcher, hub: Streams
