@@ -130,6 +130,20 @@ def test_metrics_count_each_call_by_method_and_outcome(tmp_path: Path) -> None:
     assert ("chapline_webhook_deliveries_total", frozenset()) not in found  # defined, none yet
 
 
+def test_serve_reports_its_projections_in_readyz_and_their_lag(tmp_path: Path) -> None:
+    with Serve(tmp_path / "p.db", "--projection", f"analytics={tmp_path / 'analytics.db'}") as server:
+        with httpx.Client(base_url=server.base, timeout=60) as http:
+            workload(http, "wsp_projected")
+            ready = http.get("/readyz")
+        found = scrape(server.base)
+    assert ready.status_code == 200, ready.text
+    assert ready.json()["checks"] == {
+        "store": {"ok": True},
+        "projection:analytics": {"ok": True, "state": "live"},
+    }
+    assert found["chapline_projection_lag_entries", frozenset({("projection", "analytics")})] == 0
+
+
 def test_metrics_add_up_every_worker_of_serve_workers(tmp_path: Path) -> None:
     """With --workers 2 each worker counts the calls it served, and any
     scrape answers the sum: checked against each worker's own files, and
