@@ -10,6 +10,7 @@ over HTTP; the tallies expected are those of the answers the client got.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -42,6 +43,7 @@ from coordinator.cli import DEFAULT_PROFILES
 from coordinator.projections.cursor import CallbackProjection
 from coordinator.server import create_app
 from coordinator.server.health import store_probe
+from coordinator.server.logs import JsonFormatter, calling
 from coordinator.server.metrics import Metrics
 from coordinator.server.observed import Observability
 from coordinator.server.tracing import Tracing
@@ -470,6 +472,21 @@ def test_json_logs_are_one_object_a_line_carrying_the_call_id(tmp_path: Path) ->
         assert line["level"] == "info" and line["ts"].endswith("Z")
         assert line["workspace"] == "wsp_json"
     assert Counter((line["method"], line["outcome"]) for line in calls) == sent
+
+
+def test_a_record_logged_during_a_call_carries_its_id_workspace_and_traceback() -> None:
+    try:
+        raise ValueError("the disk is full")
+    except ValueError:
+        failure = sys.exc_info()
+    record = logging.LogRecord("storage.sqlite", logging.ERROR, __file__, 1, "write failed: %s", ("w1",), failure)
+    with calling(7, "wsp_logged"):
+        line = json.loads(JsonFormatter().format(record))
+    outside = json.loads(JsonFormatter().format(record))
+    assert line["call_id"] == 7 and line["workspace"] == "wsp_logged"
+    assert (line["level"], line["logger"], line["message"]) == ("error", "storage.sqlite", "write failed: w1")
+    assert line["exception"].endswith("ValueError: the disk is full")
+    assert "call_id" not in outside and "workspace" not in outside
 
 
 def test_log_format_takes_text_or_json_only(tmp_path: Path) -> None:

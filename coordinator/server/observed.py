@@ -86,9 +86,10 @@ class Streams(Protocol):
 class Observability:
     """What one server observes; see the module docstring.
 
-    `metrics`: a `Metrics`, or None for none (default: one where
-    chapline[metrics] is installed). `tracing`: a `Tracing`, or None
-    (default: the process's configured SDK provider, if any). `probe`: the
+    `metrics`: a `Metrics`; None or False for none; True (the default)
+    for one where chapline[metrics] is installed. `tracing`: a `Tracing`;
+    None or False for none; True (the default) for the process's configured
+    SDK provider, if any. `probe`: the
     store check `/readyz` runs (`health.store_probe`; None: not checked).
     `projections`: the attachments `/readyz` and the lag gauge read.
     `log_calls`: one `chapline.calls` record per call. `clock`: seconds, for
