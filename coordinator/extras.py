@@ -36,6 +36,8 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "postgres": ("psycopg",),
     "crypto": ("cryptography", "joserfc", "cbor2"),
     "cli": ("rich",),
+    "metrics": ("prometheus_client",),
+    "otel": ("opentelemetry", "opentelemetry.sdk"),
 }
 
 

@@ -13,6 +13,7 @@ chapline[server], `mcp` chapline[mcp]; the message names the pip command).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import json
 import math
@@ -34,6 +35,7 @@ from coordinator.engine.registry import profile_name, profile_names
 from coordinator.extras import MissingExtraError, installed
 from coordinator.options import ENFORCED_BY, Options, unenforced
 from coordinator.profiles import REGISTRY
+from coordinator.server.metrics import multiprocess_dir
 from coordinator.server.workers import run_workers
 
 if TYPE_CHECKING:  # imported when used: `chapline --help` stays light
@@ -136,6 +138,7 @@ def _command(args: argparse.Namespace) -> int:
             getattr(args, "workers", 1),
             args.sweep_interval,
             args.write_wait,
+            getattr(args, "log_format", "text"),
             scope_claim=args.oidc_scope_claim,
         )
     except _Usage as exc:
@@ -183,6 +186,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="the longest a call waits for its workspace's write turn while other writers "
         "hold it; past it the call is answered -32901 (default: 30)",
+    )
+    serve.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="json: every log record as one JSON object per line on standard error, "
+        "with the call's id and workspace, and one record per call (default: text)",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     serve.add_argument(
@@ -430,6 +440,7 @@ def _serve(
     workers: int = 1,
     sweep_interval: float = DEFAULT_SWEEP_INTERVAL,
     write_wait: float | None = None,
+    log_format: str = "text",
     *,
     scope_claim: str = "chapline_scope",
 ) -> int:
@@ -480,8 +491,13 @@ def _serve(
         def serve_one(projections: list[tuple[str, str]], say: Callable[[str], str] | None) -> int:
             return _serve_one(
                 db, sock, profiles, auth, require_signatures, oidc, projections, say,
-                sweep_interval, browser, scope_claim, write_wait,
+                sweep_interval, browser, scope_claim, write_wait, log_format,
             )
+
+        if log_format == "json":
+            from coordinator.server.logs import use_json_logs
+
+            use_json_logs()
 
         if workers == 1:
             return serve_one(projections, lambda projected: announce("", projected))
@@ -500,7 +516,10 @@ def _serve(
             f", projecting {name} into {describe_target(target)}" for name, target in projections
         )
         print(announce(f"{workers} workers ", projected), flush=True)
-        return run_workers(workers, lambda: serve_one(projections, None))
+        # The workers count into files of one directory, added up by whichever
+        # answers a scrape of /metrics (SPECIFICATION.md, "Observability").
+        with multiprocess_dir() if installed("metrics") else contextlib.nullcontext():
+            return run_workers(workers, lambda: serve_one(projections, None))
     finally:
         sock.close()
 
@@ -518,6 +537,7 @@ def _serve_one(
     browser: BrowserPolicy,
     scope_claim: str,
     write_wait: float | None,
+    log_format: str,
 ) -> int:
     """One server process: its own coordinator on `db`, serving `sock`;
     prints `announce(what the projections say)` once it is ready."""
@@ -526,15 +546,18 @@ def _serve_one(
 
     from coordinator import Coordinator
     from coordinator.server.auth import Authenticator, TokenStore
+    from coordinator.server.health import store_probe
     from coordinator.server.http import AppServer, create_app
+    from coordinator.server.observed import Observability
     from storage import StoreError
     from storage.target import open_store
 
+    observed = Observability(probe=store_probe(db), log_calls=log_format == "json")
     try:
         # watch: reload a workspace another process (a worker, another
         # server on the same database) changed before using it.
         coord = Coordinator(
-            store=open_store(db, watch=True, wait=write_wait),
+            store=observed.store(open_store(db, watch=True, wait=write_wait)),
             default_profiles=profiles,
             require_signatures=require_signatures,
         )
@@ -551,19 +574,22 @@ def _serve_one(
             authenticator = Authenticator(
                 tokens, oidc=oidc, signatures=require_signatures, scope_claim=scope_claim
             )
-        projected = _attach(coord, projections)
+        projected, observed.projections = _attach(coord, projections)
         app = create_app(
             coord,
             auth=authenticator,
             browser=browser,
             public_url=_url(sock, ""),
             sweep_interval=sweep_interval,
+            observability=observed,
         )
         try:
             server = AppServer(
                 uvicorn.Config(
                     app,
                     log_level="warning",
+                    # JSON logs: uvicorn's records go to the root logger's JSON lines.
+                    log_config=None if log_format == "json" else uvicorn.config.LOGGING_CONFIG,
                     access_log=False,
                     lifespan="on",
                     timeout_graceful_shutdown=30,
@@ -600,11 +626,13 @@ def _open_projection(name: str, target: str) -> Any:
         raise _Failure(f"cannot open the {name} projection's target {_quoted(target)}: {exc}") from None
 
 
-def _attach(coord: Coordinator, projections: list[tuple[str, str]]) -> str:
-    """Attach each projection (caught up before serving); what the start-up line says of them."""
+def _attach(coord: Coordinator, projections: list[tuple[str, str]]) -> tuple[str, tuple[Any, ...]]:
+    """Attach each projection (caught up before serving); what the start-up
+    line says of them, and the attachments."""
     from storage.target import describe_target
 
     said = ""
+    attachments = []
     for name, target in projections:
         try:
             projection = _open_projection(name, target)
@@ -612,8 +640,9 @@ def _attach(coord: Coordinator, projections: list[tuple[str, str]]) -> str:
             coord.close()
             raise
         attachment = coord.attach(projection)
+        attachments.append(attachment)
         said += f", projecting {name} into {describe_target(target)} ({attachment.state})"
-    return said
+    return said, tuple(attachments)
 
 
 def _mcp_stdio(
@@ -633,7 +662,7 @@ def _mcp_stdio(
         )
     except (sqlite3.Error, OSError, StoreError) as exc:
         raise _Failure(f"cannot open the database {_quoted(args.db)}: {exc}") from None
-    projected = _attach(coord, projections)
+    projected, _ = _attach(coord, projections)
     print(
         f"chapline: serving CHAP as MCP tools on stdio, writing {describe_target(args.db)}{projected}",
         file=sys.stderr,

@@ -145,6 +145,13 @@ class Attachment:
         """The next seq this projection will apply for the workspace."""
         return self._next.get(workspace_id, 0)
 
+    def lag(self) -> int:
+        """Durable entries of the coordinator's workspaces this projection
+        has not applied yet (a server's `chapline_projection_lag_entries`).
+        Reads the coordinator's workspaces: call it where its calls run."""
+        counts = self._source.durable_counts()
+        return sum(max(0, count - self._next.get(wid, 0)) for wid, count in counts.items())
+
     # -- fed by the coordinator ----------------------------------------------
 
     def feed(self, changes: list[Change]) -> None:

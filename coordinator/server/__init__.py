@@ -14,14 +14,23 @@ if TYPE_CHECKING:
     from coordinator.errors import DispatcherClosed
     from coordinator.server.dispatcher import Dispatcher, SerialDispatcher
     from coordinator.server.http import MAX_BODY_BYTES, create_app
+    from coordinator.server.observed import Observability
 
-__all__ = ["MAX_BODY_BYTES", "Dispatcher", "DispatcherClosed", "SerialDispatcher", "create_app"]
+__all__ = [
+    "MAX_BODY_BYTES",
+    "Dispatcher",
+    "DispatcherClosed",
+    "Observability",
+    "SerialDispatcher",
+    "create_app",
+]
 
 # name -> the module that defines it
 _HOMES = {
     "MAX_BODY_BYTES": "coordinator.server.http",
     "Dispatcher": "coordinator.server.dispatcher",
     "DispatcherClosed": "coordinator.errors",
+    "Observability": "coordinator.server.observed",
     "SerialDispatcher": "coordinator.server.dispatcher",
     "create_app": "coordinator.server.http",
 }

@@ -11,7 +11,9 @@ a bearer token and may act only as its principal (server/auth.py), within
 its token's scopes (server/authz.py). GET /
 and the paths under /desk and /chap/events serve the review desk
 (server/desk/). Every request passes the browser guard first
-(server/browser.py: Host, Origin and Content-Type checks, security headers).
+(server/browser.py: Host, Origin and Content-Type checks, security headers);
+GET /healthz, /readyz and /metrics what an operator watches
+(server/observed.py).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from coordinator.server.body import MAX_BODY_BYTES, read_body
 from coordinator.server.browser import DEFAULT_POLICY, BrowserGuard, BrowserPolicy
 from coordinator.server.desk import DeskTarget, EventHub, desk_routes
 from coordinator.server.dispatcher import SerialDispatcher, sweep_every
+from coordinator.server.observed import Observability
 from coordinator.server.rights import RightsWatch
 
 with needs("server"):
@@ -98,6 +101,7 @@ def create_app(
     sweep_interval: float = 0,
     events: EventHub | None = None,
     sessions: SessionLimits | None = None,
+    observability: Observability | None = None,
 ) -> Starlette:
     """An ASGI app serving `target` (a Coordinator) over HTTP: CHAP at
     POST /chap, MCP (streamable HTTP) at /mcp, A2A at /a2a with its Agent
@@ -128,6 +132,11 @@ def create_app(
     sessions open are re-checked twice a second, and a revoked or expired
     one ends them (server/rights.py).
 
+    `observability` says what the server watches of its calls (metrics at
+    /metrics, traces, call logs, the checks of /readyz; /healthz is always
+    served); by default an `Observability()`: metrics where chapline[metrics]
+    is installed, traces where an OpenTelemetry SDK is configured.
+
     Calls are run one at a time, off the event loop, by a SerialDispatcher
     (`app.state.dispatcher`) that the app's lifespan starts and closes. The
     app never closes `target`: its owner does, after the server has stopped,
@@ -138,11 +147,12 @@ def create_app(
         raise ValueError(f"max_body_bytes must be positive, got {max_body_bytes}")
     if not sweep_interval >= 0:
         raise ValueError(f"sweep_interval must be 0 (no timer) or positive, got {sweep_interval}")
-    dispatcher = SerialDispatcher(target)
-    # Every call goes through the gate, held to its token's grant (server/authz.py).
-    gate = Gatekeeper(dispatcher, target)
     registry = getattr(target, "registry", REGISTRY)  # a Coordinator's own, given or default
     methods = registry.methods() + registry.extension_methods()
+    observed = observability if observability is not None else Observability()
+    dispatcher = SerialDispatcher(observed.target(target, (m.name for m in methods)))
+    # Every call goes through the gate, held to its token's grant (server/authz.py).
+    gate = Gatekeeper(dispatcher, target)
     # MCP and A2A, served beside POST /chap where their extras are installed.
     hub = events if events is not None else EventHub()
     # With auth, the tokens holding streams and sessions open are re-checked.
@@ -211,6 +221,7 @@ def create_app(
             timer = asyncio.create_task(sweep_every(dispatcher, target.sweep, sweep_interval))
         try:
             async with contextlib.AsyncExitStack() as running:
+                await running.enter_async_context(observed.running(dispatcher, hub))
                 if mcp_server is not None:
                     await running.enter_async_context(mcp_server.session_manager.run())
                 yield
@@ -233,6 +244,7 @@ def create_app(
         watch.watch(hub.credentials, hub.end_credential)
         if mcp_gate is not None:
             watch.watch(mcp_gate.credentials, mcp_gate.end_credential)
+    routes += observed.routes(dispatcher, hub)
     routes += desk_routes(target, dispatcher, auth, hub, opened=opened)
     app = _Guarded(
         browser,

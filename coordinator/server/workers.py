@@ -17,6 +17,8 @@ import sys
 from collections.abc import Callable
 from types import FrameType
 
+from coordinator.server.metrics import forget_process
+
 __all__ = ["run_workers"]
 
 
@@ -71,6 +73,7 @@ def run_workers(count: int, serve: Callable[[], int]) -> int:
             if pid not in alive:
                 continue
             alive.discard(pid)
+            forget_process(pid)  # its share of the live gauges goes with it
             code = os.waitstatus_to_exitcode(raw)
             if code != 0 or not stopping:
                 status = 1
