@@ -31,9 +31,11 @@ from coordinator import __version__
 from coordinator.cli import copy as copy_command
 from coordinator.cli import log as log_commands
 from coordinator.engine.registry import profile_name, profile_names
+from coordinator.errors import LimitError
 from coordinator.extras import MissingExtraError, installed
 from coordinator.options import ENFORCED_BY, Options, unenforced
 from coordinator.profiles import REGISTRY
+from coordinator.server.limits import ServerLimits, guarded_protocol, raise_fd_limit
 from coordinator.server.workers import run_workers
 
 if TYPE_CHECKING:  # imported when used: `chapline --help` stays light
@@ -107,6 +109,7 @@ def _command(args: argparse.Namespace) -> int:
         profiles = _profiles(args.profiles, args.require_signatures)
         oidc = _oidc(args)
         projections = _projections(args.projection)
+        limits = _limits(args)
         if not 0 <= args.sweep_interval < math.inf:
             raise ValueError(
                 f"--sweep-interval must be 0 (no timer) or a number of seconds, got {args.sweep_interval}"
@@ -128,6 +131,7 @@ def _command(args: argparse.Namespace) -> int:
             projections,
             getattr(args, "workers", 1),
             args.sweep_interval,
+            limits,
         )
     except _Usage as exc:
         print(f"chapline: {exc}", file=sys.stderr)
@@ -135,6 +139,23 @@ def _command(args: argparse.Namespace) -> int:
     except _Failure as exc:
         print(f"chapline: {exc}", file=sys.stderr)
         return 1
+
+
+# serve's bounds: flag -> the ServerLimits field it sets (server/limits.py
+# holds the defaults and the checks), and its help.
+_BOUNDS = {
+    "--max-body": ("max_body_bytes", "bytes: the largest request body on any route (beyond: 413)"),
+    "--header-timeout": ("header_timeout", "seconds a request's headers may take to arrive"),
+    "--body-timeout": ("body_timeout", "seconds a request's body may take after its headers"),
+    "--idle-timeout": ("idle_timeout", "seconds an idle keep-alive connection stays open"),
+    "--max-connections": (
+        "max_connections",
+        "connections open at once; at the cap the oldest one still sending its headers is dropped",
+    ),
+    "--max-connections-per-address": (
+        "max_connections_per_address", "connections open at once from one client address"
+    ),
+}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -203,6 +224,16 @@ def _parser() -> argparse.ArgumentParser:
             "file or a postgresql:// URI (either may be the --db database)"
         ),
     )
+    bounds = serve.add_argument_group(
+        "bounds on memory and time (per server process)",
+        "what one client may make the server hold, and for how long",
+    )
+    defaults = ServerLimits()
+    for flag, (field, text) in _BOUNDS.items():
+        default = getattr(defaults, field)
+        bounds.add_argument(flag, dest=field, type=type(default), default=default,
+                            metavar=text.split(":")[0].split()[0].upper(),
+                            help=f"{text} (default: %(default)s)")
     oidc = serve.add_argument_group(
         "OIDC access tokens (with --auth; all three together)",
         "also accept the identity provider's access tokens (JWTs); the participant "
@@ -354,6 +385,7 @@ def _serve(
     projections: list[tuple[str, str]],
     workers: int = 1,
     sweep_interval: float = DEFAULT_SWEEP_INTERVAL,
+    limits: ServerLimits | None = None,
 ) -> int:
     from storage import StoreError
     from storage.target import describe_target, open_store
@@ -367,6 +399,8 @@ def _serve(
             "--projection NAME=:memory: would give each worker tables of its own: with "
             "--workers N, name a file or a postgresql:// URI the workers share"
         )
+    limits = limits or ServerLimits()
+    raise_fd_limit(limits)  # the workers inherit it
     sock = _listen(host, port)
     try:
         if not auth and not _loopback(sock):
@@ -396,7 +430,7 @@ def _serve(
         def serve_one(projections: list[tuple[str, str]], say: Callable[[str], str] | None) -> int:
             return _serve_one(
                 db, host, sock, profiles, auth, require_signatures, oidc, projections, say,
-                sweep_interval,
+                sweep_interval, limits,
             )
 
         if workers == 1:
@@ -432,6 +466,7 @@ def _serve_one(
     projections: list[tuple[str, str]],
     announce: Callable[[str], str] | None,
     sweep_interval: float,
+    limits: ServerLimits,
 ) -> int:
     """One server process: its own coordinator on `db`, serving `sock`;
     prints `announce(what the projections say)` once it is ready."""
@@ -470,6 +505,7 @@ def _serve_one(
             host=host,
             public_url=_url(sock, ""),
             sweep_interval=sweep_interval,
+            max_body_bytes=limits.max_body_bytes,
         )
         try:
             server = AppServer(
@@ -479,6 +515,8 @@ def _serve_one(
                     access_log=False,
                     lifespan="on",
                     timeout_graceful_shutdown=30,
+                    http=guarded_protocol(limits),
+                    timeout_keep_alive=limits.idle_timeout,
                 ),
                 stop=_signalled,
             )
@@ -493,6 +531,16 @@ def _serve_one(
         if tokens is not None:
             tokens.close()
     return 0
+
+
+def _limits(args: argparse.Namespace) -> ServerLimits:
+    """serve's bounds from its flags; a LimitError (a ValueError) names the flag."""
+    fields = {field: getattr(args, field) for field, _ in _BOUNDS.values()}
+    try:
+        return ServerLimits(**fields)
+    except LimitError as exc:
+        flag = next(f for f, (field, _) in _BOUNDS.items() if field == exc.name)
+        raise LimitError(flag, exc.value, exc.wanted) from None
 
 
 def _quoted(db: str) -> str:

@@ -35,7 +35,6 @@ from coordinator.engine.incidents import internal_error
 from coordinator.engine.registry import Method
 from coordinator.engine.wire import (
     INVALID_PARAMS,
-    INVALID_REQUEST,
     METHOD_NOT_FOUND,
     PARSE_ERROR,
     error_response,
@@ -43,7 +42,6 @@ from coordinator.engine.wire import (
 from coordinator.errors import NotJsonError, RpcError
 from coordinator.extras import needs
 from coordinator.server.auth import Authenticator
-from coordinator.server.body import MAX_BODY_BYTES, read_body
 from coordinator.server.catalogue import tool_name
 from coordinator.server.strict_json import loads
 
@@ -208,12 +206,11 @@ def a2a_routes(
     methods: list[Method],
     url: str,
     auth: Authenticator | None = None,
-    max_body_bytes: int = MAX_BODY_BYTES,
 ) -> list[Route]:
     """The Agent Card route and the JSON-RPC route at A2A_PATH (A2A 1.0 and
     0.3). With `auth`, each message is held to the rules of POST /chap. A
-    body over `max_body_bytes`, or that is not strict JSON, is refused before
-    the SDK reads it."""
+    body that is not strict JSON is refused before the SDK reads it (one
+    over the server's body limit never gets here: server/body.py)."""
     card = agent_card(url, methods)
     handler = DefaultRequestHandler(
         agent_executor=ChaplineAgentExecutor(call, methods, auth),
@@ -223,9 +220,7 @@ def a2a_routes(
     (sdk,) = create_jsonrpc_routes(handler, rpc_url=A2A_PATH, enable_v0_3_compat=True)
 
     async def endpoint(request: Request) -> Response:
-        body = await read_body(request, max_body_bytes)
-        if body is None:
-            return _refusal(RpcError(INVALID_REQUEST, f"Request body larger than {max_body_bytes} bytes"))
+        body = await request.body()
         try:
             loads(body)
         except NotJsonError as exc:
