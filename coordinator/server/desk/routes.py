@@ -15,7 +15,9 @@ from coordinator.errors import RpcError
 from coordinator.extras import needs
 from coordinator.server.auth import Authenticator
 from coordinator.server.desk.events import EventHub
+from coordinator.server.desk.snapshots import held_workspace, snapshot_chunks
 from coordinator.server.dispatcher import SerialDispatcher
+from storage import Store
 
 with needs("server"):
     from starlette.requests import Request
@@ -38,6 +40,9 @@ class DeskTarget(Protocol):
     def batch(self) -> AbstractContextManager[None]: ...
 
     def snapshot(self, workspace_id: str) -> dict[str, Any]: ...
+
+    @property
+    def store(self) -> Store: ...
 
     def workspace_ids(self) -> list[str]: ...
 
@@ -86,11 +91,13 @@ def desk_routes(
         wid = request.query_params.get("workspace")
         if not wid:
             return _bad("Name the workspace: /desk/api/snapshot?workspace=wsp_...")
-        try:
-            data = await dispatcher.run(lambda: target.snapshot(wid))
-        except KeyError:
+        # Streamed from the store, off the dispatcher (desk/snapshots.py).
+        held = await held_workspace(target.store, wid)
+        if held is None:
             return _bad(f"Unknown workspace {wid!r}", status=404)
-        return _json(data)
+        return StreamingResponse(
+            snapshot_chunks(target.store, held), media_type="application/json", headers=_NO_STORE
+        )
 
     async def events(request: Request) -> Response:
         try:
