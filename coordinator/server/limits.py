@@ -29,7 +29,7 @@ from typing import Any
 
 import msgspec
 
-from coordinator.engine.wire import INTERNAL_ERROR, INVALID_REQUEST, error_response
+from coordinator.engine.wire import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR, error_response
 from coordinator.errors import LimitError, RpcError
 from coordinator.extras import needs
 
@@ -230,11 +230,16 @@ def guarded_protocol(limits: ServerLimits) -> type[asyncio.Protocol]:
             elif not self.transport.is_closing():
                 self.transport.close()
 
-        def _refuse(self, status: int, reason: str, message: str) -> None:
+        def send_400_response(self, msg: str) -> None:
+            # uvicorn answers bytes that are not HTTP in plain text; ours is JSON too.
+            self._refuse(400, "Bad Request", f"{msg} Send an HTTP/1.1 request.", PARSE_ERROR)
+
+        def _refuse(self, status: int, reason: str, message: str, code: int | None = None) -> None:
             self._cancel_timer()
             if self.transport.is_closing():
                 return
-            code = INTERNAL_ERROR if status == 503 else INVALID_REQUEST
+            if code is None:
+                code = INTERNAL_ERROR if status == 503 else INVALID_REQUEST
             self.transport.write(refusal_bytes(status, reason, code, message))
             self.transport.close()
 
