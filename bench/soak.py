@@ -107,14 +107,20 @@ def _source(base: str, n: int) -> str:
 
 
 async def _stalled_stream(port: int, token: str, n: int, opened: list[int]) -> None:
-    reader, writer = await _open(port, _source("127.0.1", n))
-    writer.write(f"GET /chap/events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n"
-                 f"Authorization: Bearer {token}\r\n\r\n".encode())
-    head = await reader.readuntil(b"\r\n\r\n")
-    if head.startswith(b"HTTP/1.1 200"):
-        opened[0] += 1
-        await asyncio.Event().wait()  # never read again; cancelled at the end
-    writer.close()
+    while True:  # until open; then held, never read again (cancelled at the end)
+        try:
+            reader, writer = await _open(port, _source("127.0.1", n))
+            writer.write(f"GET /chap/events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                         f"Accept: text/event-stream\r\nAuthorization: Bearer {token}\r\n\r\n".encode())
+            head = await reader.readuntil(b"\r\n\r\n")
+        except (OSError, asyncio.IncompleteReadError):
+            await asyncio.sleep(1)
+            continue
+        if head.startswith(b"HTTP/1.1 200"):
+            opened[0] += 1
+            await asyncio.Event().wait()
+        writer.close()
+        await asyncio.sleep(1)  # refused (a cap on streams, say): again
 
 
 async def _slowly(port: int, request: bytes, keep: bool) -> bytes:
@@ -195,13 +201,15 @@ async def _slow_header(port: int, n: int, counts: list[int]) -> None:
 async def _attack(port: int, token: str, args: argparse.Namespace, ready: Any, stop: Any) -> None:
     opened = [0]
     counts = [0, 0, 0, 0]
+    # The streams first, as long-lived clients would have them open already.
     tasks = [asyncio.create_task(_stalled_stream(port, token, n, opened)) for n in range(args.streams)]
-    tasks += [asyncio.create_task(_slow_reader(port, token, counts)) for _ in range(args.readers)]
-    tasks += [asyncio.create_task(_oversized(port, counts)) for _ in range(args.oversized)]
-    tasks += [asyncio.create_task(_slow_header(port, n, counts)) for n in range(args.slow_headers)]
     deadline = time.monotonic() + 60
     while opened[0] < args.streams and time.monotonic() < deadline:
         await asyncio.sleep(0.2)
+    tasks += [asyncio.create_task(_slow_reader(port, token, counts)) for _ in range(args.readers)]
+    tasks += [asyncio.create_task(_oversized(port, counts)) for _ in range(args.oversized)]
+    tasks += [asyncio.create_task(_slow_header(port, n, counts)) for n in range(args.slow_headers)]
+    await asyncio.sleep(5)  # every attacker connected once
     ready.send(opened[0])
     await asyncio.get_running_loop().run_in_executor(None, stop.recv)
     for task in tasks:
