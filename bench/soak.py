@@ -249,6 +249,18 @@ def _serve(db: str) -> tuple[subprocess.Popen[str], int]:
     return server, int(found.group(1))
 
 
+def _token(db: str) -> str:
+    """A token for LEAD that may create the soak's workspace and run it."""
+    command = [sys.executable, "-m", "coordinator", "token", "create", "--db", db, "--as", LEAD]
+    scoped = subprocess.run([*command, "--workspace", WORKSPACE, "--max-role", "admin", "--may-create"],
+                            capture_output=True, text=True)
+    if scoped.returncode == 2:  # a chapline whose tokens carry no scopes yet
+        scoped = subprocess.run(command, capture_output=True, text=True)
+    if scoped.returncode != 0:
+        raise RuntimeError(f"chapline token create failed: {scoped.stderr}")
+    return scoped.stdout.strip()
+
+
 def _fill(port: int, token: str, inputs: int, size: int) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     _call(conn, token, "workspace.create", workspace=WORKSPACE, **{"from": LEAD})
@@ -295,11 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     # On tmpfs where there is one: the figure is the server's, not the disk's fsync.
     tmp = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
     db = args.db or os.path.join(tempfile.mkdtemp(prefix="chapline-soak-", dir=tmp), "chap.db")
-    from coordinator.server.auth import TokenStore
-
-    tokens = TokenStore(db)
-    token, _ = tokens.create(LEAD)
-    tokens.close()
+    token = _token(db)
     server, port = _serve(db)
     try:
         _fill(port, token, args.inputs, args.input_bytes)
