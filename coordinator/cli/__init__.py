@@ -141,19 +141,19 @@ def _command(args: argparse.Namespace) -> int:
         return 1
 
 
-# serve's bounds: flag -> the ServerLimits field it sets (server/limits.py
-# holds the defaults and the checks), and its help.
+# serve's bounds: flag -> (the ServerLimits field it sets, its metavar, its
+# help); server/limits.py holds the defaults and the checks.
 _BOUNDS = {
-    "--max-body": ("max_body_bytes", "bytes: the largest request body on any route (beyond: 413)"),
-    "--header-timeout": ("header_timeout", "seconds a request's headers may take to arrive"),
-    "--body-timeout": ("body_timeout", "seconds a request's body may take after its headers"),
-    "--idle-timeout": ("idle_timeout", "seconds an idle keep-alive connection stays open"),
+    "--max-body": ("max_body_bytes", "BYTES", "the largest request body on any route (beyond: 413)"),
+    "--header-timeout": ("header_timeout", "SECONDS", "how long a request's headers may take to arrive"),
+    "--body-timeout": ("body_timeout", "SECONDS", "how long a request's body may take after its headers"),
+    "--idle-timeout": ("idle_timeout", "SECONDS", "how long an idle keep-alive connection stays open"),
     "--max-connections": (
-        "max_connections",
+        "max_connections", "N",
         "connections open at once; at the cap the oldest one still sending its headers is dropped",
     ),
     "--max-connections-per-address": (
-        "max_connections_per_address", "connections open at once from one client address"
+        "max_connections_per_address", "N", "connections open at once from one client address"
     ),
 }
 
@@ -229,10 +229,9 @@ def _parser() -> argparse.ArgumentParser:
         "what one client may make the server hold, and for how long",
     )
     defaults = ServerLimits()
-    for flag, (field, text) in _BOUNDS.items():
+    for flag, (field, metavar, text) in _BOUNDS.items():
         default = getattr(defaults, field)
-        bounds.add_argument(flag, dest=field, type=type(default), default=default,
-                            metavar=text.split(":")[0].split()[0].upper(),
+        bounds.add_argument(flag, dest=field, type=type(default), default=default, metavar=metavar,
                             help=f"{text} (default: %(default)s)")
     oidc = serve.add_argument_group(
         "OIDC access tokens (with --auth; all three together)",
@@ -535,11 +534,11 @@ def _serve_one(
 
 def _limits(args: argparse.Namespace) -> ServerLimits:
     """serve's bounds from its flags; a LimitError (a ValueError) names the flag."""
-    fields = {field: getattr(args, field) for field, _ in _BOUNDS.values()}
+    fields = {field: getattr(args, field) for field, _, _ in _BOUNDS.values()}
     try:
         return ServerLimits(**fields)
     except LimitError as exc:
-        flag = next(f for f, (field, _) in _BOUNDS.items() if field == exc.name)
+        flag = next(f for f, (field, _, _) in _BOUNDS.items() if field == exc.name)
         raise LimitError(flag, exc.value, exc.wanted) from None
 
 
