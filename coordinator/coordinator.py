@@ -92,6 +92,7 @@ class Coordinator:
         verify_scitt_receipt: Callable[[Any], Any] | None = None,
         scitt_issuer_key: Ed25519PrivateKey | None = None,
         scitt_issuer_kid: str | None = None,
+        max_read_bytes: int | None = None,
         registry: Registry | None = None,
         **overrides: Any,
     ) -> None: ...
@@ -122,6 +123,7 @@ class Coordinator:
         verify_scitt_receipt: Callable[[Any], Any] | None = None,
         scitt_issuer_key: Ed25519PrivateKey | None = None,
         scitt_issuer_kid: str | None = None,
+        max_read_bytes: int | None = None,
         registry: Registry | None = None,
         **overrides: Any,
     ) -> None:

@@ -29,6 +29,9 @@ Each carries its facts as attributes, and its message (and the class's
      │                             with each other, at import: method
      ├── UnsupportedOptionError    a 0.3.3 option chapline does not take: field
      │                             (also a ValueError)
+     ├── LimitError                a server bound (body size, timeout, connection
+     │                             cap) set to a value it cannot take: name, value,
+     │                             wanted (also a ValueError)
      ├── MissingExtraError         what was used needs an extra not installed (also
      │                             an ImportError): extra, module
      ├── CommandError              a log command cannot run (`chapline verify`, ...)
@@ -76,6 +79,7 @@ __all__ = [
     "IdentityRejected",
     "InwardCallError",
     "JwkError",
+    "LimitError",
     "MissingExtraError",
     "NotJsonError",
     "OpenLimitError",
@@ -301,6 +305,20 @@ class UnsupportedOptionError(ChaplineError, ValueError):
             f"Leave {field} at its default to build this coordinator."
         )
         self.field = field
+
+
+class LimitError(ChaplineError, ValueError):
+    """A server bound set to a value it cannot take (SPECIFICATION.md,
+    "Bounds on memory and time"): `name` is the bound, `value` what it was
+    given, `wanted` (and the message) what it takes."""
+
+    remedy = "Give the bound a value in its range, or leave it at its default."
+
+    def __init__(self, name: str, value: object, wanted: str) -> None:
+        super().__init__(f"{name} must be {wanted}, got {value!r}")
+        self.name = name
+        self.value = value
+        self.wanted = wanted
 
 
 class CommandError(ChaplineError):

@@ -113,6 +113,12 @@ class Options(msgspec.Struct, frozen=True):
     scitt_issuer_kid: Annotated[
         str, Meta(description="the key id statements name their issuer's key by")
     ] = "scitt-issuer"
+    max_read_bytes: Annotated[
+        int,
+        Meta(description="the byte budget of one audit.read answer: it stops after the entry "
+             "that passes it (always at least one) and its next_seq says where to go on "
+             '(SPECIFICATION.md, "Bounds on memory and time")'),
+    ] = 16 * 1024 * 1024
 
 
 OPTION_NAMES: tuple[str, ...] = Options.__struct_fields__

@@ -283,6 +283,10 @@ def test_with_auth_a_0_3_message_acts_only_as_its_token(served_with_auth: Served
 
 
 def test_a_body_over_the_limit_is_refused_before_it_is_read(served: Served) -> None:
-    answer = _rpc(served.url, b" " * (MAX_BODY_BYTES + 1), {"A2A-Version": "1.0"})
+    # 413 since issue 27: every route shares the server's body limit (server/body.py).
+    reply = httpx.post(served.url + "/a2a", content=b" " * (MAX_BODY_BYTES + 1), timeout=60,
+                       headers={"Content-Type": "application/json", "A2A-Version": "1.0"})
+    assert reply.status_code == 413, reply.text
+    answer = reply.json()
     refused(answer, -32600)
     assert str(MAX_BODY_BYTES) in answer["error"]["message"]

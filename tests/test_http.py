@@ -433,7 +433,8 @@ def test_a_body_that_is_not_utf8_is_a_parse_error(http: httpx.Client) -> None:
 
 
 def test_a_body_over_the_limit_is_refused_without_a_traceback(http: httpx.Client) -> None:
-    body = _refused_over_http(http.post("/chap", content=b" " * (MAX_BODY_BYTES + 1), headers=JSON), 400, -32700)
+    # 413: a body limit on every route (server/body.py).
+    body = _refused_over_http(http.post("/chap", content=b" " * (MAX_BODY_BYTES + 1), headers=JSON), 413, -32600)
     assert body["id"] is None
     assert str(MAX_BODY_BYTES) in body["error"]["message"]
 
@@ -446,7 +447,7 @@ def test_a_chunked_body_over_the_limit_is_refused(http: httpx.Client) -> None:
         for _ in range(MAX_BODY_BYTES // len(chunk) + 2):
             yield chunk
 
-    _refused_over_http(http.post("/chap", content=chunks(), headers=JSON), 400, -32700)
+    _refused_over_http(http.post("/chap", content=chunks(), headers=JSON), 413, -32600)
 
 
 def test_an_envelope_of_exactly_the_limit_is_served(ws: Client) -> None:

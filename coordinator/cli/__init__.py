@@ -32,9 +32,11 @@ from coordinator import __version__
 from coordinator.cli import copy as copy_command
 from coordinator.cli import log as log_commands
 from coordinator.engine.registry import profile_name, profile_names
+from coordinator.errors import LimitError
 from coordinator.extras import MissingExtraError, installed
 from coordinator.options import ENFORCED_BY, Options, unenforced
 from coordinator.profiles import REGISTRY
+from coordinator.server.limits import ServerLimits, guarded_protocol, raise_fd_limit
 from coordinator.server.metrics import multiprocess_dir
 from coordinator.server.workers import run_workers
 
@@ -110,6 +112,7 @@ def _command(args: argparse.Namespace) -> int:
         profiles = _profiles(args.profiles, args.require_signatures)
         oidc = _oidc(args)
         projections = _projections(args.projection)
+        limits = _limits(args)
         if not 0 <= args.sweep_interval < math.inf:
             raise ValueError(
                 f"--sweep-interval must be 0 (no timer) or a number of seconds, got {args.sweep_interval}"
@@ -139,6 +142,7 @@ def _command(args: argparse.Namespace) -> int:
             args.sweep_interval,
             args.write_wait,
             getattr(args, "log_format", "text"),
+            limits,
             scope_claim=args.oidc_scope_claim,
         )
     except _Usage as exc:
@@ -147,6 +151,23 @@ def _command(args: argparse.Namespace) -> int:
     except _Failure as exc:
         print(f"chapline: {exc}", file=sys.stderr)
         return 1
+
+
+# serve's bounds: flag -> (the ServerLimits field it sets, its metavar, its
+# help); server/limits.py holds the defaults and the checks.
+_BOUNDS = {
+    "--max-body": ("max_body_bytes", "BYTES", "the largest request body on any route (beyond: 413)"),
+    "--header-timeout": ("header_timeout", "SECONDS", "how long a request's headers may take to arrive"),
+    "--body-timeout": ("body_timeout", "SECONDS", "how long a request's body may take after its headers"),
+    "--idle-timeout": ("idle_timeout", "SECONDS", "how long an idle keep-alive connection stays open"),
+    "--max-connections": (
+        "max_connections", "N",
+        "connections open at once; at the cap the oldest one still sending its headers is dropped",
+    ),
+    "--max-connections-per-address": (
+        "max_connections_per_address", "N", "connections open at once from one client address"
+    ),
+}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -251,6 +272,15 @@ def _parser() -> argparse.ArgumentParser:
             "file or a postgresql:// URI (either may be the --db database)"
         ),
     )
+    bounds = serve.add_argument_group(
+        "bounds on memory and time (per server process)",
+        "what one client may make the server hold, and for how long",
+    )
+    defaults = ServerLimits()
+    for flag, (field, metavar, text) in _BOUNDS.items():
+        default = getattr(defaults, field)
+        bounds.add_argument(flag, dest=field, type=type(default), default=default, metavar=metavar,
+                            help=f"{text} (default: %(default)s)")
     oidc = serve.add_argument_group(
         "OIDC access tokens (with --auth; all three together)",
         "also accept the identity provider's access tokens (JWTs); the participant "
@@ -441,6 +471,7 @@ def _serve(
     sweep_interval: float = DEFAULT_SWEEP_INTERVAL,
     write_wait: float | None = None,
     log_format: str = "text",
+    limits: ServerLimits | None = None,
     *,
     scope_claim: str = "chapline_scope",
 ) -> int:
@@ -456,6 +487,8 @@ def _serve(
             "--projection NAME=:memory: would give each worker tables of its own: with "
             "--workers N, name a file or a postgresql:// URI the workers share"
         )
+    limits = limits or ServerLimits()
+    raise_fd_limit(limits)  # the workers inherit it
     sock = _listen(host, port)
     try:
         if not auth and not _loopback(sock):
@@ -491,7 +524,7 @@ def _serve(
         def serve_one(projections: list[tuple[str, str]], say: Callable[[str], str] | None) -> int:
             return _serve_one(
                 db, sock, profiles, auth, require_signatures, oidc, projections, say,
-                sweep_interval, browser, scope_claim, write_wait, log_format,
+                sweep_interval, browser, scope_claim, write_wait, log_format, limits,
             )
 
         if log_format == "json":
@@ -538,6 +571,7 @@ def _serve_one(
     scope_claim: str,
     write_wait: float | None,
     log_format: str,
+    limits: ServerLimits,
 ) -> int:
     """One server process: its own coordinator on `db`, serving `sock`;
     prints `announce(what the projections say)` once it is ready."""
@@ -582,6 +616,7 @@ def _serve_one(
             public_url=_url(sock, ""),
             sweep_interval=sweep_interval,
             observability=observed,
+            max_body_bytes=limits.max_body_bytes,
         )
         try:
             server = AppServer(
@@ -593,6 +628,8 @@ def _serve_one(
                     access_log=False,
                     lifespan="on",
                     timeout_graceful_shutdown=30,
+                    http=guarded_protocol(limits),
+                    timeout_keep_alive=limits.idle_timeout,
                 ),
                 stop=_signalled,
             )
@@ -607,6 +644,16 @@ def _serve_one(
         if tokens is not None:
             tokens.close()
     return 0
+
+
+def _limits(args: argparse.Namespace) -> ServerLimits:
+    """serve's bounds from its flags; a LimitError (a ValueError) names the flag."""
+    fields = {field: getattr(args, field) for field, _, _ in _BOUNDS.values()}
+    try:
+        return ServerLimits(**fields)
+    except LimitError as exc:
+        flag = next(f for f, (field, _, _) in _BOUNDS.items() if field == exc.name)
+        raise LimitError(flag, exc.value, exc.wanted) from None
 
 
 def _quoted(db: str) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from coordinator.audit import ChainVerifier
 from coordinator.engine.call import Call
 from coordinator.engine.canonical import ZERO_HASH
@@ -24,6 +26,11 @@ __all__ = ["PROFILE"]
 
 PROFILE = Profile("core/1.0")
 VERIFY_CHUNK = 10_000
+# audit.read's first store read, in entries, and its largest.
+_FIRST_CHUNK = 16
+_MAX_CHUNK = 10_000
+
+_encode = msgspec.json.encode
 
 def _int_param(value: Any, name: str, default: int) -> int:
     if value is None:
@@ -81,14 +88,51 @@ def audit_read(call: Call) -> dict[str, Any]:
         )
         if where == EntryFilter():
             where = None
+    budget = call.options.max_read_bytes
     if start >= stop:
-        entries = []
+        entries: list[dict[str, Any]] = []
+        next_seq = stop
     elif where is not None and isinstance(where.task_id, str) and call.count("whispers"):
-        entries = _by_task_with_answers(call, start, stop, where)
+        entries, next_seq = _within(_by_task_with_answers(call, start, stop, where), budget, stop)
     else:
-        entries = call.log.entries(start, stop, where)
+        entries, next_seq = _read_within(call, start, stop, where, budget)
     call.result_is_fresh()  # the entries are decoded afresh from the store
-    return {"entries": entries, "next_seq": max(stop, 0)}
+    return {"entries": entries, "next_seq": max(next_seq, 0)}
+
+
+def _within(
+    entries: list[dict[str, Any]], budget: int, stop: int
+) -> tuple[list[dict[str, Any]], int]:
+    """The leading entries whose JSON fits `budget` bytes (at least one), and
+    the seq a reader goes on from: the first entry left out, else `stop`."""
+    used = 0
+    for at, entry in enumerate(entries):
+        used += len(_encode(entry))
+        if used > budget and at > 0:
+            return entries[:at], int(entry["seq"])
+    return entries, stop
+
+
+def _read_within(
+    call: Call, start: int, stop: int, where: EntryFilter | None, budget: int
+) -> tuple[list[dict[str, Any]], int]:
+    """`_within` over the log read in chunks sized by what the entries so far
+    weighed, so a log of large entries is never read whole to answer a page
+    of it (SPECIFICATION.md, "Bounds on memory and time")."""
+    out: list[dict[str, Any]] = []
+    used = 0
+    at = start
+    while at < stop:
+        average = used // len(out) if out else 0
+        size = (budget - used) // average + 1 if average else _FIRST_CHUNK
+        upto = min(stop, at + max(1, min(size, _MAX_CHUNK)))
+        for entry in call.log.entries(at, upto, where):
+            used += len(_encode(entry))
+            if used > budget and out:
+                return out, int(entry["seq"])
+            out.append(entry)
+        at = upto
+    return out, stop
 
 
 def _answer_task(call: Call, entry: dict[str, Any]) -> Any:

@@ -36,7 +36,6 @@ from coordinator.engine.incidents import internal_error, logged
 from coordinator.engine.registry import Method
 from coordinator.engine.wire import (
     INVALID_PARAMS,
-    INVALID_REQUEST,
     METHOD_NOT_FOUND,
     PARSE_ERROR,
     STORE_WRITE_FAILED,
@@ -47,7 +46,6 @@ from coordinator.extras import needs
 from coordinator.server.a2a_tasks import BoundedTaskStore
 from coordinator.server.auth import Authenticator
 from coordinator.server.authz import authoriser
-from coordinator.server.body import MAX_BODY_BYTES, read_body
 from coordinator.server.catalogue import tool_name
 from coordinator.server.strict_json import loads
 from storage import StoreError
@@ -216,12 +214,11 @@ def a2a_routes(
     methods: list[Method],
     url: str,
     auth: Authenticator | None = None,
-    max_body_bytes: int = MAX_BODY_BYTES,
 ) -> list[Route]:
     """The Agent Card route and the JSON-RPC route at A2A_PATH (A2A 1.0 and
     0.3). With `auth`, each message is held to the rules of POST /chap. A
-    body over `max_body_bytes`, or that is not strict JSON, is refused before
-    the SDK reads it."""
+    body that is not strict JSON is refused before the SDK reads it (one
+    over the server's body limit never gets here: server/body.py)."""
     card = agent_card(url, methods)
     handler = DefaultRequestHandler(
         agent_executor=ChaplineAgentExecutor(call, methods, auth),
@@ -246,9 +243,7 @@ def a2a_routes(
                     f"The server logged the cause as {log_id}.",
                     {"log_id": log_id},
                 ), 503)
-        body = await read_body(request, max_body_bytes)
-        if body is None:
-            return _refusal(RpcError(INVALID_REQUEST, f"Request body larger than {max_body_bytes} bytes"))
+        body = await request.body()  # at most the server's body limit (server/body.py)
         try:
             loads(body)
         except NotJsonError as exc:

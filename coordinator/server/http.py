@@ -33,21 +33,21 @@ from coordinator.engine.incidents import internal_error
 from coordinator.engine.wire import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
-    PARSE_ERROR,
     STORE_CONFLICT,
     STORE_WRITE_FAILED,
     STORED_OBJECT_UNREADABLE,
     error_response,
 )
-from coordinator.errors import DispatcherClosed, RpcError
+from coordinator.errors import DispatcherClosed, LimitError, RpcError
 from coordinator.extras import installed, needs
 from coordinator.profiles import REGISTRY
 from coordinator.server.auth import Authenticator
 from coordinator.server.authz import Gatekeeper, authoriser
-from coordinator.server.body import MAX_BODY_BYTES, read_body
+from coordinator.server.body import BodyLimit
 from coordinator.server.browser import DEFAULT_POLICY, BrowserGuard, BrowserPolicy
 from coordinator.server.desk import DeskTarget, EventHub, desk_routes
 from coordinator.server.dispatcher import SerialDispatcher, sweep_every
+from coordinator.server.limits import MAX_BODY_BYTES
 from coordinator.server.observed import Observability
 from coordinator.server.rights import RightsWatch
 
@@ -55,6 +55,7 @@ with needs("server"):
     import uvicorn
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
+    from starlette.middleware import Middleware
     from starlette.requests import Request
     from starlette.responses import Response
     from starlette.routing import BaseRoute, Route
@@ -121,6 +122,9 @@ def create_app(
     rules. Without it, anyone who can reach the port may act
     as any participant.
 
+    A request body over `max_body_bytes` is refused (413) on every route,
+    before it is read (server/body.py).
+
     With `sweep_interval` > 0 (seconds), the lifespan also runs
     `target.sweep()` that often, on the dispatcher's thread between calls
     (expired work leases reclaimed, overdue whispers lapsed), and stops it
@@ -144,7 +148,7 @@ def create_app(
     skips the lifespan shutdown.
     """
     if max_body_bytes < 1:
-        raise ValueError(f"max_body_bytes must be positive, got {max_body_bytes}")
+        raise LimitError("max_body_bytes", max_body_bytes, "a positive number of bytes")
     if not sweep_interval >= 0:
         raise ValueError(f"sweep_interval must be 0 (no timer) or positive, got {sweep_interval}")
     registry = getattr(target, "registry", REGISTRY)  # a Coordinator's own, given or default
@@ -187,16 +191,12 @@ def create_app(
     if installed("a2a"):
         from coordinator.server.a2a import A2A_PATH, a2a_routes
 
-        agents += a2a_routes(gate, methods, public_url + A2A_PATH, auth, max_body_bytes)
+        agents += a2a_routes(gate, methods, public_url + A2A_PATH, auth)
 
     async def chap(request: Request) -> Response:
         if request.method == "OPTIONS":
             return Response(status_code=204)
-        body = await read_body(request, max_body_bytes)
-        if body is None:
-            return _rpc_error(
-                400, PARSE_ERROR, f"Request body larger than {max_body_bytes} bytes"
-            )
+        body = await request.body()  # at most max_body_bytes (BodyLimit)
         authorise = None
         if auth is not None:
             admission = auth.admission(request.headers.get("authorization"), body)
@@ -250,6 +250,8 @@ def create_app(
         browser,
         routes=routes,
         lifespan=lifespan,
+        # Every route's body is bounded before the route sees it (server/body.py).
+        middleware=[Middleware(BodyLimit, max_body_bytes=max_body_bytes, auth=auth)],
         exception_handlers={HTTPException: _http_error, Exception: _internal_error},
     )
     # /chap/ is another path (404 JSON), not a redirect with an empty body.

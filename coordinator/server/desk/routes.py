@@ -16,6 +16,7 @@ from coordinator.extras import needs
 from coordinator.server.auth import Authenticator, Identity
 from coordinator.server.authz import readable, visible_to
 from coordinator.server.desk.events import EventHub, resume_points
+from coordinator.server.desk.snapshots import held_workspace, snapshot_chunks
 from coordinator.server.dispatcher import SerialDispatcher
 from storage import Store
 
@@ -120,11 +121,13 @@ def desk_routes(
             refusal = await dispatcher.run(lambda: readable(target, who, wid))
             if refusal is not None:
                 return _json(error_response(None, refusal), 403)
-        try:
-            data = await dispatcher.run(lambda: target.snapshot(wid))
-        except KeyError:
+        # Streamed from the store, off the dispatcher (desk/snapshots.py).
+        held = await held_workspace(target.store, wid)
+        if held is None:
             return _bad(f"Unknown workspace {wid!r}", status=404)
-        return _json(data)
+        return StreamingResponse(
+            snapshot_chunks(target.store, held), media_type="application/json", headers=_NO_STORE
+        )
 
     async def events(request: Request) -> Response:
         try:

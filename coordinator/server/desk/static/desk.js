@@ -994,7 +994,7 @@ async function renderWorkspace(current) {
   const tasks = Object.values(state.snapshot.tasks);
   const byState = {};
   for (const t of tasks) (byState[t.state] ||= []).push(t);
-  const log = await chap("audit.read", { workspace: state.workspace, from: state.me });
+  const log = await readLog();
   let verdict;
   try {
     const v = await chap("audit.verify_chain", { workspace: state.workspace, from: state.me });
@@ -1043,6 +1043,19 @@ async function renderWorkspace(current) {
     h("h2", {}, "Audit timeline"),
     verdict,
     table("Audit timeline, newest first", ["Seq", "Arrived (UTC)", "Method", "Actor", "Task", "Outcome", "Link"], rows, "The log is empty."));
+}
+
+// The whole log, page by page: each audit.read answer stops at the server's
+// byte budget and its next_seq says where the next page starts.
+async function readLog() {
+  const entries = [];
+  for (let seq = 0; ;) {
+    const page = await chap("audit.read", { workspace: state.workspace, from: state.me, range: { from_seq: seq } });
+    for (const entry of page.entries) entries.push(entry);
+    if (!page.entries.length || page.next_seq <= seq || page.next_seq >= state.describe.audit_count) break;
+    seq = page.next_seq;
+  }
+  return { entries };
 }
 
 async function exportSnapshot() {
