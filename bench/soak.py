@@ -254,8 +254,6 @@ def _token(db: str) -> str:
     command = [sys.executable, "-m", "coordinator", "token", "create", "--db", db, "--as", LEAD]
     scoped = subprocess.run([*command, "--workspace", WORKSPACE, "--max-role", "admin", "--may-create"],
                             capture_output=True, text=True)
-    if scoped.returncode == 2:  # a chapline whose tokens carry no scopes yet
-        scoped = subprocess.run(command, capture_output=True, text=True)
     if scoped.returncode != 0:
         raise RuntimeError(f"chapline token create failed: {scoped.stderr}")
     return scoped.stdout.strip()

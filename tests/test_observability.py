@@ -351,7 +351,8 @@ def test_two_apps_in_one_process_keep_their_own_counts(tmp_path: Path) -> None:
 def test_healthz_and_readyz_answer_json_without_a_token(tmp_path: Path) -> None:
     db = tmp_path / "h.db"
     subprocess.run(
-        [sys.executable, "-m", "coordinator", "token", "create", "--db", str(db), "--as", ALICE],
+        [sys.executable, "-m", "coordinator", "token", "create", "--db", str(db), "--as", ALICE,
+         "--all-workspaces"],
         capture_output=True, text=True, env=env(), timeout=120, check=True, cwd=ROOT,
     )
     with Serve(db, "--auth") as server:
