@@ -393,10 +393,14 @@ def _serve(
                 f"{agents + '; ' if agents else ''}review desk at {_url(sock, '/')}"
             )
 
-        def serve_one(projections: list[tuple[str, str]], say: Callable[[str], str] | None) -> int:
+        def serve_one(
+            projections: list[tuple[str, str]],
+            say: Callable[[str], str] | None,
+            ready: Callable[[], None] | None = None,
+        ) -> int:
             return _serve_one(
                 db, host, sock, profiles, auth, require_signatures, oidc, projections, say,
-                sweep_interval,
+                sweep_interval, ready,
             )
 
         if workers == 1:
@@ -416,7 +420,7 @@ def _serve(
             f", projecting {name} into {describe_target(target)}" for name, target in projections
         )
         print(announce(f"{workers} workers ", projected), flush=True)
-        return run_workers(workers, lambda: serve_one(projections, None))
+        return run_workers(workers, lambda ready: serve_one(projections, None, ready))
     finally:
         sock.close()
 
@@ -432,9 +436,11 @@ def _serve_one(
     projections: list[tuple[str, str]],
     announce: Callable[[str], str] | None,
     sweep_interval: float,
+    ready: Callable[[], None] | None = None,
 ) -> int:
     """One server process: its own coordinator on `db`, serving `sock`;
-    prints `announce(what the projections say)` once it is ready."""
+    prints `announce(what the projections say)` once it is ready, and calls
+    `ready()` once it accepts connections."""
     # Imported here so `chapline --help` works without loading the coordinator.
     import uvicorn
 
@@ -481,6 +487,7 @@ def _serve_one(
                     timeout_graceful_shutdown=30,
                 ),
                 stop=_signalled,
+                ready=ready,
             )
             _run(server, sock, None if announce is None else announce(projected))
         finally:

@@ -18,8 +18,9 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from types import FrameType
 from typing import Any
 
@@ -205,15 +206,43 @@ def create_app(
     return app
 
 
+# How long a stopping server waits for the request of a connection it has
+# just accepted (AppServer.shutdown).
+_FIRST_REQUEST_GRACE = 1.0
+
+
 class AppServer(uvicorn.Server):
     """uvicorn serving an app `create_app` built, which ends the desk's event
     streams when asked to stop (they never finish on their own, and a graceful
     stop waits for every response), and stops once `stop` is set (a signal
-    its handler could not deliver)."""
+    its handler could not deliver). `ready` is called once it accepts
+    connections (`serve --workers`: a reload waits for it)."""
 
-    def __init__(self, config: uvicorn.Config, stop: threading.Event) -> None:
+    def __init__(
+        self, config: uvicorn.Config, stop: threading.Event, ready: Callable[[], None] | None = None
+    ) -> None:
         super().__init__(config)
         self._stop = stop
+        self._ready = ready
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and self._ready is not None:
+            self._ready()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # Stop accepting, then let a connection accepted just before deliver
+        # its request (up to a second) before uvicorn closes those without
+        # one: under `--workers` the other workers take the new connections,
+        # and a reload drops no call (SPECIFICATION.md, "Several processes").
+        for server in self.servers:
+            server.close()
+        deadline = asyncio.get_running_loop().time() + _FIRST_REQUEST_GRACE
+        while any(
+            getattr(connection, "cycle", True) is None for connection in self.server_state.connections
+        ) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        await super().shutdown(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         app: Any = self.config.app  # the Starlette app create_app built
