@@ -69,6 +69,15 @@ class Supervised:
         self._reader.join(timeout=60)
         return code
 
+    def __enter__(self) -> Supervised:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        """Stopped; unless the block failed already, cleanly (exit 0)."""
+        code = self.stop()
+        if kind is None:
+            assert code == 0, self.log()
+
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
@@ -94,6 +103,13 @@ def _stat(pid: int) -> tuple[str, int]:
         return "", 0
     fields = stat[stat.rindex(b")") + 2:].split()
     return fields[0].decode(), int(fields[1])
+
+
+def _kill_left(pids: list[int]) -> None:
+    """After a failure: no worker of the test's outlives it."""
+    for pid in pids:
+        if not gone([pid]):
+            os.kill(pid, signal.SIGKILL)
 
 
 def gone(pids: list[int]) -> bool:
@@ -206,6 +222,7 @@ def test_workers_of_a_sigkilled_server_exit_and_its_port_serves_again(tmp_path: 
     db = str(tmp_path / "w.db")
     set_up(db, ["wsp_a"])
     server = Supervised(db)
+    pids: list[int] = []
     try:
         pids = eventually(lambda: len(server.workers()) == WORKERS and server.workers(), "workers")
         with httpx.Client(timeout=60) as http:
@@ -215,8 +232,7 @@ def test_workers_of_a_sigkilled_server_exit_and_its_port_serves_again(tmp_path: 
         eventually(lambda: gone(pids), "exit of every worker of the killed server", timeout=45)
     finally:
         server.kill()
-        for pid in children(server.proc.pid):
-            os.kill(pid, signal.SIGKILL)
+        _kill_left(pids)
     # The port is free at once: a new server listens on it and serves.
     again = Supervised(db, port=server.port)
     try:
@@ -226,6 +242,25 @@ def test_workers_of_a_sigkilled_server_exit_and_its_port_serves_again(tmp_path: 
     finally:
         assert again.stop() == 0, again.log()
     assert logged_tasks(db, ["wsp_a"]) == {"before": 1, "after": 1}
+
+
+def test_workers_of_a_server_sigkilled_as_they_start_exit_too(tmp_path: Path) -> None:
+    """Killed at once after the start-up line: the workers are still
+    importing, opening the database, perhaps not yet past their prctl."""
+    db = str(tmp_path / "w.db")
+    server = Supervised(db)
+    pids: list[int] = []
+    try:
+        pids = eventually(lambda: server.workers(), "a worker forked")
+        os.kill(server.proc.pid, signal.SIGKILL)
+        server.proc.wait(timeout=60)
+        pids = sorted({*pids, *children(server.proc.pid)})
+        eventually(lambda: gone(pids), "exit of every worker of the killed server", timeout=45)
+    finally:
+        server.kill()
+        _kill_left(pids)
+    with Supervised(db, port=server.port) as again, httpx.Client(timeout=60) as http:
+        assert "result" in http.post(again.url, json=_call("wsp_s", "c", "workspace.create")).json()
 
 
 # -- workers that come back -----------------------------------------------------
