@@ -67,13 +67,12 @@ def run_workers(
     *,
     backoff: Backoff = Backoff(),
     clock: Callable[[], float] = time.monotonic,
-    log: Callable[[str], None] | None = None,
 ) -> int:
     """Fork `count` processes running `serve`, keep `count` of them running
     until SIGINT or SIGTERM, then stop them and wait for all of them.
 
     Returns 0 when every worker exited 0 after that stop, 1 otherwise."""
-    return _Supervisor(count, serve, backoff, clock, log or _stderr).run()
+    return _Supervisor(count, serve, backoff, clock, _stderr).run()
 
 
 @dataclass
@@ -169,7 +168,16 @@ class _Supervisor:
         # has the handlers it needs.
         signal.pthread_sigmask(signal.SIG_BLOCK, _HANDLED)
         try:
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except OSError as exc:  # out of processes or memory: retried as a death is
+                os.close(ready_r)
+                os.close(ready_w)
+                self._streak += 1
+                delay = self._backoff.delay(self._streak)
+                self._due = self._clock() + delay
+                self._log(f"chapline: cannot start a worker: {exc}; trying again in {delay:g} s")
+                return
             if pid == 0:
                 others = [w.ready_fd for w in self._workers.values() if w.ready_fd is not None]
                 parents = [self._alive_w, self._wake_r, self._wake_w, ready_r]
