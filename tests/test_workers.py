@@ -335,7 +335,11 @@ def test_a_worker_failing_at_start_is_retried_with_a_growing_delay(tmp_path: Pat
 # -- SIGHUP -------------------------------------------------------------------------
 
 
-def test_sighup_replaces_every_worker_under_load_without_a_failed_call(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fresh", [True, False], ids=["new connection per call", "keep-alive"])
+def test_sighup_replaces_every_worker_under_load_without_a_failed_call(tmp_path: Path, fresh: bool) -> None:
+    """Clients on a new connection for each call, or each on its keep-alive
+    connection (the old worker's answers say `Connection: close` once it
+    stops, so the next call goes to a new connection)."""
     db = str(tmp_path / "w.db")
     workspaces = [f"wsp_h{i}" for i in range(6)]
     set_up(db, workspaces)
@@ -343,7 +347,7 @@ def test_sighup_replaces_every_worker_under_load_without_a_failed_call(tmp_path:
     load = None
     try:
         first = eventually(lambda: len(server.workers()) == WORKERS and server.workers(), "workers")
-        load = Load(server.url, workspaces, fresh=True)
+        load = Load(server.url, workspaces, fresh=fresh)
         eventually(lambda: load.count() >= 30, "calls answered")
         os.kill(server.proc.pid, signal.SIGHUP)
         eventually(lambda: "every worker replaced" in server.log(), "the reload's end", timeout=90)

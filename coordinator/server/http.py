@@ -43,6 +43,7 @@ from coordinator.server.auth import Authenticator
 from coordinator.server.body import MAX_BODY_BYTES, read_body
 from coordinator.server.desk import DeskTarget, EventHub, desk_routes
 from coordinator.server.dispatcher import SerialDispatcher, sweep_every
+from coordinator.server.drain import Draining, settle
 
 with needs("server"):
     import uvicorn
@@ -206,11 +207,6 @@ def create_app(
     return app
 
 
-# How long a stopping server waits for the request of a connection it has
-# just accepted (AppServer.shutdown).
-_FIRST_REQUEST_GRACE = 1.0
-
-
 class AppServer(uvicorn.Server):
     """uvicorn serving an app `create_app` built, which ends the desk's event
     streams when asked to stop (they never finish on their own, and a graceful
@@ -221,6 +217,10 @@ class AppServer(uvicorn.Server):
     def __init__(
         self, config: uvicorn.Config, stop: threading.Event, ready: Callable[[], None] | None = None
     ) -> None:
+        app: Any = config.app  # the Starlette app create_app built
+        self._app = app
+        self._draining = Draining(app)
+        config.app = self._draining
         super().__init__(config)
         self._stop = stop
         self._ready = ready
@@ -231,22 +231,18 @@ class AppServer(uvicorn.Server):
             self._ready()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        # Stop accepting, then let a connection accepted just before deliver
-        # its request (up to a second) before uvicorn closes those without
-        # one: under `--workers` the other workers take the new connections,
-        # and a reload drops no call (SPECIFICATION.md, "Several processes").
+        # Stop accepting, then let the connections settle before uvicorn
+        # closes those left (coordinator/server/drain.py): under `--workers`
+        # the other workers take the new connections, and a reload fails no
+        # call (SPECIFICATION.md, "Several processes on one database").
         for server in self.servers:
             server.close()
-        deadline = asyncio.get_running_loop().time() + _FIRST_REQUEST_GRACE
-        while any(
-            getattr(connection, "cycle", True) is None for connection in self.server_state.connections
-        ) and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.01)
+        self._draining.on = True
+        await settle(self.server_state.connections)
         await super().shutdown(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        app: Any = self.config.app  # the Starlette app create_app built
-        app.state.events.close()
+        self._app.state.events.close()
         super().handle_exit(sig, frame)
 
     async def on_tick(self, counter: int) -> bool:
