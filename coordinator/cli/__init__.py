@@ -521,10 +521,14 @@ def _serve(
                 f"{agents + '; ' if agents else ''}review desk at {_url(sock, '/')}"
             )
 
-        def serve_one(projections: list[tuple[str, str]], say: Callable[[str], str] | None) -> int:
+        def serve_one(
+            projections: list[tuple[str, str]],
+            say: Callable[[str], str] | None,
+            ready: Callable[[], None] | None = None,
+        ) -> int:
             return _serve_one(
                 db, sock, profiles, auth, require_signatures, oidc, projections, say,
-                sweep_interval, browser, scope_claim, write_wait, log_format, limits,
+                sweep_interval, browser, scope_claim, write_wait, log_format, limits, ready,
             )
 
         if log_format == "json":
@@ -552,7 +556,7 @@ def _serve(
         # The workers count into files of one directory, added up by whichever
         # answers a scrape of /metrics (SPECIFICATION.md, "Observability").
         with multiprocess_dir() if installed("metrics") else contextlib.nullcontext():
-            return run_workers(workers, lambda: serve_one(projections, None))
+            return run_workers(workers, lambda ready: serve_one(projections, None, ready))
     finally:
         sock.close()
 
@@ -572,9 +576,11 @@ def _serve_one(
     write_wait: float | None,
     log_format: str,
     limits: ServerLimits,
+    ready: Callable[[], None] | None = None,
 ) -> int:
     """One server process: its own coordinator on `db`, serving `sock`;
-    prints `announce(what the projections say)` once it is ready."""
+    prints `announce(what the projections say)` once it is ready, and calls
+    `ready()` once it accepts connections."""
     # Imported here so `chapline --help` works without loading the coordinator.
     import uvicorn
 
@@ -632,6 +638,7 @@ def _serve_one(
                     timeout_keep_alive=limits.idle_timeout,
                 ),
                 stop=_signalled,
+                ready=ready,
             )
             _run(server, sock, None if announce is None else announce(projected))
         finally:

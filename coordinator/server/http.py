@@ -22,8 +22,9 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,7 @@ from coordinator.server.body import BodyLimit
 from coordinator.server.browser import DEFAULT_POLICY, BrowserGuard, BrowserPolicy
 from coordinator.server.desk import DeskTarget, EventHub, desk_routes
 from coordinator.server.dispatcher import SerialDispatcher, sweep_every
+from coordinator.server.drain import Draining, settle
 from coordinator.server.limits import MAX_BODY_BYTES
 from coordinator.server.observed import Observability
 from coordinator.server.rights import RightsWatch
@@ -281,15 +283,38 @@ class AppServer(uvicorn.Server):
     """uvicorn serving an app `create_app` built, which ends the desk's event
     streams when asked to stop (they never finish on their own, and a graceful
     stop waits for every response), and stops once `stop` is set (a signal
-    its handler could not deliver)."""
+    its handler could not deliver). `ready` is called once it accepts
+    connections (`serve --workers`: a reload waits for it)."""
 
-    def __init__(self, config: uvicorn.Config, stop: threading.Event) -> None:
+    def __init__(
+        self, config: uvicorn.Config, stop: threading.Event, ready: Callable[[], None] | None = None
+    ) -> None:
+        app: Any = config.app  # the Starlette app create_app built
+        self._app = app
+        self._draining = Draining(app)
+        config.app = self._draining
         super().__init__(config)
         self._stop = stop
+        self._ready = ready
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and self._ready is not None:
+            self._ready()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # Stop accepting, then let the connections settle before uvicorn
+        # closes those left (coordinator/server/drain.py): under `--workers`
+        # the other workers take the new connections, and a reload fails no
+        # call (SPECIFICATION.md, "Several processes on one database").
+        for server in self.servers:
+            server.close()
+        self._draining.on = True
+        await settle(self.server_state.connections)
+        await super().shutdown(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        app: Any = self.config.app  # the Starlette app create_app built
-        app.state.events.close()
+        self._app.state.events.close()
         super().handle_exit(sig, frame)
 
     async def on_tick(self, counter: int) -> bool:

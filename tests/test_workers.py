@@ -1,0 +1,368 @@
+"""`chapline serve --workers N` supervised (SPECIFICATION.md, "Several
+processes on one database"): workers never outlive a SIGKILLed parent (its
+port takes a new server at once), a worker that dies is replaced while the
+server keeps answering, a worker failing at start is retried with a growing
+delay, and SIGHUP replaces every worker without a failed call.
+
+Real processes on loopback; every wait is bounded and waits for a positive
+signal (a process gone, a line logged, a call answered)."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from servers import ROOT, env
+from support import ALICE, BOT, eventually
+
+from coordinator import Coordinator
+from coordinator.server.workers import Backoff
+from storage.target import open_store
+
+WORKERS = 3
+
+
+class Supervised:
+    """`python -m coordinator serve --workers N ...`, its standard error read
+    as it comes (`lines`)."""
+
+    def __init__(self, db: str, *options: str, port: int = 0, workers: int = WORKERS) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "coordinator", "serve", "--db", db, "--port", str(port),
+             "--workers", str(workers), *options],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
+        )
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        self.line = self.proc.stdout.readline()
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, args=(self.proc.stderr,), daemon=True)
+        self._reader.start()
+        if "serving CHAP on http://127.0.0.1:" not in self.line:
+            self.kill()
+            pytest.fail(f"serve did not start: {self.line!r} {self.log()}")
+        self.port = int(self.line.split("http://127.0.0.1:")[1].split("/")[0])
+        self.url = f"http://127.0.0.1:{self.port}/chap"
+
+    def _read(self, stream: Any) -> None:
+        for line in stream:
+            self.lines.append(line.rstrip("\n"))
+
+    def log(self) -> str:
+        return "\n".join(self.lines)
+
+    def workers(self) -> list[int]:
+        return children(self.proc.pid)
+
+    def stop(self) -> int:
+        """SIGTERM, then the exit code once it and its workers are done."""
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout=120)
+        self._reader.join(timeout=60)
+        return code
+
+    def __enter__(self) -> Supervised:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        """Stopped; unless the block failed already, cleanly (exit 0)."""
+        code = self.stop()
+        if kind is None:
+            assert code == 0, self.log()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=60)
+        self._reader.join(timeout=60)
+
+
+def children(pid: int) -> list[int]:
+    """The live (not zombie) processes whose parent is `pid`."""
+    return [p for p in _live() if _stat(p)[1] == pid]
+
+
+def _live() -> list[int]:
+    return [int(e) for e in os.listdir("/proc") if e.isdigit() and _stat(int(e))[0] not in ("", "Z", "X")]
+
+
+def _stat(pid: int) -> tuple[str, int]:
+    """A process's state letter and parent pid; ("", 0) once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return "", 0
+    fields = stat[stat.rindex(b")") + 2:].split()
+    return fields[0].decode(), int(fields[1])
+
+
+def _kill_left(pids: list[int]) -> None:
+    """After a failure: no worker of the test's outlives it."""
+    for pid in pids:
+        if not gone([pid]):
+            os.kill(pid, signal.SIGKILL)
+
+
+def gone(pids: list[int]) -> bool:
+    """Every one of `pids` has exited (a zombie nobody reaped counts as gone)."""
+    return all(_stat(p)[0] in ("", "Z", "X") for p in pids)
+
+
+def _call(workspace: str, rid: str, method: str, **params: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": rid, "method": method, "params": {"workspace": workspace, **params}}
+
+
+def _task(workspace: str, rid: str) -> dict[str, Any]:
+    return _call(workspace, rid, "task.create", **{"from": ALICE}, assignee=BOT, kind="k", input={"rid": rid})
+
+
+def set_up(db: str, workspaces: list[str]) -> None:
+    with Coordinator(open_store(db)) as coord:
+        for ws in workspaces:
+            for envelope in (
+                _call(ws, "c", "workspace.create"),
+                _call(ws, "a", "participant.join", **{"from": ALICE}, type="human", role="admin"),
+                _call(ws, "b", "participant.join", **{"from": BOT}, type="agent", role="drafter"),
+            ):
+                assert "result" in coord.dispatch(envelope)
+
+
+def logged_tasks(db: str, workspaces: list[str]) -> collections.Counter[str]:
+    """How often each task.create call's id is in the logs; every chain verifies."""
+    logged: collections.Counter[str] = collections.Counter()
+    with Coordinator(open_store(db)) as coord:
+        for ws in workspaces:
+            verdict = coord.dispatch(_call(ws, "v", "audit.verify_chain"))["result"]
+            assert verdict["status"] == "verified", (ws, verdict)
+            for entry in coord.store.read_entries(ws):
+                call = entry.get("envelope") or {}
+                if call.get("method") == "task.create":
+                    logged[call["id"]] += 1
+    return logged
+
+
+class Load:
+    """`clients` threads, each calling task.create on its own workspace
+    until `finish()`; a call is acknowledged when answered with a result.
+    `fresh`: a new connection for every call (`Connection: close`)."""
+
+    def __init__(self, url: str, workspaces: list[str], fresh: bool = False) -> None:
+        self.acknowledged: list[str] = []
+        self.failed: list[tuple[str, str, str]] = []  # (call id, "transport" or "answer", what)
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._headers = {"Connection": "close"} if fresh else {}
+        self._threads = [
+            threading.Thread(target=self._client, args=(url, ws, i)) for i, ws in enumerate(workspaces)
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _client(self, url: str, ws: str, index: int) -> None:
+        with httpx.Client(timeout=60, headers=self._headers) as http:
+            k = 0
+            while not self._done.is_set():
+                rid = f"c{index}-{k}"
+                k += 1
+                try:
+                    body = http.post(url, json=_task(ws, rid)).json()
+                except httpx.HTTPError as exc:
+                    with self._lock:
+                        self.failed.append((rid, "transport", repr(exc)))
+                    continue
+                with self._lock:
+                    if "result" in body:
+                        self.acknowledged.append(rid)
+                    else:
+                        self.failed.append((rid, "answer", repr(body)))
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self.acknowledged)
+
+    def finish(self) -> None:
+        self._done.set()
+        for t in self._threads:
+            t.join(timeout=120)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return str(tmp_path / "w.db")
+    server = request.getfixturevalue("pg_server")
+    return server.uri(server.new_database())
+
+
+# -- the delay between restarts -----------------------------------------------
+
+
+def test_backoff_doubles_from_first_up_to_its_cap() -> None:
+    backoff = Backoff(first=0.1, cap=10.0)
+    delays = [backoff.delay(n) for n in range(1, 12)]
+    assert delays[:4] == [0.1, 0.2, 0.4, 0.8]
+    assert all(later == min(10.0, 2 * earlier) for earlier, later in itertools.pairwise(delays))
+    assert delays[-1] == 10.0
+    assert backoff.delay(10_000) == 10.0  # a very long crash loop stays at the cap
+
+
+# -- tied to the parent ---------------------------------------------------------
+
+
+def test_workers_of_a_sigkilled_server_exit_and_its_port_serves_again(tmp_path: Path) -> None:
+    db = str(tmp_path / "w.db")
+    set_up(db, ["wsp_a"])
+    server = Supervised(db)
+    pids: list[int] = []
+    try:
+        pids = eventually(lambda: len(server.workers()) == WORKERS and server.workers(), "workers")
+        with httpx.Client(timeout=60) as http:
+            assert "result" in http.post(server.url, json=_task("wsp_a", "before")).json()
+        os.kill(server.proc.pid, signal.SIGKILL)
+        server.proc.wait(timeout=60)
+        eventually(lambda: gone(pids), "exit of every worker of the killed server", timeout=45)
+    finally:
+        server.kill()
+        _kill_left(pids)
+    # The port is free at once: a new server listens on it and serves.
+    again = Supervised(db, port=server.port)
+    try:
+        assert f":{server.port}/chap" in again.line
+        with httpx.Client(timeout=60) as http:
+            assert "result" in http.post(again.url, json=_task("wsp_a", "after")).json()
+    finally:
+        assert again.stop() == 0, again.log()
+    assert logged_tasks(db, ["wsp_a"]) == {"before": 1, "after": 1}
+
+
+def test_workers_of_a_server_sigkilled_as_they_start_exit_too(tmp_path: Path) -> None:
+    """Killed at once after the start-up line: the workers are still
+    importing, opening the database, perhaps not yet past their prctl."""
+    db = str(tmp_path / "w.db")
+    server = Supervised(db)
+    pids: list[int] = []
+    try:
+        pids = eventually(lambda: server.workers(), "a worker forked")
+        os.kill(server.proc.pid, signal.SIGKILL)
+        server.proc.wait(timeout=60)
+        pids = sorted({*pids, *children(server.proc.pid)})
+        eventually(lambda: gone(pids), "exit of every worker of the killed server", timeout=45)
+    finally:
+        server.kill()
+        _kill_left(pids)
+    with Supervised(db, port=server.port) as again, httpx.Client(timeout=60) as http:
+        assert "result" in http.post(again.url, json=_call("wsp_s", "c", "workspace.create")).json()
+
+
+# -- workers that come back -----------------------------------------------------
+
+
+def test_a_worker_killed_mid_load_is_replaced_and_no_acknowledged_call_is_lost(target: str) -> None:
+    workspaces = [f"wsp_k{i}" for i in range(6)]
+    set_up(target, workspaces)
+    server = Supervised(target)
+    load = None
+    try:
+        first = eventually(lambda: len(server.workers()) == WORKERS and server.workers(), "workers")
+        load = Load(server.url, workspaces)
+        eventually(lambda: load.count() >= 30, "calls answered")
+        victim = first[0]
+        os.kill(victim, signal.SIGKILL)
+        eventually(lambda: f"worker {victim} was killed by SIGKILL; starting another in" in server.log(),
+                   "the death logged")
+        replaced = eventually(
+            lambda: len(w := server.workers()) == WORKERS and victim not in w and w, "a replacement"
+        )
+        assert set(first) - {victim} <= set(replaced)  # the others kept running
+        after = load.count()
+        eventually(lambda: load.count() >= after + 30, "calls answered after the replacement")
+        load.finish()
+    finally:
+        if load is not None:
+            load.finish()
+        code = server.stop()
+    assert code == 0, server.log()
+    # Only calls in flight on the killed worker's connections may have
+    # failed, as a broken connection; every answer was a result.
+    assert [f for f in load.failed if f[1] != "transport"] == []
+    logged = logged_tasks(target, workspaces)
+    assert [rid for rid in load.acknowledged if logged[rid] != 1] == []
+    assert [rid for rid, n in logged.items() if n > 1] == []
+
+
+def test_a_worker_failing_at_start_is_retried_with_a_growing_delay(tmp_path: Path) -> None:
+    """The database's directory renamed away: a new worker cannot open the
+    database and exits 1, again and again; the running ones keep their open
+    files. Renamed back, the next attempt serves."""
+    home = tmp_path / "data"
+    home.mkdir()
+    db = str(home / "w.db")
+    set_up(db, ["wsp_f"])
+    server = Supervised(db)
+    try:
+        first = eventually(lambda: len(server.workers()) == WORKERS and server.workers(), "workers")
+        home.rename(tmp_path / "away")
+        os.kill(first[0], signal.SIGKILL)
+        retries = "exited with status 1; starting another in "
+        failures = eventually(
+            lambda: len(f := [line for line in server.lines if retries in line]) >= 4 and f,
+            "four failed starts", timeout=60,
+        )
+        assert "cannot open the database" in server.log()
+        (tmp_path / "away").rename(home)
+        eventually(lambda: len(w := server.workers()) == WORKERS and first[0] not in w, "a worker serving again",
+                   timeout=60)
+        with httpx.Client(timeout=60) as http:
+            assert "result" in http.post(server.url, json=_task("wsp_f", "back")).json()
+    finally:
+        code = server.stop()
+    assert code == 0, server.log()
+    # Each failed start doubles the wait before the next (up to the cap).
+    delays = [float(line.split(retries)[1].split(" s")[0]) for line in failures]
+    assert all(later == min(Backoff().cap, 2 * earlier) for earlier, later in itertools.pairwise(delays)), delays
+    assert logged_tasks(db, ["wsp_f"]) == {"back": 1}
+
+
+# -- SIGHUP -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fresh", [True, False], ids=["new connection per call", "keep-alive"])
+def test_sighup_replaces_every_worker_under_load_without_a_failed_call(tmp_path: Path, fresh: bool) -> None:
+    """Clients on a new connection for each call, or each on its keep-alive
+    connection (the old worker's answers say `Connection: close` once it
+    stops, so the next call goes to a new connection)."""
+    db = str(tmp_path / "w.db")
+    workspaces = [f"wsp_h{i}" for i in range(6)]
+    set_up(db, workspaces)
+    server = Supervised(db)
+    load = None
+    try:
+        first = eventually(lambda: len(server.workers()) == WORKERS and server.workers(), "workers")
+        load = Load(server.url, workspaces, fresh=fresh)
+        eventually(lambda: load.count() >= 30, "calls answered")
+        os.kill(server.proc.pid, signal.SIGHUP)
+        eventually(lambda: "every worker replaced" in server.log(), "the reload's end", timeout=90)
+        now = server.workers()
+        assert len(now) == WORKERS and set(now).isdisjoint(first), (first, now)
+        after = load.count()
+        eventually(lambda: load.count() >= after + 30, "calls answered after the reload")
+        load.finish()
+    finally:
+        if load is not None:
+            load.finish()
+        code = server.stop()
+    assert code == 0, server.log()
+    assert load.failed == []
+    assert gone(first)
+    logged = logged_tasks(db, workspaces)
+    assert sorted(logged) == sorted(load.acknowledged)
+    assert set(logged.values()) == {1}
