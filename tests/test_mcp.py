@@ -227,7 +227,7 @@ def test_discover_advertises_both_eras(in_process) -> None:
 def test_a_review_story_over_stdio(tmp_path: Path, mode: str) -> None:
     db = tmp_path / "mcp.db"
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "coordinator", "mcp", "--db", str(db)], env=env()
+        command=sys.executable, args=["-m", "coordinator", "mcp", "--db", str(db), "--allow-unbound-humans"], env=env()
     )
 
     async def run() -> dict[str, Any]:
