@@ -468,3 +468,40 @@ def test_an_llm_style_review_story_uses_only_listed_tools(db: Path) -> None:
 def test_the_registry_names_the_human_only_methods() -> None:
     assert HUMANS_ONLY == {"chap.decide.approve", "chap.decide.reject", "chap.decide.override"}
     assert Binding().allow_unbound_humans
+
+
+# -- every parameter described, with an example that fits -------------------------------------
+
+
+def test_every_tool_parameter_is_described_with_an_example_its_schema_accepts() -> None:
+    from jsonschema import Draft202012Validator
+
+    for method in REGISTRY.implemented() + REGISTRY.extension_methods():
+        for name, prop in method.params["properties"].items():
+            assert prop.get("description"), (method.name, name)
+            (example,) = prop["examples"]
+            Draft202012Validator(prop).validate(example)
+    review = REGISTRY.get("review.request")
+    assert review is not None and review.params["properties"]["artefact"]["type"] == [
+        "object", "array", "string", "number", "boolean", "null"]
+    override = REGISTRY.get("decide.override")
+    assert override is not None
+    operation = override.params["properties"]["diff"]["items"]
+    assert operation["required"] == ["op", "path"] and all(p.get("description") for p in operation["properties"].values())
+
+
+def test_results_are_structured_content_under_an_output_schema(in_process) -> None:
+    server, _ = in_process
+
+    async def run() -> tuple[list[Any], Any, Any]:
+        async with Client(server, mode="legacy") as client:
+            listed = (await client.list_tools()).tools
+            read = await client.call_tool("chap.audit.read", {"workspace": WS})
+            refused = await client.call_tool("chap.task.update", {"workspace": WS, "from": ALICE, "task_id": "nope",
+                                                                  "state": "in_progress"})
+            return listed, read, refused
+
+    listed, read, refused = anyio.run(run)
+    assert all(t.output_schema and t.output_schema["type"] == "object" for t in listed)
+    assert structured(read)["entries"][0]["envelope"]["method"] == "workspace.create"
+    assert refused.is_error and structured(refused)["chap_error"] == -32602

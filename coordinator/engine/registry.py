@@ -57,6 +57,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from coordinator.engine.glossary import described
 from coordinator.engine.wire import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -85,6 +86,7 @@ __all__ = [
     "EXTENSION_PROFILE_PREFIX",
     "FROM",
     "INTEGER",
+    "JSON_VALUE",
     "OBJECT",
     "OPEN_OBJECT",
     "PROFILES_0_3",
@@ -307,7 +309,7 @@ class Profile:
                     floor=floor,
                     pause_exempt=pause_exempt,
                     records_refusals=(not read) if records_refusals is None else records_refusals,
-                    params=params if params is not None else schema(),
+                    params=described(params if params is not None else schema()),
                     title=title,
                     description=description,
                     annotations={"readOnlyHint": read, "idempotentHint": read, **(annotations or {})},
@@ -514,6 +516,9 @@ OBJECT: Mapping[str, Any] = {"type": "object"}
 OPEN_OBJECT: Mapping[str, Any] = {"type": "object", "additionalProperties": True}
 ARRAY: Mapping[str, Any] = {"type": "array"}
 ANY: Mapping[str, Any] = {}
+# Any JSON value, said as a type (artefacts, outputs, patch values): clients
+# that fill arguments from a schema need a type to go by.
+JSON_VALUE: Mapping[str, Any] = {"type": ["object", "array", "string", "number", "boolean", "null"]}
 WORKSPACE: Mapping[str, Any] = {"type": "string", "description": "The workspace id."}
 FROM: Mapping[str, Any] = {"type": "string", "description": "The caller's participant URI."}
 
