@@ -342,16 +342,17 @@ def test_safe_names_hold_only_letters_digits_underscores_and_dashes() -> None:
 # -- bound over HTTP under --auth: MCP and A2A -----------------------------------------------
 
 
-def test_over_http_a_token_binds_the_session(served_with_auth: Served) -> None:
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+def test_over_http_a_token_binds_the_session(served_with_auth: Served, mode: str) -> None:
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
-    w = {"workspace": "wsp_http_bound"}
+    w = {"workspace": f"wsp_http_bound_{mode.replace('-', '')}"}
 
     async def session(token: str, work: Any) -> Any:
         async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as http:
             transport = streamable_http_client(served_with_auth.url + "/mcp", http_client=http)
-            async with Client(transport, mode="legacy") as client:
+            async with Client(transport, mode=mode) as client:
                 return await work(client)
 
     async def alice(client: Client) -> Any:
