@@ -506,3 +506,15 @@ def test_results_are_structured_content_under_an_output_schema(in_process) -> No
     assert all(t.output_schema and t.output_schema["type"] == "object" for t in listed)
     assert structured(read)["entries"][0]["envelope"]["method"] == "workspace.create"
     assert refused.is_error and structured(refused)["chap_error"] == -32602
+
+
+def test_over_http_who_calls_is_checked_before_the_parameters(served_with_auth: Served) -> None:
+    """Without a token, a call with a misspelt parameter is refused for the
+    token (-32902), as POST /chap answers, not for the parameter."""
+
+    async def run() -> tuple[bool, Any]:
+        async with Client(served_with_auth.url + "/mcp", mode="legacy") as client:
+            return _result(await client.call_tool("chap.audit.read", {"workspace": WS, "form_seq": 1}))
+
+    error, refusal = anyio.run(run)
+    assert error and refusal["chap_error"] == -32902

@@ -172,23 +172,24 @@ class ChaplineAgentExecutor(AgentExecutor):
             ), True
         if not isinstance(params, dict):
             return _error(INVALID_PARAMS, f"Invalid params: {where} must be an object"), True
-        unknown = unknown_parameters(method, params)
-        if unknown is not None:
-            return _error(unknown.code, unknown.message, unknown.data), True
         number = next(self._numbers)
 
         def envelope_of(params: dict[str, Any]) -> bytes:
             return msgspec.json.encode({"jsonrpc": "2.0", "id": f"a2a-{number}", "method": method.name, "params": params})
 
+        principal = None
         if self._auth is not None:
             # Bound as MCP is under --auth: to the token's principal (mcp_binding.py).
             header = (context.call_context.state.get("headers") or {}).get("authorization")
+            admitted = authenticated(self._auth, header, envelope_of(params))
+            if admitted is not None:
+                return _error(admitted.code, admitted.message, admitted.data), True
             principal = principal_of(self._auth, header)
-            refused = may_call(method, Binding(principal)) or authenticated(self._auth, header, envelope_of(params))
-            if refused is None:
-                params, refused = bind(method, params, principal, "the principal of its bearer token")
-            if refused is not None:
-                return _error(refused.code, refused.message, refused.data), True
+        refused = may_call(method, Binding(principal)) or unknown_parameters(method, params)
+        if refused is None:
+            params, refused = bind(method, params, principal, "the principal of its bearer token")
+        if refused is not None:
+            return _error(refused.code, refused.message, refused.data), True
         response = await self._call(envelope_of(params))
         if "error" in response:
             error = response["error"]

@@ -317,32 +317,32 @@ def create_mcp_server(
                 "chapline's own x-chapline.* methods, as the server was started to offer)",
             )
         session = binding_of(ctx)
-        refused = may_call(method, session) or unknown_parameters(method, params.arguments or {})
-        if refused is not None:
-            return _refused(refused)
-        try:
-            arguments = coerce_arguments(method, params.arguments or {})
-        except _BadArgument as exc:
-            return _chap_error(INVALID_PARAMS, f"Invalid params: {exc}")
-        number = next(numbers)
+        given = dict(params.arguments or {})
 
-        def envelope_of(arguments: dict[str, Any]) -> bytes:
+        def envelope_of(arguments: dict[str, Any], number: int | None) -> bytes:
             return msgspec.json.encode(
                 {"jsonrpc": "2.0", "id": f"mcp-{number}", "method": method.name, "params": arguments}
             )
 
+        how = "bound by --as"
         if auth is not None:
+            # Who is calling first, as POST /chap checks it before anything else.
             header = _authorization(getattr(ctx.request, "headers", None))
-            admitted = authenticated(auth, header, envelope_of(arguments))
-            if isinstance(admitted, RpcError):
+            admitted = authenticated(auth, header, envelope_of(given, None))
+            if admitted is not None:
                 return _refused(admitted)
             how = "the principal of its bearer token"
-        else:
-            how = "bound by --as"
+        refused = may_call(method, session) or unknown_parameters(method, given)
+        if refused is not None:
+            return _refused(refused)
+        try:
+            arguments = coerce_arguments(method, given)
+        except _BadArgument as exc:
+            return _chap_error(INVALID_PARAMS, f"Invalid params: {exc}")
         arguments, refused = bind(method, arguments, session.principal, how)
         if refused is not None:
             return _refused(refused)
-        response = await call(envelope_of(arguments))
+        response = await call(envelope_of(arguments, next(numbers)))
         await announce_changes(ctx, session.principal)
         if "error" in response:
             error = response["error"]
