@@ -126,7 +126,7 @@ def test_a_session_bound_with_as_cannot_act_as_anyone_else(db: Path) -> None:
     assert _senders(db) == [*before, ("task.create", BOT), ("task.create", BOT)]
 
 
-def test_as_must_name_a_participant(tmp_path: Path) -> None:
+def test_bad_mcp_session_options_exit_2(tmp_path: Path) -> None:
     for options in (["--as", "alice"], ["--as", BOT, "--allow-unbound-humans"], ["--http", "--as", BOT]):
         done = subprocess.run(
             [sys.executable, "-m", "coordinator", "mcp", "--db", str(tmp_path / "x.db"), *options],
@@ -135,6 +135,12 @@ def test_as_must_name_a_participant(tmp_path: Path) -> None:
         assert done.returncode == 2, (options, done.stderr)
         assert done.stderr.startswith("chapline: mcp: --as"), done.stderr
         assert "Traceback" not in done.stderr
+    for options in (["--http", "--tool-names", "safe"], ["--tools", "chap.task.*,,"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "coordinator", "mcp", "--db", str(tmp_path / "x.db"), *options],
+            capture_output=True, text=True, env=env(), timeout=120, stdin=subprocess.DEVNULL,
+        )
+        assert done.returncode == 2 and "--tool" in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
 # -- unbound on stdio: no human-only methods unless --allow-unbound-humans ------------------
