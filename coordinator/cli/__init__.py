@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from coordinator import __version__
 from coordinator.cli import copy as copy_command
 from coordinator.cli import log as log_commands
+from coordinator.cli import mcp_options
 from coordinator.engine.registry import profile_name, profile_names
 from coordinator.errors import LimitError
 from coordinator.extras import MissingExtraError, installed
@@ -108,6 +109,11 @@ def _command(args: argparse.Namespace) -> int:
     if args.command == "mcp" and not args.http and args.auth:
         print("chapline: mcp: --auth needs --http (on stdio, whoever runs the process is its user)", file=sys.stderr)
         return 2
+    if args.command == "mcp":
+        problem = mcp_options.usage_problem(args)
+        if problem is not None:
+            print(f"chapline: mcp: {problem}", file=sys.stderr)
+            return 2
     try:
         profiles = _profiles(args.profiles, args.require_signatures)
         oidc = _oidc(args)
@@ -311,6 +317,7 @@ def _parser() -> argparse.ArgumentParser:
     for option in serve._actions[1:]:  # noqa: SLF001
         mcp._add_action(option)  # noqa: SLF001
     mcp.add_argument("--http", action="store_true", help="serve over HTTP instead of stdio")
+    mcp_options.add_options(mcp)
     token = commands.add_parser(
         "token",
         help="create, list or revoke bearer tokens for `serve --auth`",
@@ -724,7 +731,7 @@ def _mcp_stdio(
     )
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        run_stdio(coord, coord.sweep, args.sweep_interval)
+        run_stdio(coord, coord.sweep, args.sweep_interval, **mcp_options.stdio_session(args))
     except KeyboardInterrupt:
         pass
     finally:

@@ -3,8 +3,9 @@ the gates, the audit log, the catalogue, MCP and the CLI read.
 
 Protocol facts (the same for every coordinator) are stated once, in
 `CHAP_0_3` below: each method's owning profile, whether it is privileged
-(a gated refusal of it is still recorded), and whether it answers whatever
-the workspace advertises.
+(a gated refusal of it is still recorded), whether it answers whatever
+the workspace advertises, and whether it is a human's decision on reviewed
+work (which MCP offers no agent, SPECIFICATION.md "MCP and A2A").
 
 Implementation facts are declared by the profile module that implements the
 method, right beside its handler::
@@ -56,6 +57,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from coordinator.engine.glossary import described
 from coordinator.engine.wire import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -84,6 +86,7 @@ __all__ = [
     "EXTENSION_PROFILE_PREFIX",
     "FROM",
     "INTEGER",
+    "JSON_VALUE",
     "OBJECT",
     "OPEN_OBJECT",
     "PROFILES_0_3",
@@ -116,6 +119,7 @@ class _Spec:
     profile: str
     privileged: bool = False
     always_available: bool = False
+    humans_only: bool = False
 
 
 def _methods(profile: str, names: str, **facts: bool) -> dict[str, _Spec]:
@@ -135,11 +139,9 @@ CHAP_0_3: Mapping[str, _Spec] = {
         "workspace.set_profiles participant.rotate_key participant.revoke_key",
         privileged=True,
     ),
-    **_methods(
-        "review/1.0",
-        "review.request decide.approve decide.reject decide.override abstain.declare "
-        "escalate.raise",
-    ),
+    **_methods("review/1.0", "review.request"),
+    **_methods("review/1.0", "decide.approve decide.reject decide.override", humans_only=True),
+    **_methods("review/1.0", "abstain.declare escalate.raise"),
     **_methods("routing/1.0", "task.route review.depth escalate.auto"),
     **_methods("whisper/1.0", "whisper.ask whisper.answer"),
     **_methods(
@@ -184,6 +186,8 @@ class Method:
     the codes audit.py never records). `params` is the JSON schema of the
     params object (MCP tool input); `title`, `description` and `annotations`
     are MCP tool hints. `extension`: a chapline extension method, not CHAP's.
+    `humans_only`: a human's decision on an agent's work (`decide.*`), which
+    a session bound to an agent is not offered.
     """
 
     name: str
@@ -201,6 +205,7 @@ class Method:
     description: str = ""
     annotations: Mapping[str, Any] = field(default_factory=dict)
     extension: bool = False
+    humans_only: bool = False
 
 
 # Refusals with these codes say nothing about the workspace and are never kept:
@@ -304,11 +309,12 @@ class Profile:
                     floor=floor,
                     pause_exempt=pause_exempt,
                     records_refusals=(not read) if records_refusals is None else records_refusals,
-                    params=params if params is not None else schema(),
+                    params=described(params if params is not None else schema()),
                     title=title,
                     description=description,
                     annotations={"readOnlyHint": read, "idempotentHint": read, **(annotations or {})},
                     extension=self.extension,
+                    humans_only=spec.humans_only,
                 )
             )
             return handler
@@ -399,7 +405,9 @@ class Registry:
                 declared[method.name] = method
         self._methods: dict[str, Method] = {
             name: declared.get(name)
-            or Method(name, spec.profile, spec.privileged, spec.always_available)
+            or Method(
+                name, spec.profile, spec.privileged, spec.always_available, humans_only=spec.humans_only
+            )
             for name, spec in CHAP_0_3.items()
         }
         self._extensions = {n: m for n, m in declared.items() if m.extension}
@@ -508,6 +516,9 @@ OBJECT: Mapping[str, Any] = {"type": "object"}
 OPEN_OBJECT: Mapping[str, Any] = {"type": "object", "additionalProperties": True}
 ARRAY: Mapping[str, Any] = {"type": "array"}
 ANY: Mapping[str, Any] = {}
+# Any JSON value, said as a type (artefacts, outputs, patch values): clients
+# that fill arguments from a schema need a type to go by.
+JSON_VALUE: Mapping[str, Any] = {"type": ["object", "array", "string", "number", "boolean", "null"]}
 WORKSPACE: Mapping[str, Any] = {"type": "string", "description": "The workspace id."}
 FROM: Mapping[str, Any] = {"type": "string", "description": "The caller's participant URI."}
 

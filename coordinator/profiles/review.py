@@ -17,7 +17,7 @@ from msgspec.structs import replace
 from coordinator.engine.call import Call
 from coordinator.engine.canonical import canonical_bytes, digest
 from coordinator.engine.patch import apply_patch
-from coordinator.engine.registry import ANY, BOOLEAN, STRING, Profile, schema
+from coordinator.engine.registry import ANY, BOOLEAN, JSON_VALUE, STRING, Profile, schema
 from coordinator.engine.wire import (
     DIGEST_MISMATCH,
     INVALID_PARAMS,
@@ -49,10 +49,14 @@ TAGS = {"type": "array", "items": STRING}
 PATCH_OPERATION = {
     "type": "object",
     "properties": {
-        "op": {"type": "string", "enum": ["add", "replace", "remove", "copy", "move", "test"]},
-        "path": STRING,
-        "value": ANY,
-        "from": STRING,
+        "op": {
+            "type": "string",
+            "enum": ["add", "replace", "remove", "copy", "move", "test"],
+            "description": "The operation.",
+        },
+        "path": {"type": "string", "description": "A JSON Pointer into the artefact, e.g. /text or /items/0."},
+        "value": {**JSON_VALUE, "description": "The value to add, replace with, or test for."},
+        "from": {"type": "string", "description": "The JSON Pointer copied or moved from."},
     },
     "required": ["op", "path"],
 }
@@ -127,7 +131,7 @@ def _same_json(a: Any, b: Any) -> bool:
     params=schema(
         ["workspace", "from", "task_id", "to", "artefact"],
         task_id=STRING,
-        artefact=ANY,
+        artefact=JSON_VALUE,
         to={"oneOf": [STRING, {"type": "array", "items": STRING}]},
         rule={
             "type": "string",

@@ -6,8 +6,8 @@ from typing import Any
 
 from coordinator.engine.call import Call
 from coordinator.engine.registry import (
-    ANY,
     BOOLEAN,
+    JSON_VALUE,
     OPEN_OBJECT,
     STRING,
     Profile,
@@ -188,7 +188,7 @@ def task_update(call: Call) -> dict[str, Any]:
     params=schema(
         ["workspace", "from", "task_id"],
         task_id=STRING,
-        output=ANY,
+        output=JSON_VALUE,
         confidence={"type": "string", "description": "A decimal as a string, e.g. \"0.9\"."},
         routing_hints=ROUTING_HINTS,
     ),

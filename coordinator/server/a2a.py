@@ -18,6 +18,11 @@ then fails to serialise (and, kept in its task store, would fail every later
 `ListTasks`). A failure inside the agent is answered -32603 with a log id,
 as POST /chap answers a defect.
 
+Under `--auth` a message is bound to its bearer token's principal as an MCP
+call is (mcp_binding.py): `from` is filled in when absent, may name no one
+else, and a human's decision is refused to any other participant. A
+parameter the method does not declare is refused (-32602) with or without.
+
 A2A carries numbers as doubles: whole numbers are given back their integer
 form before dispatch, so they hash as CHAP requires.
 """
@@ -47,6 +52,13 @@ from coordinator.server.a2a_tasks import BoundedTaskStore
 from coordinator.server.auth import Authenticator
 from coordinator.server.authz import authoriser
 from coordinator.server.catalogue import tool_name
+from coordinator.server.mcp_binding import (
+    Binding,
+    authenticated,
+    bind,
+    may_call,
+    unknown_parameters,
+)
 from coordinator.server.strict_json import loads
 from storage import StoreError
 
@@ -162,18 +174,28 @@ class ChaplineAgentExecutor(AgentExecutor):
             ), True
         if not isinstance(params, dict):
             return _error(INVALID_PARAMS, f"Invalid params: {where} must be an object"), True
-        envelope = {"jsonrpc": "2.0", "id": f"a2a-{next(self._numbers)}", "method": method.name, "params": params}
-        body = msgspec.json.encode(envelope)
-        if self._auth is None:
-            response = await self._call(body)
-        else:
-            headers = context.call_context.state.get("headers") or {}
-            admission = self._auth.admission(headers.get("authorization"), body)
-            if admission.refusal is not None:
-                error = admission.refusal[2]
-                return _error(error.code, error.message, error.data), True
-            assert admission.identity is not None
-            response = await self._call(body, authoriser(admission.identity))
+        number = next(self._numbers)
+
+        def envelope_of(params: dict[str, Any]) -> bytes:
+            return msgspec.json.encode({"jsonrpc": "2.0", "id": f"a2a-{number}", "method": method.name, "params": params})
+
+        principal = None
+        identity = None
+        if self._auth is not None:
+            # Bound as MCP is under --auth: to the token's principal (mcp_binding.py).
+            header = (context.call_context.state.get("headers") or {}).get("authorization")
+            admitted = authenticated(self._auth, header, envelope_of(params))
+            if isinstance(admitted, RpcError):
+                return _error(admitted.code, admitted.message, admitted.data), True
+            identity = admitted
+            principal = identity.principal
+        refused = may_call(method, Binding(principal)) or unknown_parameters(method, params)
+        if refused is None:
+            params, refused = bind(method, params, principal, "the principal of its bearer token")
+        if refused is not None:
+            return _error(refused.code, refused.message, refused.data), True
+        body = envelope_of(params)
+        response = await (self._call(body) if identity is None else self._call(body, authoriser(identity)))
         if "error" in response:
             error = response["error"]
             return _error(error.get("code"), error.get("message"), error.get("data")), True

@@ -22,6 +22,7 @@ from coordinator.engine.registry import (
     BOOLEAN,
     FROM,
     INTEGER,
+    JSON_VALUE,
     STRING,
     Profile,
     profile_name,
@@ -146,7 +147,8 @@ def _ingest(call: Call, plan: SubmittedPlan, held: dict[str, Any] | None) -> dic
         ["workspace", "from", "plan", "tasks"],
         plan={"type": "string", "description": "The plan's name; resubmit with the same name."},
         tasks={"type": "array", "items": {"type": "object"}, "description":
-               "{key, kind, input, assignee | role, priority, reads, writes, review, retry}"},
+               "{key, kind, input, assignee | role, priority, reads, writes, review, retry}",
+               "examples": [[{"key": "draft", "kind": "summary", "input": {"topic": "Q3"}, "role": "worker"}]]},
         edges={"type": "array", "items": {"type": "object"},
                "description": '{"from": key, "to": key, "type": "strong" | "weak"}: to waits for from.'},
     ),
@@ -439,7 +441,7 @@ def _review(call: Call, task: Task, actor: Member, output: Any) -> Task:
     params=schema(
         ["workspace", "from", "task_id", "token", "outcome"], task_id=TASK_ID, token=TOKEN,
         outcome={"type": "string", "enum": ["completed", "failed", "blocked"]},
-        output=ANY, confidence=ANY, error=ANY, retryable=BOOLEAN, question=ANY,
+        output=JSON_VALUE, confidence=ANY, error=ANY, retryable=BOOLEAN, question=ANY,
     ),
     title="Report an outcome",
     description="End the caller's claim: completed (opens the review if the task requires one), "
