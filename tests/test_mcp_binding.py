@@ -384,8 +384,10 @@ def test_over_http_a_token_binds_the_session(served_with_auth: Served, mode: str
     entries = httpx.post(served_with_auth.url + "/chap", timeout=60, json={
         "jsonrpc": "2.0", "id": 1, "method": "audit.read", "params": {**w, "from": ALICE}},
         headers={"Authorization": f"Bearer {served_with_auth.tokens[ALICE]}"}).json()["result"]["entries"]
+    # The token's principal joined as the creator's first admin (SPECIFICATION.md, "Authorisation").
     assert [(e["envelope"]["method"], e["envelope"]["params"].get("from")) for e in entries] == [
-        ("workspace.create", None), ("participant.join", ALICE), ("participant.join", BOT), ("task.create", BOT)]
+        ("workspace.create", None), ("participant.join", ALICE), ("participant.join", ALICE),
+        ("participant.join", BOT), ("task.create", BOT)]
 
 
 def test_over_a2a_a_token_binds_the_message(served_with_auth: Served) -> None:
@@ -516,11 +518,19 @@ def test_results_are_structured_content_under_an_output_schema(in_process) -> No
 
 def test_over_http_who_calls_is_checked_before_the_parameters(served_with_auth: Served) -> None:
     """Without a token, a call with a misspelt parameter is refused for the
-    token (-32902), as POST /chap answers, not for the parameter."""
+    token (-32902), as POST /chap answers, not for the parameter: not even
+    the handshake is served (SPECIFICATION.md, "MCP and A2A")."""
+    from mcp.shared.exceptions import MCPError
+    from test_mcp import _leaves
 
-    async def run() -> tuple[bool, Any]:
-        async with Client(served_with_auth.url + "/mcp", mode="legacy") as client:
-            return _result(await client.call_tool("chap.audit.read", {"workspace": WS, "form_seq": 1}))
+    async def run() -> list[MCPError]:
+        refused: list[MCPError] = []
+        try:
+            async with Client(served_with_auth.url + "/mcp", mode="legacy") as client:
+                await client.call_tool("chap.audit.read", {"workspace": WS, "form_seq": 1})
+        except* MCPError as group:
+            refused.extend(_leaves(group))
+        return refused
 
-    error, refusal = anyio.run(run)
-    assert error and refusal["chap_error"] == -32902
+    (error,) = anyio.run(run)
+    assert error.code == -32902
