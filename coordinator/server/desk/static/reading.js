@@ -39,13 +39,19 @@ export function readable(value) {
   return h("code", {}, JSON.stringify(value));
 }
 
+// Fields that name what an object is about, read first wherever they are
+// (the store keeps an object's keys sorted, not in the agent's order).
+const NAMING = ["title", "subject", "name", "summary", "headline"];
+
 // The first line a person would read: of a text its first non-blank line,
-// of an object or list the first text in it (in the agent's order).
+// of an object its naming field's or else its first text, of a list its
+// first text.
 export function firstLine(value) {
   // A markdown heading's marks are not part of what it says.
   if (typeof value === "string") return (value.split("\n").find((l) => l.trim()) || "").trim().replace(/^#{1,6}\s+/, "");
   if (Array.isArray(value) || isObject(value)) {
-    for (const item of Object.values(value)) {
+    const named = Array.isArray(value) ? [] : NAMING.filter((k) => typeof value[k] === "string").map((k) => value[k]);
+    for (const item of [...named, ...Object.values(value)]) {
       const line = firstLine(item);
       if (line) return line;
     }
