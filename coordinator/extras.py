@@ -36,6 +36,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "postgres": ("psycopg",),
     "crypto": ("cryptography", "joserfc", "cbor2"),
     "cli": ("rich",),
+    "client": ("httpx",),
 }
 
 

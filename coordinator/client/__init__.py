@@ -1,0 +1,20 @@
+"""[client] chapline for agents in other processes: `RemoteCoordinator` (and
+`AsyncRemoteCoordinator`) call `chapline serve` over HTTP as an embedded
+Coordinator answers, and wait for people's decisions (SPECIFICATION.md,
+"RemoteCoordinator", "Waiting for people")."""
+
+from __future__ import annotations
+
+from coordinator.client.remote import AsyncRemoteCoordinator, RemoteCoordinator, Retry, SigningKey
+from coordinator.client.reviewed import reviewed
+from coordinator.client.waiting import Decision, WhisperAnswer
+
+__all__ = [
+    "AsyncRemoteCoordinator",
+    "Decision",
+    "RemoteCoordinator",
+    "Retry",
+    "SigningKey",
+    "WhisperAnswer",
+    "reviewed",
+]
