@@ -168,8 +168,8 @@ class RemoteCoordinator:
     `get_workspace`, `workspaces`, and waiting for people (`wait_for_decision`,
     `wait_for_whisper_answer`). `token` is the bearer token (`chapline token
     create`), `key` a `(private_key, kid)` pair to sign every envelope with.
-    `retry`, `keys` (idempotency keys), `jitter` and `sleep` are injectable.
-    Connections are pooled; `close()` (or `with`) releases them."""
+    `retry`, `keys` (idempotency keys), `jitter`, `sleep` and the httpx
+    `transport` are injectable. Connections are pooled; `close()` (or `with`) releases them."""
 
     def __init__(
         self,
@@ -182,11 +182,14 @@ class RemoteCoordinator:
         keys: Callable[[], str] | None = None,
         jitter: Callable[[], float] | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        transport: httpx.BaseTransport | None = None,
     ) -> None:
         self._calls = _Calls(url, token, key, retry, keys, jitter)
         self._sleep = sleep
         self.url = self._calls.base
-        self.http = httpx.Client(base_url=self._calls.base, headers=self._calls.headers, timeout=timeout)
+        self.http = httpx.Client(
+            base_url=self._calls.base, headers=self._calls.headers, timeout=timeout, transport=transport
+        )
 
     def dispatch(self, envelope: Any) -> dict[str, Any]:
         """Send one envelope; its answer, as `Coordinator.dispatch` answers
@@ -301,11 +304,14 @@ class AsyncRemoteCoordinator:
         keys: Callable[[], str] | None = None,
         jitter: Callable[[], float] | None = None,
         sleep: Callable[[float], Awaitable[None]] = _async_sleep,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._calls = _Calls(url, token, key, retry, keys, jitter)
         self._sleep = sleep
         self.url = self._calls.base
-        self.http = httpx.AsyncClient(base_url=self._calls.base, headers=self._calls.headers, timeout=timeout)
+        self.http = httpx.AsyncClient(
+            base_url=self._calls.base, headers=self._calls.headers, timeout=timeout, transport=transport
+        )
 
     async def dispatch(self, envelope: Any) -> dict[str, Any]:
         """As `RemoteCoordinator.dispatch`."""
