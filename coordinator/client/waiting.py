@@ -8,14 +8,16 @@ snapshot says whether it is settled. A dropped stream (the server
 restarting, a stream ended as `lagged`) is reopened with `Last-Event-ID` set
 to the last seq seen, and the snapshot read again once it is open, so an
 entry missed in between (a server that keeps no ids, one that restarted) is
-never missed: the snapshot holds its effect.
+never missed: the snapshot holds its effect. A stream quiet for
+RECHECK_SECONDS is reopened after the same read (several workers each stream
+their own writes).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
@@ -25,17 +27,26 @@ from coordinator.extras import needs
 with needs("client"):
     import httpx
 
-if TYPE_CHECKING:
-    from coordinator.client.remote import RemoteCoordinator
-
-__all__ = ["Decision", "WhisperAnswer", "decision_of", "follow", "whisper_answer_of"]
+__all__ = ["Decision", "Server", "WhisperAnswer", "decision_of", "follow", "whisper_answer_of"]
 
 T = TypeVar("T")
 # How long to wait before reopening a dropped stream (the server restarting).
 _REOPEN_PAUSE = 0.2
+# After this long without an event the snapshot is read again: with several
+# workers (`serve --workers N`) a stream carries its own worker's entries only.
+RECHECK_SECONDS = 5.0
 # The task states a decision leaves a review in (declined: rejected;
 # in_progress: rejected with a revision asked for; abstained; cancelled).
 _DECIDED = frozenset({"completed", "declined", "abstained", "cancelled", "in_progress"})
+
+
+class Server(Protocol):
+    """What following needs of a RemoteCoordinator: its snapshot read and its
+    pooled HTTP client."""
+
+    http: httpx.Client
+
+    def snapshot(self, workspace_id: str) -> dict[str, Any]: ...
 
 
 class Decision(msgspec.Struct, frozen=True):
@@ -156,7 +167,7 @@ def _seq(event_id: str | None, data: Any) -> int | None:
 
 
 def follow(
-    remote: RemoteCoordinator,
+    remote: Server,
     workspace: str,
     subject: str,
     settled: Callable[[dict[str, Any], str], T | None],
@@ -190,7 +201,7 @@ def follow(
                 "/chap/events",
                 params={"workspace": workspace},
                 headers=headers,
-                timeout=httpx.Timeout(remaining, connect=min(remaining, 5.0)),
+                timeout=httpx.Timeout(min(remaining, RECHECK_SECONDS), connect=min(remaining, 5.0)),
             ) as reply:
                 if reply.status_code != 200:
                     reply.read()
@@ -222,7 +233,10 @@ def follow(
                     if clock() >= deadline:
                         raise WaitTimedOut(workspace, subject, timeout)
         except httpx.ReadTimeout:
-            raise WaitTimedOut(workspace, subject, timeout) from None
+            found = check()  # a quiet stream: another worker may have written
+            if found is not None:
+                return found
+            continue
         except httpx.TransportError:
             pass  # dropped: open it again
         time.sleep(max(0.0, min(_REOPEN_PAUSE, deadline - clock())))
