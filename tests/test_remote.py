@@ -329,6 +329,22 @@ def test_wait_for_decision_returns_another_clients_decision(one: Server, kind: s
     assert got[0].approved is (kind in ("approve", "override"))
 
 
+def test_the_async_twin_waits_for_a_decision(one: Server) -> None:
+    with RemoteCoordinator(one.base) as agent:
+        task = _review(agent, "wsp_aw")
+
+    async def run() -> Decision:
+        async with AsyncRemoteCoordinator(one.base) as remote:
+            waiting = asyncio.create_task(remote.wait_for_decision("wsp_aw", task, DEADLINE))
+            decided = await remote.dispatch(env("decide.reject", {"workspace": "wsp_aw", "from": ALICE,
+                                                                  "task_id": task, "comment": "no"}))
+            assert "result" in decided
+            return await waiting
+
+    decision = asyncio.run(run())
+    assert (decision.kind, decision.reason, decision.approved) == ("reject", "no", False)
+
+
 def test_wait_for_decision_returns_after_the_server_restarts_while_it_waits(one: Server) -> None:
     with RemoteCoordinator(one.base) as agent:
         task = _review(agent, "wsp_x")

@@ -308,6 +308,8 @@ class AsyncRemoteCoordinator:
     ) -> None:
         self._calls = _Calls(url, token, key, retry, keys, jitter)
         self._sleep = sleep
+        self._token = token
+        self._timeout = timeout
         self.url = self._calls.base
         self.http = httpx.AsyncClient(
             base_url=self._calls.base, headers=self._calls.headers, timeout=timeout, transport=transport
@@ -348,6 +350,19 @@ class AsyncRemoteCoordinator:
         reply = await self.http.get("/desk/api/snapshot", params={"workspace": workspace_id})
         found = _snapshot_answer(reply, workspace_id)
         return None if found is None else WorkspaceState.from_snapshot(found)
+
+    async def wait_for_decision(self, workspace: str, task_id: str, timeout: float) -> Decision:
+        """As `RemoteCoordinator.wait_for_decision`, on a worker thread (the
+        event loop stays free while a person decides)."""
+        return await asyncio.to_thread(self._waiting, "wait_for_decision", workspace, task_id, timeout)
+
+    async def wait_for_whisper_answer(self, workspace: str, whisper_id: str, timeout: float) -> WhisperAnswer:
+        """As `RemoteCoordinator.wait_for_whisper_answer`, on a worker thread."""
+        return await asyncio.to_thread(self._waiting, "wait_for_whisper_answer", workspace, whisper_id, timeout)
+
+    def _waiting(self, how: str, workspace: str, subject: str, timeout: float) -> Any:
+        with RemoteCoordinator(self.url, self._token, timeout=self._timeout, retry=self._calls.retry) as sync:
+            return getattr(sync, how)(workspace, subject, timeout)
 
     async def aclose(self) -> None:
         await self.http.aclose()
