@@ -8,13 +8,16 @@ from __future__ import annotations
 from coordinator.client.remote import AsyncRemoteCoordinator, RemoteCoordinator, Retry, SigningKey
 from coordinator.client.reviewed import reviewed
 from coordinator.client.waiting import Decision, WhisperAnswer
+from coordinator.errors import RemoteUnavailable, WaitTimedOut
 
 __all__ = [
     "AsyncRemoteCoordinator",
     "Decision",
     "RemoteCoordinator",
+    "RemoteUnavailable",
     "Retry",
     "SigningKey",
+    "WaitTimedOut",
     "WhisperAnswer",
     "reviewed",
 ]
