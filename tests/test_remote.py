@@ -403,3 +403,28 @@ def test_reviewed_turns_an_agent_function_into_draft_review_wait(one: Server) ->
         decision = draft("tides")
     reviewer.join()
     assert decision.approved and decision.output == {"text": "about tides"}
+
+
+# -- the framework bridges, on the server ----------------------------------------
+
+
+@pytest.mark.parametrize("name", ["langgraph", "pydantic-ai", "ag2", "google-adk", "llama-index"])
+def test_each_bridge_runs_its_human_in_the_loop_story_on_the_server(one: Server, name: str) -> None:
+    """test_compat's bridge cycle (opened twice, approve, reject, override),
+    with a RemoteCoordinator in place of the embedded coordinator: the same
+    states, reviewers and override, read back through `workspaces`."""
+    from test_compat import ALICE as REVIEWER
+    from test_compat import BRIDGES, _cycle
+
+    ws = f"wsp_{name.replace('-', '_')}"
+    with RemoteCoordinator(one.base) as remote:
+        seen: list[tuple[str, str, list[str]]] = []
+        tasks = _cycle(remote, name, ws, seen)
+        assert seen == [("review_requested", "any_one_approves", [REVIEWER])] * 3
+        view = remote.workspaces[ws]
+        assert list(view.tasks) == list(tasks.values())
+        assert view.tasks[tasks["approve"]].state == "completed"
+        assert view.tasks[tasks["reject"]].state == "declined"
+        assert view.tasks[tasks["override"]].state == "completed"
+        (override,) = view.overrides.values()
+        assert override.task_id == tasks["override"] and override.result == BRIDGES[name][2]
