@@ -52,6 +52,9 @@ Each carries its facts as attributes, and its message (and the class's
      ├── RemoteUnavailable         a RemoteCoordinator's server could not be reached,
      │                             or answered what is not CHAP, after its retries:
      │                             url, attempts, reason (also a ConnectionError)
+     ├── RemoteRefused             the server refused a RemoteCoordinator's read (a
+     │                             snapshot, the event stream): url, status, message
+     │                             (also a PermissionError)
      └── WaitTimedOut              nothing awaited happened in time: workspace,
                                    subject, timeout (also a TimeoutError)
 
@@ -86,6 +89,7 @@ __all__ = [
     "ProjectionError",
     "RegistryError",
     "Rejected",
+    "RemoteRefused",
     "RemoteUnavailable",
     "RestoreError",
     "RpcError",
@@ -462,6 +466,19 @@ class RemoteUnavailable(ChaplineError, ConnectionError):
         self.attempts = attempts
         self.reason = reason
         super().__init__(f"no CHAP answer from {url} after {attempts} attempts: {reason}")
+
+
+class RemoteRefused(ChaplineError, PermissionError):
+    """The server at `url` refused a read a RemoteCoordinator made (HTTP
+    `status`): a token that may not read the workspace, or none under --auth."""
+
+    remedy = "Use a token whose holder is a member of the workspace (chapline token create --as ...)."
+
+    def __init__(self, url: str, status: int, message: str) -> None:
+        self.url = url
+        self.status = status
+        self.message = message
+        super().__init__(f"{url} refused the read (HTTP {status}): {message}")
 
 
 class WaitTimedOut(ChaplineError, TimeoutError):

@@ -26,7 +26,7 @@ from test_differential import CORE, id_map
 
 from coordinator import AsyncRemoteCoordinator, Coordinator, Decision, RemoteCoordinator, reviewed
 from coordinator.client import Retry
-from coordinator.errors import RemoteUnavailable, WaitTimedOut
+from coordinator.errors import RemoteRefused, RemoteUnavailable, WaitTimedOut
 from storage import SqliteStore
 
 KEY = "x-chapline-idempotency-key"
@@ -428,3 +428,19 @@ def test_each_bridge_runs_its_human_in_the_loop_story_on_the_server(one: Server,
         assert view.tasks[tasks["override"]].state == "completed"
         (override,) = view.overrides.values()
         assert override.task_id == tasks["override"] and override.result == BRIDGES[name][2]
+
+
+def test_a_read_the_server_refuses_is_remote_refused_with_its_words(tmp_path: Path) -> None:
+    db = tmp_path / "auth.db"
+    served = Server(str(db), 1)
+    served.serve.stop()
+    served.serve = Serve(str(db), *served.options, "--auth")
+    try:
+        with RemoteCoordinator(served.base) as anonymous:
+            with pytest.raises(RemoteRefused) as raised:
+                anonymous.snapshot("wsp_any")
+            assert raised.value.status == 401 and raised.value.message
+            with pytest.raises(RemoteRefused):
+                anonymous.wait_for_decision("wsp_any", "tsk_any", DEADLINE)
+    finally:
+        served.stop()

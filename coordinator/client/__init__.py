@@ -8,12 +8,13 @@ from __future__ import annotations
 from coordinator.client.remote import AsyncRemoteCoordinator, RemoteCoordinator, Retry, SigningKey
 from coordinator.client.reviewed import reviewed
 from coordinator.client.waiting import Decision, WhisperAnswer
-from coordinator.errors import RemoteUnavailable, WaitTimedOut
+from coordinator.errors import RemoteRefused, RemoteUnavailable, WaitTimedOut
 
 __all__ = [
     "AsyncRemoteCoordinator",
     "Decision",
     "RemoteCoordinator",
+    "RemoteRefused",
     "RemoteUnavailable",
     "Retry",
     "SigningKey",

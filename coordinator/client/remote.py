@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from coordinator.client.refusals import refusal
 from coordinator.compat import WorkspaceState
 from coordinator.engine.idempotent_calls import IDEMPOTENCY_FIELD
 from coordinator.errors import RemoteUnavailable
@@ -152,14 +153,13 @@ class _Calls:
         return body if isinstance(body, dict) and ("result" in body or "error" in body) else None
 
 
-def _snapshot_answer(reply: httpx.Response, workspace_id: str) -> dict[str, Any] | None:
+def _snapshot_answer(reply: httpx.Response) -> dict[str, Any] | None:
+    """The snapshot in `reply`; None for a workspace the server does not hold."""
     if reply.status_code == 404:
         return None
-    body = reply.json()
     if reply.status_code != 200:
-        message = body.get("error", {}).get("message") if isinstance(body, dict) else reply.text
-        raise PermissionError(f"the server refused to show workspace {workspace_id!r}: {message}")
-    snapshot: dict[str, Any] = body
+        raise refusal(reply)
+    snapshot: dict[str, Any] = msgspec.json.decode(reply.content)
     return snapshot
 
 
@@ -225,11 +225,14 @@ class RemoteCoordinator:
 
     def _snapshot(self, workspace_id: str) -> dict[str, Any] | None:
         reply = self._get("/desk/api/snapshot", {"workspace": workspace_id})
-        return _snapshot_answer(reply, workspace_id)
+        return _snapshot_answer(reply)
 
     def workspace_ids(self) -> list[str]:
         """The ids of the workspaces the server holds (that the token may read)."""
-        ids: list[str] = self._get("/desk/api/workspaces", {}).json()["workspaces"]
+        reply = self._get("/desk/api/workspaces", {})
+        if reply.status_code != 200:
+            raise refusal(reply)
+        ids: list[str] = msgspec.json.decode(reply.content)["workspaces"]
         return ids
 
     def get_workspace(self, workspace_id: str) -> WorkspaceState | None:
@@ -340,7 +343,7 @@ class AsyncRemoteCoordinator:
     async def snapshot(self, workspace_id: str) -> dict[str, Any]:
         """As `RemoteCoordinator.snapshot`."""
         reply = await self.http.get("/desk/api/snapshot", params={"workspace": workspace_id})
-        found = _snapshot_answer(reply, workspace_id)
+        found = _snapshot_answer(reply)
         if found is None:
             raise KeyError(workspace_id)
         return found
@@ -348,7 +351,7 @@ class AsyncRemoteCoordinator:
     async def get_workspace(self, workspace_id: str) -> WorkspaceState | None:
         """As `RemoteCoordinator.get_workspace`."""
         reply = await self.http.get("/desk/api/snapshot", params={"workspace": workspace_id})
-        found = _snapshot_answer(reply, workspace_id)
+        found = _snapshot_answer(reply)
         return None if found is None else WorkspaceState.from_snapshot(found)
 
     async def wait_for_decision(self, workspace: str, task_id: str, timeout: float) -> Decision:

@@ -21,6 +21,7 @@ from typing import Any, Protocol, TypeVar
 
 import msgspec
 
+from coordinator.client.refusals import refusal
 from coordinator.errors import WaitTimedOut
 from coordinator.extras import needs
 
@@ -205,9 +206,7 @@ def follow(
             ) as reply:
                 if reply.status_code != 200:
                     reply.read()
-                    raise PermissionError(
-                        f"the server refused the event stream of {workspace!r}: HTTP {reply.status_code} {reply.text}"
-                    )
+                    raise refusal(reply)
                 caught_up = False
                 for kind, event_id, text in events(reply.iter_lines()):
                     if not caught_up:
