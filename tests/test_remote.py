@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +20,8 @@ from typing import Any
 import httpx
 import pytest
 from client import Client, env, refused
+from hypothesis import given
+from hypothesis import strategies as st
 from servers import Serve
 from servers import env as child_env
 from support import eventually, make
@@ -51,8 +54,12 @@ class Server:
         self.serve = Serve(db, *self.options)
         self.base = self.serve.base
 
-    def restart(self) -> None:
-        self.stop()
+    def restart(self, sig: int = signal.SIGTERM) -> None:
+        """Stop (SIGKILL: a crash, calls in flight) and start again."""
+        if sig == signal.SIGTERM:
+            self.stop()
+        else:
+            self.serve.stop(sig)
         self.serve = Serve(self.db, *self.options)
 
     def stop(self) -> None:
@@ -240,6 +247,32 @@ def test_a_server_restarted_mid_run_loses_and_doubles_no_call(server: Server) ->
     _once_each(server.base, "wsp_r", acknowledged)
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_server_killed_mid_run_loses_and_doubles_no_call(kind: str, request: pytest.FixtureRequest,
+                                                          tmp_path: Path) -> None:
+    """One worker killed with SIGKILL while calls are in flight, then started
+    again: a call written before the kill whose answer never left is
+    answered from the log when the client sends it again."""
+    if kind == "sqlite":
+        db = str(tmp_path / "killed.db")
+    else:
+        pg = request.getfixturevalue("pg_server")
+        db = pg.uri(pg.new_database())
+    served = Server(db, 1)
+    try:
+        _set_up(served.base, "wsp_k")
+
+        def crash(acknowledged: list[str]) -> None:
+            eventually(lambda: len(acknowledged) >= 16, "calls before the crash")
+            served.restart(signal.SIGKILL)
+
+        acknowledged = _hammer(served.base, "wsp_k", 8, 10, lambda: None, crash)
+        assert len(acknowledged) == 8 * 10
+        _once_each(served.base, "wsp_k", acknowledged)
+    finally:
+        served.stop()
+
+
 def test_signed_calls_are_resent_verbatim_and_answered_from_the_replay_index(one: Server) -> None:
     from coordinator import public_jwk
 
@@ -268,6 +301,13 @@ def test_an_unreachable_server_raises_remote_unavailable_after_the_attempts() ->
     assert raised.value.attempts == 4 and "ConnectError" in raised.value.reason
     assert pauses == [0.1, 0.2, 0.4]
     remote.close()
+
+
+@given(st.integers(1, 40), st.floats(0, 1, exclude_max=True))
+def test_backoff_doubles_up_to_its_ceiling_with_jitter(failures: int, jitter: float) -> None:
+    retry = Retry(attempts=50, backoff=0.05, max_backoff=2.0)
+    ceiling = min(2.0, 0.05 * 2 ** (failures - 1))
+    assert ceiling / 2 <= retry.pause(failures, jitter) <= ceiling
 
 
 def test_a_bearer_token_is_sent_and_a_missing_one_is_refused(tmp_path: Path) -> None:
