@@ -117,10 +117,8 @@ class _Calls:
             return bytes(envelope)
         if isinstance(envelope, str):
             return envelope.encode("utf-8", "surrogatepass")
-        if isinstance(envelope, dict):
-            if "sig" in envelope:
-                pass
-            elif self._sign is not None:
+        if isinstance(envelope, dict) and "sig" not in envelope:
+            if self._sign is not None:
                 envelope = self._sign(envelope)
             elif IDEMPOTENCY_FIELD not in envelope:
                 envelope = {**envelope, IDEMPOTENCY_FIELD: self._keys()}
