@@ -385,6 +385,35 @@ def test_the_async_twin_waits_for_a_decision(one: Server) -> None:
     assert (decision.kind, decision.reason, decision.approved) == ("reject", "no", False)
 
 
+class SeenPaths(httpx.HTTPTransport):
+    """Notes the path of every request it sends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.paths: list[str] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.paths.append(request.url.path)
+        return super().handle_request(request)
+
+
+def test_wait_for_decision_is_woken_by_the_event_stream(one: Server) -> None:
+    """The decision is made once the waiter follows the stream (it opened it
+    and read the snapshot after): it returns within 2 s, well before the 5 s
+    re-read of a quiet stream, so the event woke it."""
+    seen = SeenPaths()
+    with RemoteCoordinator(one.base, transport=seen) as agent, RemoteCoordinator(one.base) as person:
+        task = _review(agent, "wsp_e")
+        got: list[Decision] = []
+        waiter = threading.Thread(target=lambda: got.append(agent.wait_for_decision("wsp_e", task, DEADLINE)))
+        waiter.start()
+        eventually(lambda: seen.paths[-2:] == ["/chap/events", "/desk/api/snapshot"], "the waiter following")
+        Client(person, "wsp_e").ok("decide.approve", ALICE, task_id=task)
+        waiter.join(2.0)
+        assert not waiter.is_alive(), "the decision's event did not wake the waiter"
+    assert got[0].kind == "approve"
+
+
 def test_wait_for_decision_returns_after_the_server_restarts_while_it_waits(one: Server) -> None:
     with RemoteCoordinator(one.base) as agent:
         task = _review(agent, "wsp_x")
