@@ -12,6 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from coordinator.audit import AuditEntry
+    from coordinator.client import (
+        AsyncRemoteCoordinator,
+        Decision,
+        RemoteCoordinator,
+        WhisperAnswer,
+        reviewed,
+    )
     from coordinator.compat import CoordinatorOptions, WorkspaceState
     from coordinator.coordinator import Coordinator
     from coordinator.engine.canonical import canonical_bytes, digest
@@ -37,6 +44,7 @@ __version__ = "0.1.0"
 
 # name -> the module that defines it
 _HOMES = {
+    "AsyncRemoteCoordinator": "coordinator.client",
     "AuditEntry": "coordinator.audit",
     "BatchWriteError": "coordinator.errors",
     "CanonicalError": "coordinator.errors",
@@ -45,7 +53,9 @@ _HOMES = {
     "Coordinator": "coordinator.coordinator",
     "CoordinatorOptions": "coordinator.compat",
     "CounterIds": "coordinator.engine.ids",
+    "Decision": "coordinator.client",
     "ListenerHandle": "coordinator.listeners",
+    "RemoteCoordinator": "coordinator.client",
     "RestoreError": "coordinator.errors",
     "RpcError": "coordinator.errors",
     "SignatureError": "coordinator.errors",
@@ -53,15 +63,18 @@ _HOMES = {
     "Swept": "coordinator.engine.sweeps",
     "UnknownWorkspaceError": "coordinator.errors",
     "UnsupportedOptionError": "coordinator.errors",
+    "WhisperAnswer": "coordinator.client",
     "WorkspaceState": "coordinator.compat",
     "canonical_bytes": "coordinator.engine.canonical",
     "digest": "coordinator.engine.canonical",
+    "reviewed": "coordinator.client",
     "public_jwk": "coordinator.security.signing",
     "sign_envelope": "coordinator.security.signing",
 }
 
 __all__ = [
     "__version__",
+    "AsyncRemoteCoordinator",
     "AuditEntry",
     "BatchWriteError",
     "CanonicalError",
@@ -70,7 +83,9 @@ __all__ = [
     "Coordinator",
     "CoordinatorOptions",
     "CounterIds",
+    "Decision",
     "ListenerHandle",
+    "RemoteCoordinator",
     "RestoreError",
     "RpcError",
     "SignatureError",
@@ -78,10 +93,12 @@ __all__ = [
     "Swept",
     "UnknownWorkspaceError",
     "UnsupportedOptionError",
+    "WhisperAnswer",
     "WorkspaceState",
     "canonical_bytes",
     "digest",
     "public_jwk",
+    "reviewed",
     "sign_envelope",
 ]
 

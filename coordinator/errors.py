@@ -53,7 +53,15 @@ Each carries its facts as attributes, and its message (and the class's
      │                             OIDC claim, a stored row): field (also a ValueError)
      ├── CoseError                 bytes that are not an acceptable COSE_Sign1
      │                             (also a ValueError)
-     └── ScittUnreachable          the transparency service failed (-32080)
+     ├── ScittUnreachable          the transparency service failed (-32080)
+     ├── RemoteUnavailable         a RemoteCoordinator's server could not be reached,
+     │                             or answered what is not CHAP, after its retries:
+     │                             url, attempts, reason (also a ConnectionError)
+     ├── RemoteRefused             the server refused a RemoteCoordinator's read (a
+     │                             snapshot, the event stream): url, status, message
+     │                             (also a PermissionError)
+     └── WaitTimedOut              nothing awaited happened in time: workspace,
+                                   subject, timeout (also a TimeoutError)
 
 The classes are defined here, and the modules that raise them import them
 from here. `Coordinator.dispatch` never raises: every RpcError becomes the
@@ -88,6 +96,8 @@ __all__ = [
     "ProjectionError",
     "RegistryError",
     "Rejected",
+    "RemoteRefused",
+    "RemoteUnavailable",
     "RestoreError",
     "RpcError",
     "ScittUnreachable",
@@ -98,6 +108,7 @@ __all__ = [
     "UnsafeRequest",
     "Unreplayable",
     "UnsupportedOptionError",
+    "WaitTimedOut",
 ]
 
 
@@ -469,3 +480,44 @@ class MissingExtraError(ChaplineError, ImportError):
             f"{self.remedy}",
             name=module,
         )
+
+
+class RemoteUnavailable(ChaplineError, ConnectionError):
+    """A RemoteCoordinator got no CHAP answer from `url` after `attempts`
+    tries (the server down, or something else answering); `reason` is the
+    last failure. A call that carried an idempotency key or a signature may be
+    sent again as it was: it is answered, not run twice."""
+
+    remedy = "Check that `chapline serve` runs at the URL and is reachable, then send the call again."
+
+    def __init__(self, url: str, attempts: int, reason: str) -> None:
+        self.url = url
+        self.attempts = attempts
+        self.reason = reason
+        super().__init__(f"no CHAP answer from {url} after {attempts} attempts: {reason}")
+
+
+class RemoteRefused(ChaplineError, PermissionError):
+    """The server at `url` refused a read a RemoteCoordinator made (HTTP
+    `status`): a token that may not read the workspace, or none under --auth."""
+
+    remedy = "Use a token whose holder is a member of the workspace (chapline token create --as ...)."
+
+    def __init__(self, url: str, status: int, message: str) -> None:
+        self.url = url
+        self.status = status
+        self.message = message
+        super().__init__(f"{url} refused the read (HTTP {status}): {message}")
+
+
+class WaitTimedOut(ChaplineError, TimeoutError):
+    """Nothing awaited (a decision, a whisper's answer) happened within
+    `timeout` seconds on `subject` (a task or whisper id) of `workspace`."""
+
+    remedy = "Wait again (nothing was lost: waiting reads the log from the start), or ask the people involved."
+
+    def __init__(self, workspace: str, subject: str, timeout: float) -> None:
+        self.workspace = workspace
+        self.subject = subject
+        self.timeout = timeout
+        super().__init__(f"nothing decided on {subject!r} in workspace {workspace!r} within {timeout:g} s")

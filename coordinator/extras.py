@@ -38,6 +38,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "cli": ("rich",),
     "metrics": ("prometheus_client",),
     "otel": ("opentelemetry", "opentelemetry.sdk"),
+    "client": ("httpx",),
 }
 
 

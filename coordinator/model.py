@@ -245,7 +245,8 @@ COLLECTIONS: tuple[str, ...] = tuple(COLLECTION_TYPES)
 # Plain JSON values from here on. idempotency key -> task id (tasks/1.0).
 IDEMPOTENCY_KEYS = "idempotency_keys"
 # chapline's own: signed digest -> {seq, result} of each accepted signed call,
-# so that a verbatim resend is answered, not run again. 0.3.3 keeps rows of
+# so that a verbatim resend is answered, not run again; and idempotency slots
+# ("idem:sha256:...", engine/idempotent_calls.py) -> {seq, result | error}. 0.3.3 keeps rows of
 # collections it does not know and ignores them.
 SIGNED_CALLS = "signed_calls"
 # The x-chapline-work/1.0 scheduler's state (coordinator/profiles/work/): per
@@ -266,7 +267,7 @@ DOCUMENT_LAYOUT = DocumentLayout(
     maps={
         IDEMPOTENCY_KEYS: ("key -> task id", "Give it as {key: task_id}."),
         SIGNED_CALLS: (
-            "signed digest -> {seq, result}",
+            "signed digest or idempotency slot -> {seq, result | error}",
             "Give it as a snapshot() wrote it, or leave it out.",
         ),
     },

@@ -24,6 +24,7 @@ from coordinator.engine.call import Call
 from coordinator.engine.clock import Clock, iso_ms, system_clock
 from coordinator.engine.envelope import Request, read_envelope
 from coordinator.engine.held import HeldWorkspaces
+from coordinator.engine.idempotent_calls import earlier_answer, idempotency_slot, kept_answer
 from coordinator.engine.ids import IdSource, random_ids
 from coordinator.engine.incidents import internal_error, logged
 from coordinator.engine.registry import (
@@ -354,6 +355,15 @@ class Pipeline:
                 authorise(call, method)  # step 11, the server's scopes first
             for check in self._gate_checks:
                 check(call, method)  # step 11
+            # Still step 11, the caller authorised: a recorded call resent
+            # with its idempotency key gets its first answer ("Idempotency keys").
+            slot = idempotency_slot(call.envelope, call.params)
+            if slot is not None and call.ws is not None:
+                earlier = earlier_answer(call.ws, call.log, slot, call.envelope)
+                if earlier is not None:
+                    if earlier.error is not None:
+                        return error_response(call.request_id, earlier.error)
+                    return result_response(call.request_id, earlier.result)
             handler = _route(call, method)  # steps 12-14
         except RpcError as err:
             gated = isinstance(err.data, dict) and "advertised" in err.data
@@ -386,6 +396,8 @@ class Pipeline:
             # a resend run again (another `sig`) leaves the first one kept.
             kept = {"seq": call.ws.count, "result": _decode(_encode(result))}
             call.put(SIGNED_CALLS, digest, kept)
+        if logged and slot is not None:
+            call.put(SIGNED_CALLS, slot, kept_answer(call.ws.count, result, None))
         return self._record(call, response, logged, None, authorise)  # step 18
 
     def _open(self, request: Request, now: int, retry: bool) -> Call:
@@ -433,6 +445,12 @@ class Pipeline:
         if isinstance(call.envelope.get("sig"), str):
             if signed_digest(call.envelope) in signed_index(ws, call.log):
                 return response
+        try:
+            slot = idempotency_slot(call.envelope, call.params)
+        except RpcError:  # a malformed key: refused before it could be kept
+            slot = None
+        if slot is not None and ws.get(SIGNED_CALLS, slot) is None:
+            call.put(SIGNED_CALLS, slot, kept_answer(ws.count, None, err))
         return self._record(call, response, True, {"status": "refused", "code": err.code}, authorise)
 
     def _record(
