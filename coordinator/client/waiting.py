@@ -206,31 +206,35 @@ def follow(
             ) as reply:
                 if reply.status_code != 200:
                     reply.read()
-                    raise refusal(reply)
-                caught_up = False
-                for kind, event_id, text in events(reply.iter_lines()):
-                    if not caught_up:
-                        # The stream is open: what happened before it is in the snapshot.
-                        caught_up = True
-                        found = check()
-                        if found is not None:
-                            return found
-                    if kind == "end":
-                        break
-                    if kind != "audit":
-                        continue
-                    data = msgspec.json.decode(text)
-                    seq = _seq(event_id, data)
-                    if seq is not None:
-                        if last is not None and seq <= last:
+                    if reply.status_code != 503:
+                        raise refusal(reply)
+                    # 503: the server is stopping, about to restart; reopen after the
+                    # pause, as after a dropped stream (SPECIFICATION.md, "Waiting for people").
+                else:
+                    caught_up = False
+                    for kind, event_id, text in events(reply.iter_lines()):
+                        if not caught_up:
+                            # The stream is open: what happened before it is in the snapshot.
+                            caught_up = True
+                            found = check()
+                            if found is not None:
+                                return found
+                        if kind == "end":
+                            break
+                        if kind != "audit":
                             continue
-                        last = seq
-                    if subject in text:
-                        found = check()
-                        if found is not None:
-                            return found
-                    if clock() >= deadline:
-                        raise WaitTimedOut(workspace, subject, timeout)
+                        data = msgspec.json.decode(text)
+                        seq = _seq(event_id, data)
+                        if seq is not None:
+                            if last is not None and seq <= last:
+                                continue
+                            last = seq
+                        if subject in text:
+                            found = check()
+                            if found is not None:
+                                return found
+                        if clock() >= deadline:
+                            raise WaitTimedOut(workspace, subject, timeout)
         except httpx.ReadTimeout:
             found = check()  # a quiet stream: another worker may have written
             if found is not None:
