@@ -44,6 +44,10 @@ import threading
 import time
 from typing import Any
 
+from coordinator.server.auth import TokenStore
+from coordinator.server.desk.events import MAX_STREAMS_PER_PRINCIPAL
+from coordinator.server.scopes import Grant
+
 WORKSPACE = "wsp_soak"
 LEAD = "human:lead"
 PER_ADDRESS = 100
@@ -106,7 +110,8 @@ def _source(base: str, n: int) -> str:
     return f"{base}.{n // PER_ADDRESS + 1}"
 
 
-async def _stalled_stream(port: int, token: str, n: int, opened: list[int]) -> None:
+async def _stalled_stream(port: int, tokens: list[str], n: int, opened: list[int]) -> None:
+    token = tokens[n // MAX_STREAMS_PER_PRINCIPAL]
     while True:  # until open; then held, never read again (cancelled at the end)
         try:
             reader, writer = await _open(port, _source("127.0.1", n))
@@ -198,11 +203,13 @@ async def _slow_header(port: int, n: int, counts: list[int]) -> None:
         counts[3] += 1  # closed by the server: again
 
 
-async def _attack(port: int, token: str, args: argparse.Namespace, ready: Any, stop: Any) -> None:
+async def _attack(
+    port: int, token: str, watchers: list[str], args: argparse.Namespace, ready: Any, stop: Any
+) -> None:
     opened = [0]
     counts = [0, 0, 0, 0]
     # The streams first, as long-lived clients would have them open already.
-    tasks = [asyncio.create_task(_stalled_stream(port, token, n, opened)) for n in range(args.streams)]
+    tasks = [asyncio.create_task(_stalled_stream(port, watchers, n, opened)) for n in range(args.streams)]
     deadline = time.monotonic() + 60
     while opened[0] < args.streams and time.monotonic() < deadline:
         await asyncio.sleep(0.2)
@@ -219,9 +226,11 @@ async def _attack(port: int, token: str, args: argparse.Namespace, ready: Any, s
                 "oversized_refused": counts[2], "slow_headers_closed": counts[3]})
 
 
-def _attacker(port: int, token: str, args: argparse.Namespace, ready: Any, stop: Any) -> None:
+def _attacker(
+    port: int, token: str, watchers: list[str], args: argparse.Namespace, ready: Any, stop: Any
+) -> None:
     _raise_fd_limit(args.streams + args.slow_headers + args.readers + args.oversized + 512)
-    asyncio.run(_attack(port, token, args, ready, stop))
+    asyncio.run(_attack(port, token, watchers, args, ready, stop))
 
 
 def _raise_fd_limit(wanted: int) -> int:
@@ -257,6 +266,22 @@ def _token(db: str) -> str:
     if scoped.returncode != 0:
         raise RuntimeError(f"chapline token create failed: {scoped.stderr}")
     return scoped.stdout.strip()
+
+
+def _watchers(db: str, port: int, streams: int) -> list[str]:
+    """Tokens of as many members (observers of the workspace) as it takes to
+    hold `streams` open within the cap per principal, as that many
+    different clients would."""
+    store = TokenStore(db)
+    tokens = [store.create(f"human:watcher-{n}", Grant.of([WORKSPACE], "observer"))[0]
+              for n in range(-(-streams // MAX_STREAMS_PER_PRINCIPAL))]
+    store.close()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    for n, token in enumerate(tokens):
+        _call(conn, token, "participant.join", workspace=WORKSPACE, type="human", role="observer",
+              **{"from": f"human:watcher-{n}"})
+    conn.close()
+    return tokens
 
 
 def _fill(port: int, token: str, inputs: int, size: int) -> None:
@@ -309,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     server, port = _serve(db)
     try:
         _fill(port, token, args.inputs, args.input_bytes)
+        watchers = _watchers(db, port, args.streams)
         (idle_rate, idle_p99), idle_rss = _sampled(server.pid, args.seconds,
                                                    lambda: _measure(port, token, args.seconds))
         print(f"idle baseline: {idle_rate:,.0f} writes/s, p99 {idle_p99:.1f} ms, server RSS {idle_rss:.0f} MB",
@@ -316,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         ctx = multiprocessing.get_context("spawn")
         ready_here, ready_there = ctx.Pipe(duplex=False)
         stop_here, stop_there = ctx.Pipe(duplex=False)
-        attacker = ctx.Process(target=_attacker, args=(port, token, args, ready_there, stop_here))
+        attacker = ctx.Process(target=_attacker, args=(port, token, watchers, args, ready_there, stop_here))
         attacker.start()
         opened = ready_here.recv()
         (rate, p99), rss = _sampled(server.pid, args.seconds, lambda: _measure(port, token, args.seconds))

@@ -35,7 +35,13 @@ from coordinator.cli import DEFAULT_PROFILES
 from coordinator.server import create_app
 from coordinator.server.a2a_tasks import BoundedTaskStore
 from coordinator.server.auth import Authenticator, TokenStore
-from coordinator.server.desk.events import CHUNK_BYTES, EventHub, _chunks, resume_points
+from coordinator.server.desk.events import (
+    CHUNK_BYTES,
+    STREAM_BYTES,
+    EventHub,
+    _chunks,
+    resume_points,
+)
 from coordinator.server.scopes import Grant
 from coordinator.server.sessions import SessionLimits
 from storage import SqliteStore
@@ -280,6 +286,35 @@ def test_last_event_id_resumes_each_workspace_named(db: Path) -> None:
             refused(reply.json(), -32602)
             assert "Last-Event-ID" in reply.json()["error"]["message"]
         assert served.app.state.events.open_streams() == 2
+    finally:
+        served.close()
+
+
+def test_a_stream_ends_rotated_after_its_bytes_and_resumes_without_a_gap(db: Path) -> None:
+    """A connection carries STREAM_BYTES of live entries, then ends with
+    `end/rotated`; its reader reconnects with Last-Event-ID and gets every
+    later entry, none twice (a reader that never reads costs no more)."""
+    served = Served(db)
+    try:
+        alice = served.chap(ALICE)
+        alice.ok("participant.join", type="human")
+        first = Reader(served, f"/chap/events?workspace={WS}")
+        pad = "x" * 20_000
+        calls = STREAM_BYTES // len(pad) + 4
+        for n in range(calls):
+            alice.ok("task.create", assignee=ALICE, kind="k", input={"n": n, "pad": pad})
+        got: list[tuple[str, str | None, Any]] = []
+        while (event := first.next())[0] == "audit":
+            got.append(event)
+        assert event[0] == "end" and event[2]["reason"] == "rotated", event
+        assert first.next()[0] == "closed"
+        carried = sum(len(json.dumps(d)) for _, _, d in got)
+        assert carried >= STREAM_BYTES * 0.9 and len(got) < calls + 1
+        second = Reader(served, f"/chap/events?workspace={WS}", {"Last-Event-ID": got[-1][1] or ""})
+        log = alice.ok("audit.read")["entries"]
+        rest = [second.next() for _ in log[len(got) + 1:]]
+        assert [d["entry"] for _, _, d in got + rest] == log[1:]
+        assert served.app.state.events.ended["rotated"] == 1
     finally:
         served.close()
 

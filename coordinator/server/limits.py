@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import resource
+import socket
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -118,6 +119,14 @@ class _Tally:
         self.waiting: dict[Any, None] = {}  # GuardedProtocol instances
 
 
+# The event stream's path, and the send buffer its connections get: the
+# server's kernel holds at most this much for a stream its reader does not
+# take, not the megabytes a socket buffers by default (what a connection
+# carries in all is bounded too: desk/events.py, STREAM_BYTES).
+EVENTS_PATH = b"/chap/events"
+STREAM_SEND_BUFFER = 32 * 1024
+
+
 def guarded_protocol(limits: ServerLimits) -> type[asyncio.Protocol]:
     """uvicorn's httptools protocol held to `limits` (pass it as
     `uvicorn.Config(http=...)`, and `limits.idle_timeout` as its
@@ -185,6 +194,10 @@ def guarded_protocol(limits: ServerLimits) -> type[asyncio.Protocol]:
                 self._address = None
 
         def on_headers_complete(self) -> None:
+            if self.url.split(b"?", 1)[0] == EVENTS_PATH:
+                sock = self.transport.get_extra_info("socket")
+                if sock is not None:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, STREAM_SEND_BUFFER)
             tally.waiting.pop(self, None)
             self._cancel_timer()
             self._timer = self.loop.call_later(limits.body_timeout, self.body_timed_out)

@@ -33,6 +33,7 @@ __all__ = [
     "END_REASONS",
     "HEARTBEAT_SECONDS",
     "MAX_BUFFERED",
+    "STREAM_BYTES",
     "MAX_STREAMS",
     "MAX_STREAMS_PER_PRINCIPAL",
     "TICK_PER_STREAM",
@@ -44,8 +45,8 @@ __all__ = [
     "resume_points",
 ]
 
-EndReason = Literal["lagged", "token_revoked", "token_expired", "server_stopping"]
-END_REASONS: tuple[EndReason, ...] = ("lagged", "token_revoked", "token_expired", "server_stopping")
+EndReason = Literal["lagged", "token_revoked", "token_expired", "server_stopping", "rotated"]
+END_REASONS: tuple[EndReason, ...] = ("lagged", "token_revoked", "token_expired", "server_stopping", "rotated")
 
 # Events a stream may hold for a reader that has not taken them. Small: a
 # reader this far behind reconnects and replays from the store instead.
@@ -68,6 +69,12 @@ REPLAY_PAGE = 32
 # Events are sent joined up to this many bytes (a larger one alone), so what
 # a reader has in flight is bounded by bytes as well as by events.
 CHUNK_BYTES = 64 * 1024
+# Live bytes one connection carries before it ends ("rotated") and its
+# reader reconnects with Last-Event-ID. The kernel takes megabytes for a
+# reader that never reads before the server sees it fall behind, so without
+# this each such stream would cost the server that much sending; a reader
+# that reads pays one reconnect per budget.
+STREAM_BYTES = 256 * 1024
 
 _MESSAGES: dict[EndReason, str] = {
     "lagged": "This stream fell behind the log and was ended; reconnect with "
@@ -76,6 +83,7 @@ _MESSAGES: dict[EndReason, str] = {
     "sign in again with a valid token",
     "token_expired": "The bearer token of this stream expired; sign in again with a fresh token",
     "server_stopping": "The server is stopping; reconnect with Last-Event-ID once it is back",
+    "rotated": "This stream carried its share of the log; reconnect with Last-Event-ID to go on",
 }
 
 _encode = msgspec.json.Encoder().encode
@@ -184,13 +192,20 @@ class EventHub:
         """An audit listener: called on the coordinator's thread. O(1) per stream."""
         event = (workspace_id, entry.seq, _event(workspace_id, entry.seq, _encode(entry.to_dict())))
         woken: _Woken = []
+        # Whether a filtered stream may see this entry, asked once per
+        # credential (its streams all see the same), not once per stream.
+        verdicts: dict[str | None, bool] = {}
         with self._lock:
             for group in (self._following.get(workspace_id), self._following.get(None)):
                 if not group:
                     continue
                 for stream in tuple(group):  # a copy: lagging ones leave the set
-                    if stream.visible is not None and not stream.visible(workspace_id):
-                        continue
+                    if stream.visible is not None:
+                        seen = verdicts.get(stream.credential)
+                        if seen is None:
+                            seen = verdicts[stream.credential] = stream.visible(workspace_id)
+                        if not seen:
+                            continue
                     buffer = stream.buffer
                     if len(buffer) >= self.max_buffered:
                         self._end(stream, "lagged", woken)
@@ -347,6 +362,7 @@ class EventHub:
         the store holds after each `resume` point (workspace -> last seq
         seen), then live entries, until the stream ends with `event: end`."""
         sent = dict(resume)
+        carried = 0  # live bytes sent (STREAM_BYTES)
         try:
             yield b"event: ready\ndata: {}\n\n"
             for workspace, last in resume.items():
@@ -375,7 +391,13 @@ class EventHub:
                         sent[w] = max(seq, sent.get(w, -1))
                     del taken
                     for chunk in _chunks(fresh):
+                        carried += len(chunk)
                         yield chunk
+                    if carried >= STREAM_BYTES:
+                        with self._lock:
+                            self.ended["rotated"] += 1
+                        yield _end_event("rotated")
+                        return
                 elif ended is not None:
                     yield _end_event(ended)
                     return
