@@ -34,6 +34,7 @@ from servers import LiveServer, Serve
 
 from coordinator import Coordinator
 from coordinator.cli import DEFAULT_PROFILES
+from coordinator.engine.idempotent_calls import IDEMPOTENCY_FIELD
 from coordinator.engine.registry import Method, refusal_is_recorded
 from coordinator.errors import ScopeError
 from coordinator.security.identity_verifiers import OidcVerifier
@@ -246,6 +247,20 @@ def test_creating_needs_the_right_to(server: Server) -> None:
     server.ok(joiner, "participant.join", workspace="wsp_d", **{"from": "human:carol"}, type="human",
               role="admin")
     assert server.coord.snapshot("wsp_d")["members"]["human:carol"]["role"] == "admin"
+
+
+def test_a_resent_create_is_answered_as_the_first_was(server: Server) -> None:
+    """A create resent with its idempotency key (its first answer lost) gets
+    that answer again: the creator's join is not tried twice, nothing more
+    is written (SPECIFICATION.md, "Authorisation" and "Idempotency keys")."""
+    creator = server.token(ALICE, Grant.of([MINE], "admin", may_create=True))
+    envelope = {"jsonrpc": "2.0", "id": "c1", "method": "workspace.create", "params": {"workspace": MINE},
+                IDEMPOTENCY_FIELD: "create-once"}
+    answers = [server.http.post("/chap", json=envelope, headers={"Authorization": f"Bearer {creator}"})
+               for _ in range(2)]
+    assert [a.status_code for a in answers] == [200, 200]
+    assert answers[0].json() == answers[1].json() and answers[0].json()["result"]["workspace"] == MINE
+    assert [e["envelope"]["method"] for e in server.entries(MINE)] == ["workspace.create", "participant.join"]
 
 
 def test_the_first_admin_of_a_workspace_is_its_creator(server: Server) -> None:

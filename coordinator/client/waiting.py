@@ -156,8 +156,8 @@ def events(lines: Iterator[str]) -> Iterator[tuple[str, str | None, str]]:
 
 
 def _seq(event_id: str | None, data: Any) -> int | None:
-    """The entry's seq: the event's id (`SEQ`, or `WORKSPACE:SEQ` from older
-    servers), else the entry's own."""
+    """The entry's seq: the event's id (`WORKSPACE:SEQ`, as the server sends
+    it; a bare `SEQ` is read too), else the entry's own."""
     if event_id:
         tail = event_id.rpartition(":")[2]
         if tail.isdigit():
@@ -194,6 +194,7 @@ def follow(
         if remaining <= 0:
             raise WaitTimedOut(workspace, subject, timeout)
         headers = {"accept": "text/event-stream"}
+        continue_at_once = False
         if last is not None:
             headers["last-event-id"] = str(last)
         try:
@@ -220,6 +221,9 @@ def follow(
                             if found is not None:
                                 return found
                         if kind == "end":
+                            # "rotated": the connection carried its share; go on at once.
+                            if msgspec.json.decode(text).get("reason") == "rotated":
+                                continue_at_once = True
                             break
                         if kind != "audit":
                             continue
@@ -242,4 +246,5 @@ def follow(
             continue
         except httpx.TransportError:
             pass  # dropped: open it again
-        time.sleep(max(0.0, min(_REOPEN_PAUSE, deadline - clock())))
+        if not continue_at_once:
+            time.sleep(max(0.0, min(_REOPEN_PAUSE, deadline - clock())))

@@ -236,10 +236,14 @@ class Pipeline:
     def batch(self) -> Iterator[None]:
         """Group the calls made inside into one store write per workspace
         (see `HeldWorkspaces.run_batch` and SPECIFICATION.md, "Batches")."""
+        # A nested batch is part of the outer one: the checks its calls are
+        # run again with are the outer batch's to drop, when it ends.
+        outermost = self._held.batch is None
         try:
             yield from self._held.run_batch(self._ids, self._run_again)
         finally:
-            self._batch_checks.clear()
+            if outermost:
+                self._batch_checks.clear()
 
     def snapshot(self, workspace_id: Any) -> dict[str, Any]:
         """The workspace as a JSON-safe dict: meta, collections keyed by id, audit.

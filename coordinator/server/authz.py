@@ -191,10 +191,15 @@ class Gatekeeper:
                         "params": {"workspace": result["workspace"], "from": principal,
                                    "type": kind.group(1), "role": ADMIN},
                     }, authorise=_first_member)
-                    if "error" in joined:
-                        # Never expected (the workspace is new); the batch must
-                        # not write a workspace without its first admin.
-                        raise RpcError(joined["error"]["code"], joined["error"]["message"])
+                    error = joined.get("error")
+                    # Refused by _first_member: the workspace has its members
+                    # already, so this create was a resend answered from its
+                    # kept answer (an idempotency key or a signed envelope
+                    # seen before), and its first admin joined back then.
+                    if error is not None and error["code"] != NOT_AUTHORISED:
+                        # Else never expected (the workspace is new); the batch
+                        # must not write a workspace without its first admin.
+                        raise RpcError(error["code"], error["message"])
         except BatchWriteError:
             pass  # the batch rewrote the response to the write's error
         except RpcError as err:

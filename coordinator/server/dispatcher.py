@@ -40,7 +40,9 @@ log = logging.getLogger(__name__)
 class Dispatcher(Protocol):
     """What a transport needs from a coordinator."""
 
-    def dispatch(self, envelope: dict[str, Any] | str | bytes) -> dict[str, Any]: ...
+    def dispatch(
+        self, envelope: dict[str, Any] | str | bytes, *, authorise: CallCheck | None = None
+    ) -> dict[str, Any]: ...
 
     def batch(self) -> AbstractContextManager[None]: ...
 
@@ -179,9 +181,9 @@ class SerialDispatcher:
     def _dispatch(self, request: _Body) -> dict[str, Any]:
         body, authorise = request
         try:
-            if authorise is None:
+            if authorise is None:  # a target of its own need not take the keyword
                 return self._target.dispatch(body)
-            return self._target.dispatch(body, authorise=authorise)  # type: ignore[call-arg]
+            return self._target.dispatch(body, authorise=authorise)
         except Exception as exc:
             # dispatch promises not to raise; if it does, the caller still
             # gets a JSON-RPC answer and the worker keeps serving.

@@ -156,9 +156,11 @@ def create_app(
     registry = getattr(target, "registry", REGISTRY)  # a Coordinator's own, given or default
     methods = registry.methods() + registry.extension_methods()
     observed = observability if observability is not None else Observability()
-    dispatcher = SerialDispatcher(observed.target(target, (m.name for m in methods)))
-    # Every call goes through the gate, held to its token's grant (server/authz.py).
-    gate = Gatekeeper(dispatcher, target)
+    watched = observed.target(target, (m.name for m in methods))
+    dispatcher = SerialDispatcher(watched)
+    # Every call goes through the gate, held to its token's grant (server/authz.py);
+    # the creates it runs itself are observed as every other call is.
+    gate = Gatekeeper(dispatcher, watched)
     # MCP and A2A, served beside POST /chap where their extras are installed.
     hub = events if events is not None else EventHub()
     # With auth, the tokens holding streams and sessions open are re-checked.

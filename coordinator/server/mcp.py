@@ -319,7 +319,7 @@ def create_mcp_server(
                 "gives (chap.<method> for each CHAP method chapline implements, and "
                 "chapline's own x-chapline.* methods, as the server was started to offer)",
             )
-        session = binding_of(ctx)
+        session = fixed
         given = dict(params.arguments or {})
 
         def envelope_of(arguments: dict[str, Any], number: int | None) -> bytes:
@@ -336,6 +336,8 @@ def create_mcp_server(
             if isinstance(admitted, RpcError):
                 return _refused(admitted)
             identity = admitted
+            # Bound to whom this very check authenticated, not to a second lookup.
+            session = Binding(identity.principal)
             how = "the principal of its bearer token"
         refused = may_call(method, session) or unknown_parameters(method, given)
         if refused is not None:

@@ -216,14 +216,14 @@ class ObservedTarget:
         self._timers: dict[str, Any] = {}
 
     def dispatch(
-        self, envelope: dict[str, Any] | str | bytes, authorise: CallCheck | None = None
+        self, envelope: dict[str, Any] | str | bytes, *, authorise: CallCheck | None = None
     ) -> dict[str, Any]:
         obs = self._obs
         # The server's authorisation check goes on to the coordinator (server/authz.py).
         run = (
-            self._target.dispatch
+            self._target.dispatch  # a target of its own need not take the keyword
             if authorise is None
-            else partial(self._target.dispatch, authorise=authorise)  # type: ignore[call-arg]
+            else partial(self._target.dispatch, authorise=authorise)
         )
         call_id, method, workspace = _head_of(envelope)
         label = method if method in self._methods else UNKNOWN_METHOD

@@ -104,9 +104,12 @@ def desk_routes(
             who = identity(request)
         except RpcError as err:
             return _refused(err)
-        ids = await dispatcher.run(target.workspace_ids)
-        if who is not None:
-            ids = list(filter(visible_to(target, who), ids))
+        # On the dispatcher's thread: membership is the writer's to change.
+        if who is None:
+            ids = await dispatcher.run(target.workspace_ids)
+        else:
+            visible = visible_to(target, who)
+            ids = await dispatcher.run(lambda: [w for w in target.workspace_ids() if visible(w)])
         return _json({"workspaces": sorted(ids)})
 
     async def snapshot(request: Request) -> Response:

@@ -53,9 +53,15 @@ export function listen(onEvent, onState, onRevoked) {
   let stopped = false;
   const controller = new AbortController();
   const seen = new Map(); // workspace -> last seq received
+  // A stream that ended "rotated" (it carried its share of the log) is
+  // reopened at once and quietly: its replay fills the gap, so the page is
+  // neither shown offline nor reloaded on the new stream's `ready`.
+  let rotated = false;
   async function run() {
     while (!stopped) {
       let revoked = null;
+      const quiet = rotated;
+      rotated = false;
       try {
         const extra = { Accept: "text/event-stream" };
         if (seen.size) extra["Last-Event-ID"] = [...seen].map(([w, seq]) => `${w}:${seq}`).join(",");
@@ -93,12 +99,19 @@ export function listen(onEvent, onState, onRevoked) {
             if (name === "end" && (payload.reason === "token_revoked" || payload.reason === "token_expired")) {
               revoked = payload.message;
             }
+            if (name === "end" && payload.reason === "rotated") {
+              rotated = true;
+              continue;
+            }
+            if (name === "ready" && quiet) continue;
             onEvent(name, payload);
           }
         }
       } catch (err) {
         if (stopped) return;
+        rotated = false;
       }
+      if (rotated) continue;
       onState(false);
       if (revoked !== null) {
         stopped = true;
