@@ -282,7 +282,12 @@ def _worker(serve: Serve, alive: int, ready_w: int, inherited: list[int]) -> Non
     except SystemExit as asked:
         code = asked.code if isinstance(asked.code, int) else 0
     except BaseException as exc:  # noqa: BLE001 (reported, then the worker exits)
-        print(f"chapline: a worker failed: {exc}", file=sys.stderr, flush=True)
+        if _STOP_ASKED:
+            # The early stop's SystemExit, wrapped by the code it interrupted
+            # (a library building its models while imported): a clean stop.
+            code = 0
+        else:
+            print(f"chapline: a worker failed: {exc}", file=sys.stderr, flush=True)
     finally:
         os._exit(code)
 
@@ -315,7 +320,13 @@ def _ready_once(fd: int) -> Callable[[], None]:
     return ready
 
 
+# Set in a worker asked to stop before it serves (`_stop_before_serving`).
+_STOP_ASKED = False
+
+
 def _stop_before_serving(signum: int, frame: FrameType | None) -> None:
+    global _STOP_ASKED
+    _STOP_ASKED = True
     raise SystemExit(0)
 
 
