@@ -23,8 +23,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def env() -> dict[str, str]:
-    """The environment a `python -m coordinator` child needs to import this tree."""
-    return {**os.environ, "PYTHONPATH": str(ROOT)}
+    """The environment a `python -m coordinator` child needs to import this
+    tree; with faulthandler on, a child that hangs can be made to print its
+    threads' stacks on standard error (SIGABRT) before the test fails."""
+    return {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONFAULTHANDLER": "1"}
 
 
 class LiveServer:

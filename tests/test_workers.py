@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 import pytest
@@ -65,9 +65,23 @@ class Supervised:
     def stop(self) -> int:
         """SIGTERM, then the exit code once it and its workers are done."""
         self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=120)
+        try:
+            code = self.proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self._abort_hung()
         self._reader.join(timeout=60)
         return code
+
+    def _abort_hung(self) -> NoReturn:
+        """SIGABRT the server and its workers, which print their threads'
+        stacks (faulthandler, `servers.env`), and fail with what they said."""
+        hung = [*self.workers(), self.proc.pid]
+        for pid in hung:
+            os.kill(pid, signal.SIGABRT)
+        self.proc.wait(timeout=60)
+        self._reader.join(timeout=60)
+        pytest.fail(f"serve (pid {self.proc.pid}) and its workers {hung[:-1]} did not stop "
+                    f"within 120 s of SIGTERM; what they said:\n{self.log()}")
 
     def __enter__(self) -> Supervised:
         return self
@@ -333,6 +347,58 @@ def test_a_worker_failing_at_start_is_retried_with_a_growing_delay(tmp_path: Pat
     doublings = [later / earlier for earlier, later in itertools.pairwise(delays)]
     assert all(d >= 2 or later == Backoff().cap for d, later in zip(doublings, delays[1:], strict=True)), delays
     assert logged_tasks(db, ["wsp_f"]) == {"back": 1}
+
+
+# -- a stop while a worker starts ----------------------------------------------------
+
+# A supervisor (`run_workers`) of one worker whose start-up is a long sleep
+# that the code around it interrupts in the way `how` names; once started,
+# the worker serves until SIGTERM. It prints "starting" when the stop may
+# come.
+_STARTING = """
+import signal, sys, threading, time
+from coordinator.server.workers import run_workers
+
+def serve(ready):
+    print("starting", flush=True)
+    try:
+        time.sleep(60)
+    except BaseException as exc:
+        if {how!r} == "wrapped":
+            raise RuntimeError("a library's own error") from exc
+        # "swallowed": the library carries on
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    ready()
+    while not stop.wait(0.05):
+        pass
+    print("stopped", flush=True)
+    return 0
+
+sys.exit(run_workers(1, serve))
+"""
+
+
+@pytest.mark.parametrize("how", ["swallowed", "wrapped"])
+def test_a_stop_that_reaches_a_worker_still_starting_stops_it_cleanly(tmp_path: Path, how: str) -> None:
+    """SIGTERM while the worker starts raises SystemExit in whatever code it
+    is running: code that catches it and carries on still has the worker
+    stop once it serves; code that wraps it in an error of its own still
+    has the worker exit 0. Either way the supervisor exits 0, at once."""
+    proc = subprocess.Popen([sys.executable, "-c", _STARTING.format(how=how)], cwd=ROOT, env=env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "starting\n"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            for pid in children(proc.pid):
+                os.kill(pid, signal.SIGKILL)
+            proc.kill()
+            proc.wait()
+    assert (proc.returncode, err) == (0, "")
+    assert out == ("stopped\n" if how == "swallowed" else "")
 
 
 # -- SIGHUP -------------------------------------------------------------------------

@@ -309,6 +309,11 @@ def _die_with_parent(alive: int) -> None:
 def _ready_once(fd: int) -> Callable[[], None]:
     def ready() -> None:
         nonlocal fd
+        if _STOP_ASKED:
+            # Asked to stop while starting, and the code that stop's
+            # SystemExit interrupted carried on (a library catching what it
+            # raised): ask again, now that the server stops on SIGTERM.
+            os.kill(os.getpid(), signal.SIGTERM)
         if fd >= 0:
             try:
                 os.write(fd, b"r")
