@@ -165,8 +165,8 @@ def logged_tasks(db: str, workspaces: list[str]) -> collections.Counter[str]:
 
 
 class Load:
-    """`clients` threads, each calling task.create on its own workspace
-    until `finish()`; a call is acknowledged when answered with a result.
+    """One thread per entry of `workspaces`, each calling task.create on that
+    workspace until `finish()`; a call is acknowledged when answered with a result.
     `fresh`: a new connection for every call (`Connection: close`)."""
 
     def __init__(self, url: str, workspaces: list[str], fresh: bool = False) -> None:
@@ -281,13 +281,16 @@ def test_workers_of_a_server_sigkilled_as_they_start_exit_too(tmp_path: Path) ->
 
 
 def test_a_worker_killed_mid_load_is_replaced_and_no_acknowledged_call_is_lost(target: str) -> None:
-    workspaces = [f"wsp_k{i}" for i in range(6)]
+    """16 clients on ONE workspace, so the workers race for it throughout:
+    a write that loses waits for the workspace's write turn, and no call is
+    refused (-32901) before, during or after the kill."""
+    workspaces = ["wsp_k"]
     set_up(target, workspaces)
     server = Supervised(target)
     load = None
     try:
         first = eventually(lambda: len(server.workers()) == WORKERS and server.workers(), "workers")
-        load = Load(server.url, workspaces)
+        load = Load(server.url, workspaces * 16)
         eventually(lambda: load.count() >= 30, "calls answered")
         victim = first[0]
         os.kill(victim, signal.SIGKILL)
