@@ -16,15 +16,20 @@ import signal
 import subprocess
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NoReturn
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from servers import ROOT, env
 from support import ALICE, BOT, eventually
 
-from coordinator import Coordinator
+from coordinator import Coordinator, RemoteCoordinator
+from coordinator.client import Retry
+from coordinator.engine.idempotent_calls import IDEMPOTENCY_FIELD
+from coordinator.server.affinity import slot_of
 from coordinator.server.workers import Backoff
 from storage.target import open_store
 
@@ -35,11 +40,17 @@ class Supervised:
     """`python -m coordinator serve --workers N ...`, its standard error read
     as it comes (`lines`)."""
 
-    def __init__(self, db: str, *options: str, port: int = 0, workers: int = WORKERS) -> None:
+    def __init__(
+        self, db: str, *options: str, port: int = 0, workers: int = WORKERS, tmp: Path | None = None
+    ) -> None:
+        """`tmp`: the server's temporary directory (where its workers' slot
+        sockets are, `slots`)."""
+        environ = env() if tmp is None else {**env(), "TMPDIR": str(tmp)}
+        self.tmp = tmp
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "coordinator", "serve", "--db", db, "--port", str(port),
              "--workers", str(workers), *options],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ,
         )
         assert self.proc.stdout is not None and self.proc.stderr is not None
         self.line = self.proc.stdout.readline()
@@ -61,6 +72,29 @@ class Supervised:
 
     def workers(self) -> list[int]:
         return children(self.proc.pid)
+
+    def slots(self) -> dict[int, int]:
+        """Slot -> the pid of the worker that took it. A worker binds
+        `slot-K.PID.sock`, and renames it `slot-K.sock` once it serves; the
+        kernel keeps listing it under the name it was bound with
+        (/proc/net/unix), which is then gone from the directory."""
+        assert self.tmp is not None
+        found = list(self.tmp.glob("chapline-slots-*"))
+        if not found:
+            return {}
+        directory = found[0]
+        live = self.workers()
+        held = {}
+        with open("/proc/net/unix") as table:
+            for line in table.readlines()[1:]:
+                fields = line.split()
+                bound = Path(fields[-1]) if len(fields) == 8 else None
+                if bound is None or bound.parent != directory or bound.exists():
+                    continue
+                slot, pid = (int(part) for part in bound.name[len("slot-"):-len(".sock")].split("."))
+                if pid in live and (directory / f"slot-{slot}.sock").exists():
+                    held[slot] = pid
+        return held
 
     def stop(self) -> int:
         """SIGTERM, then the exit code once it and its workers are done."""
@@ -171,7 +205,7 @@ class Load:
 
     def __init__(self, url: str, workspaces: list[str], fresh: bool = False) -> None:
         self.acknowledged: list[str] = []
-        self.failed: list[tuple[str, str, str]] = []  # (call id, "transport" or "answer", what)
+        self.failed: list[tuple[str, str, str]] = []  # (call id, "transport", "lost" or "answer", what)
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._headers = {"Connection": "close"} if fresh else {}
@@ -188,7 +222,8 @@ class Load:
                 rid = f"c{index}-{k}"
                 k += 1
                 try:
-                    body = http.post(url, json=_task(ws, rid)).json()
+                    reply = http.post(url, json=_task(ws, rid))
+                    body = reply.json()
                 except httpx.HTTPError as exc:
                     with self._lock:
                         self.failed.append((rid, "transport", repr(exc)))
@@ -196,6 +231,9 @@ class Load:
                 with self._lock:
                     if "result" in body:
                         self.acknowledged.append(rid)
+                    elif reply.status_code == 502 and body["error"]["data"]["applied"] == "unknown":
+                        # Passed to the workspace's worker, which died before answering.
+                        self.failed.append((rid, "lost", repr(body)))
                     else:
                         self.failed.append((rid, "answer", repr(body)))
 
@@ -308,12 +346,134 @@ def test_a_worker_killed_mid_load_is_replaced_and_no_acknowledged_call_is_lost(t
             load.finish()
         code = server.stop()
     assert code == 0, server.log()
-    # Only calls in flight on the killed worker's connections may have
-    # failed, as a broken connection; every answer was a result.
-    assert [f for f in load.failed if f[1] != "transport"] == []
+    # Only calls in flight on the killed worker may have failed: as a broken
+    # connection, or (passed to it by another worker) answered 502; every
+    # other answer was a result.
+    assert [f for f in load.failed if f[1] not in ("transport", "lost")] == []
     logged = logged_tasks(target, workspaces)
     assert [rid for rid in load.acknowledged if logged[rid] != 1] == []
     assert [rid for rid, n in logged.items() if n > 1] == []
+
+
+# -- affinity: one workspace, one worker -------------------------------------------
+
+
+def _store_races(base: str) -> tuple[float, float]:
+    """(store conflicts, waits for a write turn) the workers counted, from /metrics."""
+    reply = httpx.get(base + "/metrics", timeout=30)
+    assert reply.status_code == 200, reply.text
+    counted = {sample.name: sample.value for family in text_string_to_metric_families(reply.text)
+               for sample in family.samples}
+    return counted["chapline_store_conflicts_total"], counted["chapline_lock_wait_seconds_count"]
+
+
+def test_with_affinity_a_workspace_is_written_by_its_own_worker_alone(target: str, tmp_path: Path) -> None:
+    """16 clients on one workspace over 3 workers: whichever worker takes a
+    connection passes the call to the worker of the workspace's slot, so no
+    write ever starts from a state another process moved past: the workers
+    count no store conflict and no wait for the write turn (without
+    affinity they race for it: bench/README.md)."""
+    set_up(target, ["wsp_one"])
+    server = Supervised(target, tmp=tmp_path)
+    load = None
+    try:
+        eventually(lambda: len(server.slots()) == WORKERS, "every worker serving its slot")
+        load = Load(server.url, ["wsp_one"] * 16)
+        eventually(lambda: load.count() >= 400, "calls answered")
+        load.finish()
+        races = _store_races(server.url.removesuffix("/chap"))
+    finally:
+        if load is not None:
+            load.finish()
+        code = server.stop()
+    assert code == 0, server.log()
+    assert load.failed == []
+    assert races == (0, 0)
+    logged = logged_tasks(target, ["wsp_one"])
+    assert sorted(logged) == sorted(load.acknowledged) and set(logged.values()) == {1}
+
+
+def _waiting_at(pid: int) -> bool:
+    """Whether a connection waits to be accepted on the slot socket worker
+    `pid` bound (/proc/net/unix lists it under the listener's name)."""
+    with open("/proc/net/unix") as table:
+        names = [line.split()[-1] for line in table.readlines()[1:] if len(line.split()) == 8]
+    return sum(1 for name in names if name.endswith(f".{pid}.sock")) > 1
+
+
+def test_a_call_passed_to_a_worker_that_dies_is_answered_502_and_a_resend_applies_it_once(
+    tmp_path: Path,
+) -> None:
+    """The worker of the call's workspace is stopped (SIGSTOP), so the call
+    another worker passes on waits on its socket; that worker is then killed.
+    The client is told 502, that whether the call was applied is unknown;
+    resent with the same idempotency key it is applied, once."""
+    db = str(tmp_path / "w.db")
+    set_up(db, ["wsp_d"])
+    server = Supervised(db, tmp=tmp_path)
+    owner = None
+    envelope = {**_task("wsp_d", "lost"), IDEMPOTENCY_FIELD: "key-lost"}
+    try:
+        slots = eventually(lambda: len(held := server.slots()) == WORKERS and held, "every worker serving its slot")
+        owner = slots[slot_of("wsp_d", WORKERS)]
+        os.kill(owner, signal.SIGSTOP)
+        with httpx.Client(timeout=60) as http, ThreadPoolExecutor(1) as pool:
+            # The stopped worker accepts nothing: another takes the connection.
+            pending = pool.submit(http.post, server.url, json=envelope)
+            eventually(lambda: _waiting_at(owner), "the call waiting at its worker's socket")
+            os.kill(owner, signal.SIGKILL)
+            lost = pending.result(timeout=60)
+        assert lost.status_code == 502
+        answer = lost.json()
+        assert answer["id"] == "lost"
+        assert answer["error"]["code"] == -32603
+        assert answer["error"]["data"] == {"workspace": "wsp_d", "applied": "unknown"}
+        with httpx.Client(timeout=60) as http:
+            again = http.post(server.url, json=envelope)
+        assert again.status_code == 200 and "result" in again.json(), again.text
+    finally:
+        code = server.stop()
+    assert code == 0, server.log()
+    assert logged_tasks(db, ["wsp_d"]) == {"lost": 1}
+
+
+def test_remote_clients_lose_and_double_no_call_while_each_worker_is_killed_in_turn(tmp_path: Path) -> None:
+    """8 RemoteCoordinator clients on one workspace while each of the three
+    first workers is SIGKILLed in turn, the workspace's own among them: a
+    call lost with its connection or answered 502 is sent again with its
+    idempotency key, so each is acknowledged, and written, exactly once."""
+    db = str(tmp_path / "w.db")
+    set_up(db, ["wsp_r"])
+    server = Supervised(db, tmp=tmp_path)
+    acknowledged: list[str] = []
+    failures: list[Any] = []
+    lock = threading.Lock()
+
+    def client(i: int) -> None:
+        with RemoteCoordinator(server.url.removesuffix("/chap"), retry=Retry(attempts=40, max_backoff=1.0)) as remote:
+            for k in range(15):
+                answer = remote.dispatch(_task("wsp_r", f"c{i}-{k}"))
+                with lock:
+                    (acknowledged if "result" in answer else failures).append(answer.get("id", answer))
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+    try:
+        first = eventually(lambda: len(server.slots()) == WORKERS and server.workers(), "every worker serving its slot")
+        for t in threads:
+            t.start()
+        for victim in first:
+            seen = len(acknowledged)
+            eventually(lambda seen=seen: len(acknowledged) >= seen + 10, "calls answered before the kill")
+            os.kill(victim, signal.SIGKILL)
+        for t in threads:
+            t.join(timeout=300)
+    finally:
+        code = server.stop()
+    assert code == 0, server.log()
+    assert failures == []
+    assert len(acknowledged) == 8 * 15
+    logged = logged_tasks(db, ["wsp_r"])
+    assert sorted(logged) == sorted(acknowledged) and set(logged.values()) == {1}
 
 
 def test_a_worker_failing_at_start_is_retried_with_a_growing_delay(tmp_path: Path) -> None:
@@ -362,7 +522,7 @@ _STARTING = """
 import signal, sys, threading, time
 from coordinator.server.workers import run_workers
 
-def serve(ready):
+def serve(ready, slot):
     print("starting", flush=True)
     try:
         time.sleep(60)

@@ -37,6 +37,7 @@ from coordinator.errors import LimitError
 from coordinator.extras import MissingExtraError, installed
 from coordinator.options import ENFORCED_BY, Options, unenforced
 from coordinator.profiles import REGISTRY
+from coordinator.server.affinity import Affinity, slots_directory
 from coordinator.server.limits import ServerLimits, guarded_protocol, raise_fd_limit
 from coordinator.server.metrics import multiprocess_dir
 from coordinator.server.workers import run_workers
@@ -150,6 +151,7 @@ def _command(args: argparse.Namespace) -> int:
             getattr(args, "log_format", "text"),
             limits,
             scope_claim=args.oidc_scope_claim,
+            affinity=getattr(args, "affinity", True),
         )
     except _Usage as exc:
         print(f"chapline: {exc}", file=sys.stderr)
@@ -197,6 +199,13 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="server processes sharing the port and the database (default: 1)",
+    )
+    serve.add_argument(
+        "--no-affinity",
+        dest="affinity",
+        action="store_false",
+        help="with --workers: let each worker answer every call it accepts, instead of "
+        "passing a workspace's calls to the one worker that answers that workspace",
     )
     serve.add_argument(
         "--sweep-interval",
@@ -481,6 +490,7 @@ def _serve(
     limits: ServerLimits | None = None,
     *,
     scope_claim: str = "chapline_scope",
+    affinity: bool = True,
 ) -> int:
     from storage import StoreError
     from storage.target import describe_target, open_store
@@ -532,10 +542,11 @@ def _serve(
             projections: list[tuple[str, str]],
             say: Callable[[str], str] | None,
             ready: Callable[[], None] | None = None,
+            routing: Affinity | None = None,
         ) -> int:
             return _serve_one(
                 db, sock, profiles, auth, require_signatures, oidc, projections, say,
-                sweep_interval, browser, scope_claim, write_wait, log_format, limits, ready,
+                sweep_interval, browser, scope_claim, write_wait, log_format, limits, ready, routing,
             )
 
         if log_format == "json":
@@ -562,8 +573,17 @@ def _serve(
         print(announce(f"{workers} workers ", projected), flush=True)
         # The workers count into files of one directory, added up by whichever
         # answers a scrape of /metrics (SPECIFICATION.md, "Observability").
-        with multiprocess_dir() if installed("metrics") else contextlib.nullcontext():
-            return run_workers(workers, lambda ready: serve_one(projections, None, ready))
+        with contextlib.ExitStack() as run:
+            if installed("metrics"):
+                run.enter_context(multiprocess_dir())
+            # Each workspace's calls answered by one worker (server/affinity.py).
+            slots = run.enter_context(slots_directory()) if affinity else None
+
+            def serve_worker(ready: Callable[[], None], slot: int) -> int:
+                routing = None if slots is None else Affinity(slots, slot, workers)
+                return serve_one(projections, None, ready, routing)
+
+            return run_workers(workers, serve_worker)
     finally:
         sock.close()
 
@@ -584,10 +604,13 @@ def _serve_one(
     log_format: str,
     limits: ServerLimits,
     ready: Callable[[], None] | None = None,
+    affinity: Affinity | None = None,
 ) -> int:
     """One server process: its own coordinator on `db`, serving `sock`;
     prints `announce(what the projections say)` once it is ready, and calls
-    `ready()` once it accepts connections."""
+    `ready()` once it accepts connections. With `affinity` (a worker), it
+    also serves its slot's socket and passes on the calls of workspaces
+    another worker answers."""
     # Imported here so `chapline --help` works without loading the coordinator.
     import uvicorn
 
@@ -630,7 +653,15 @@ def _serve_one(
             sweep_interval=sweep_interval,
             observability=observed,
             max_body_bytes=limits.max_body_bytes,
+            affinity=affinity,
         )
+        sockets = [sock]
+        if affinity is not None:
+            try:
+                sockets.append(affinity.listen())
+            except OSError as exc:
+                raise _Failure(f"cannot listen on the worker socket in {affinity.directory}: {exc}") from None
+            ready = _publishing(affinity, ready)
         try:
             server = AppServer(
                 uvicorn.Config(
@@ -647,8 +678,10 @@ def _serve_one(
                 stop=_signalled,
                 ready=ready,
             )
-            _run(server, sock, None if announce is None else announce(projected))
+            _run(server, sockets, None if announce is None else announce(projected))
         finally:
+            for extra in sockets[1:]:
+                extra.close()
             # The lifespan has normally closed the dispatcher already; a forced
             # stop skips it. Either way every queued call has run and nothing
             # writes any more when the store closes.
@@ -773,7 +806,19 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _run(server: uvicorn.Server, sock: socket.socket, started: str | None) -> None:
+def _publishing(affinity: Affinity, ready: Callable[[], None] | None) -> Callable[[], None]:
+    """`ready`, taking the worker's slot first: calls are passed to it only
+    once it accepts them."""
+
+    def publish_then_ready() -> None:
+        affinity.publish()
+        if ready is not None:
+            ready()
+
+    return publish_then_ready
+
+
+def _run(server: uvicorn.Server, sockets: list[socket.socket], started: str | None) -> None:
     """Print `started` (if any), run until SIGINT or SIGTERM, then return once
     the server has drained. The line is printed once our handlers are in
     place, so a signal sent as soon as it is read still stops the server cleanly.
@@ -789,7 +834,7 @@ def _run(server: uvicorn.Server, sock: socket.socket, started: str | None) -> No
     try:
         if started is not None:
             print(started, flush=True)
-        server.run(sockets=[sock])
+        server.run(sockets=sockets)
     except KeyboardInterrupt:
         pass
     finally:

@@ -5,7 +5,9 @@ a bearer token and, given a key, signed envelopes. SPECIFICATION.md,
 "RemoteCoordinator".
 
 Calls are retried with backoff when nothing was applied (-32900, -32901, a
-503) and when the answer was lost (a transport error), and retrying is safe
+503) and when the answer was lost (a transport error; a 502, the worker of
+`serve --workers` that answers the workspace having stopped before
+answering), and retrying is safe
 by construction: a signed call resent verbatim is answered from the
 server's replay index, and every other call carries an idempotency key
 (`x-chapline-idempotency-key`, "Idempotency keys") that the server answers
@@ -138,7 +140,7 @@ class _Calls:
             return None, f"HTTP {reply.status_code} without a JSON-RPC answer"
         error = body.get("error")
         code = error.get("code") if isinstance(error, dict) else None
-        if code in _RETRIED_CODES or reply.status_code == 503:
+        if code in _RETRIED_CODES or reply.status_code in (502, 503):
             return None, f"HTTP {reply.status_code}, {code}: {error.get('message') if isinstance(error, dict) else ''}"
         return body, ""
 

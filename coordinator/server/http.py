@@ -64,6 +64,7 @@ with needs("server"):
     from starlette.types import ASGIApp
 
 if TYPE_CHECKING:
+    from coordinator.server.affinity import Affinity
     from coordinator.server.sessions import SessionLimits
 
 __all__ = ["MAX_BODY_BYTES", "MCP_PATH", "AppServer", "create_app", "status_of"]
@@ -105,6 +106,7 @@ def create_app(
     events: EventHub | None = None,
     sessions: SessionLimits | None = None,
     observability: Observability | None = None,
+    affinity: Affinity | None = None,
 ) -> Starlette:
     """An ASGI app serving `target` (a Coordinator) over HTTP: CHAP at
     POST /chap, MCP (streamable HTTP) at /mcp, A2A at /a2a with its Agent
@@ -142,6 +144,9 @@ def create_app(
     /metrics, traces, call logs, the checks of /readyz; /healthz is always
     served); by default an `Observability()`: metrics where chapline[metrics]
     is installed, traces where an OpenTelemetry SDK is configured.
+
+    With `affinity` (a worker of `serve --workers N`), a call for a
+    workspace another worker answers is passed to it (server/affinity.py).
 
     Calls are run one at a time, off the event loop, by a SerialDispatcher
     (`app.state.dispatcher`) that the app's lifespan starts and closes. The
@@ -201,6 +206,14 @@ def create_app(
         if request.method == "OPTIONS":
             return Response(status_code=204)
         body = await request.body()  # at most max_body_bytes (BodyLimit)
+        if affinity is not None and not affinity.passed_on(request.scope):
+            elsewhere = affinity.elsewhere(body)
+            if elsewhere is not None:
+                answer = await affinity.forward(elsewhere, request.scope["raw_path"], request.headers.raw, body)
+                if answer is not None:
+                    return Response(answer.body, answer.status, headers={
+                        name.decode("latin-1"): value.decode("latin-1") for name, value in answer.headers
+                    })
         authorise = None
         if auth is not None:
             admission = auth.admission(request.headers.get("authorization"), body)

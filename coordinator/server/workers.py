@@ -40,8 +40,10 @@ from coordinator.server.metrics import forget_process
 __all__ = ["Backoff", "Serve", "run_workers"]
 
 # Runs one server in a worker: called with `ready`, which the server calls
-# once it accepts connections; returns the worker's exit status.
-Serve = Callable[[Callable[[], None]], int]
+# once it accepts connections, and the worker's slot (0 to N-1: one worker
+# per slot, a replacement taking the slot of the worker it replaces);
+# returns the worker's exit status.
+Serve = Callable[[Callable[[], None], int], int]
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _STOP = (signal.SIGINT, signal.SIGTERM)
@@ -80,6 +82,7 @@ def run_workers(
 @dataclass
 class _Worker:
     pid: int
+    slot: int
     generation: int  # SIGHUP replaces the workers of older generations
     started: float
     ready_fd: int | None  # read end of the pipe it writes one byte to once serving
@@ -125,8 +128,8 @@ class _Supervisor:
         previous_wakeup = signal.set_wakeup_fd(wake_w)
         previous = {sig: signal.signal(sig, self._note) for sig in _HANDLED}
         try:
-            for _ in range(self._count):
-                self._start()
+            for slot in range(self._count):
+                self._start(slot)
             while True:
                 self._act_on_signals()
                 self._reap()
@@ -164,7 +167,7 @@ class _Supervisor:
                 self._reloading = True
                 self._log(f"chapline: SIGHUP: replacing the {self._count} workers one at a time")
 
-    def _start(self) -> None:
+    def _start(self, slot: int) -> None:
         ready_r, ready_w = os.pipe()
         # Blocked across the fork: neither side may see a signal before it
         # has the handlers it needs.
@@ -183,10 +186,10 @@ class _Supervisor:
             if pid == 0:
                 others = [w.ready_fd for w in self._workers.values() if w.ready_fd is not None]
                 parents = [self._alive_w, self._wake_r, self._wake_w, ready_r]
-                _worker(self._serve, self._alive_r, ready_w, [*parents, *others])
+                _worker(self._serve, slot, self._alive_r, ready_w, [*parents, *others])
             os.close(ready_w)
             os.set_blocking(ready_r, False)
-            self._workers[pid] = _Worker(pid, self._generation, self._clock(), ready_r)
+            self._workers[pid] = _Worker(pid, slot, self._generation, self._clock(), ready_r)
             self._selector.register(ready_r, selectors.EVENT_READ)
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _HANDLED)
@@ -240,8 +243,9 @@ class _Supervisor:
         starting = [w for w in serving if not w.ready]
         retiring = len(serving) < len(self._workers)
         if len(serving) > self._count and stale and not starting:
-            # The reload's new worker serves: one old one may go.
-            old = stale.pop(0)
+            # The reload's new worker serves: the old one of its slot may go.
+            fresh = {w.slot for w in serving if w.generation == self._generation}
+            old = next((w for w in stale if w.slot in fresh), stale[0])
             old.retiring = True
             _kill(old.pid, signal.SIGTERM)
             self._log(f"chapline: worker {old.pid} stopping, replaced")
@@ -257,11 +261,15 @@ class _Supervisor:
         wait = self._due - self._clock()
         if wait > 0:
             return wait
-        self._start()
+        # A slot no worker holds (one died), else the oldest stale worker's
+        # (a reload: the new worker takes it over once it serves).
+        held = {w.slot for w in serving}
+        free = [slot for slot in range(self._count) if slot not in held]
+        self._start(free[0] if free else stale[0].slot)
         return 0.0
 
 
-def _worker(serve: Serve, alive: int, ready_w: int, inherited: list[int]) -> None:
+def _worker(serve: Serve, slot: int, alive: int, ready_w: int, inherited: list[int]) -> None:
     """The forked child: becomes a worker, runs `serve`, never returns."""
     code = 1
     try:
@@ -278,7 +286,7 @@ def _worker(serve: Serve, alive: int, ready_w: int, inherited: list[int]) -> Non
             os.close(fd)
         _die_with_parent(alive)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _HANDLED)
-        code = serve(_ready_once(ready_w))
+        code = serve(_ready_once(ready_w), slot)
     except SystemExit as asked:
         code = asked.code if isinstance(asked.code, int) else 0
     except BaseException as exc:  # noqa: BLE001 (reported, then the worker exits)
