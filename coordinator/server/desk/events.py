@@ -74,7 +74,7 @@ CHUNK_BYTES = 64 * 1024
 # reader that never reads before the server sees it fall behind, so without
 # this each such stream would cost the server that much sending; a reader
 # that reads pays one reconnect per budget.
-STREAM_BYTES = 256 * 1024
+STREAM_BYTES = 64 * 1024
 
 _MESSAGES: dict[EndReason, str] = {
     "lagged": "This stream fell behind the log and was ended; reconnect with "
@@ -153,7 +153,10 @@ def _set_all(woken: _Woken) -> None:
 
 
 class EventHub:
-    """Fan-out of audit entries to the open event streams, with caps."""
+    """Fan-out of audit entries to the open event streams, with caps: at most
+    `max_buffered` events waiting per stream (more and it ends, "lagged"),
+    `max_streams` open in all and `max_streams_per_principal` per principal,
+    and `stream_bytes` of live events carried per connection ("rotated")."""
 
     def __init__(
         self,
@@ -161,14 +164,17 @@ class EventHub:
         max_buffered: int = MAX_BUFFERED,
         max_streams: int = MAX_STREAMS,
         max_streams_per_principal: int = MAX_STREAMS_PER_PRINCIPAL,
+        stream_bytes: int = STREAM_BYTES,
     ) -> None:
         for name, value in (("max_buffered", max_buffered), ("max_streams", max_streams),
-                            ("max_streams_per_principal", max_streams_per_principal)):
+                            ("max_streams_per_principal", max_streams_per_principal),
+                            ("stream_bytes", stream_bytes)):
             if value < 1:
                 raise ValueError(f"{name} must be positive, got {value}")
         self.max_buffered = max_buffered
         self.max_streams = max_streams
         self.max_streams_per_principal = max_streams_per_principal
+        self.stream_bytes = stream_bytes
         self._enough = max(1, max_buffered // 2)
         self._lock = threading.Lock()
         # Waiting streams with new events, for the next tick; the loop the
@@ -362,7 +368,7 @@ class EventHub:
         the store holds after each `resume` point (workspace -> last seq
         seen), then live entries, until the stream ends with `event: end`."""
         sent = dict(resume)
-        carried = 0  # live bytes sent (STREAM_BYTES)
+        carried = 0  # live bytes sent (stream_bytes)
         try:
             yield b"event: ready\ndata: {}\n\n"
             for workspace, last in resume.items():
@@ -393,7 +399,7 @@ class EventHub:
                     for chunk in _chunks(fresh):
                         carried += len(chunk)
                         yield chunk
-                    if carried >= STREAM_BYTES:
+                    if carried >= self.stream_bytes:
                         with self._lock:
                             self.ended["rotated"] += 1
                         yield _end_event("rotated")
