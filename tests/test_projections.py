@@ -509,16 +509,19 @@ def assert_matches_chap_analytics(
     for column in ("task_id", "kind", "delegator", "assignee", "state"):
         assert list(tasks[column]) == list(ref[column]), column
     assert _iso(tasks["created_at"]) == _times(ref["created_at"])
-    # The second deliberate difference: the coordinator (as 0.3.3) does not
-    # make an escalation's successor review_required for its trial mode alone,
-    # so task.complete completes it; chap-analytics 0.2.4's replay expects a
-    # review there and leaves the settlement empty. Ours is that call's time.
+    # The second deliberate difference: a task completed by task.complete whose
+    # settlement chap-analytics 0.2.4 leaves empty. Its replay does so for an
+    # escalation's successor (the coordinator, as 0.3.3, does not make it
+    # review_required for its trial mode alone, so task.complete completes it;
+    # the replay expects a review there), and where calls state times out of
+    # the log's order (it pairs some calls with tasks by time; found by
+    # hypothesis: create, create_reviewed, create, a start stated without a
+    # zone, then the third task completed without a ts). Ours is that call's
+    # time, read from the log.
     completed = _completions(log)
     ours_at = _iso(tasks["decided_at"])
-    for i, (theirs_at, state, supersedes) in enumerate(
-        zip(_times(ref["settled_at"]), ref["state"], ref["supersedes"], strict=True)
-    ):
-        if theirs_at is None and state == "completed" and isinstance(supersedes, str):
+    for i, (theirs_at, state) in enumerate(zip(_times(ref["settled_at"]), ref["state"], strict=True)):
+        if theirs_at is None and state == "completed":
             assert ours_at[i] == completed[ref["task_id"][i]]
         else:
             assert ours_at[i] == theirs_at
@@ -582,6 +585,7 @@ TWICE_ESCALATED = [("create", 0, 0), ("create", 0, 0), ("escalate", 0, 0), ("esc
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=OPS)
 @example(ops=TWICE_ESCALATED)
+@example(ops=[("create", 0, 0), ("create_reviewed", 0, 0), ("create", 0, 0), ("start", 0, 0), ("complete", 2, 0)])
 def test_chap_analytics_figures_equal_the_projection_for_random_workloads(
     ops: list[tuple[str, int, int]],
 ) -> None:

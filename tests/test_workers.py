@@ -13,8 +13,10 @@ import collections
 import itertools
 import os
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,7 +31,7 @@ from support import ALICE, BOT, eventually
 from coordinator import Coordinator, RemoteCoordinator
 from coordinator.client import Retry
 from coordinator.engine.idempotent_calls import IDEMPOTENCY_FIELD
-from coordinator.server.affinity import slot_of
+from coordinator.server.affinity import Affinity, slot_of, slots_directory
 from coordinator.server.workers import Backoff
 from storage.target import open_store
 
@@ -74,27 +76,25 @@ class Supervised:
         return children(self.proc.pid)
 
     def slots(self) -> dict[int, int]:
-        """Slot -> the pid of the worker that took it. A worker binds
-        `slot-K.PID.sock`, and renames it `slot-K.sock` once it serves; the
-        kernel keeps listing it under the name it was bound with
-        (/proc/net/unix), which is then gone from the directory."""
-        assert self.tmp is not None
-        found = list(self.tmp.glob("chapline-slots-*"))
-        if not found:
+        """Slot -> the pid of the worker that took it. A worker binds its
+        socket as `K.PID` and renames it `K` once it serves; the kernel keeps
+        listing it under the name it was bound with (/proc/net/unix), which
+        is then gone from the directory."""
+        directory = self.slot_directory()
+        if directory is None:
             return {}
-        directory = found[0]
         live = self.workers()
         held = {}
-        with open("/proc/net/unix") as table:
-            for line in table.readlines()[1:]:
-                fields = line.split()
-                bound = Path(fields[-1]) if len(fields) == 8 else None
-                if bound is None or bound.parent != directory or bound.exists():
-                    continue
-                slot, pid = (int(part) for part in bound.name[len("slot-"):-len(".sock")].split("."))
-                if pid in live and (directory / f"slot-{slot}.sock").exists():
-                    held[slot] = pid
+        for bound in _unix_listeners(directory):
+            slot, pid = (int(part) for part in bound.name.split("."))
+            if not bound.exists() and pid in live and (directory / str(slot)).exists():
+                held[slot] = pid
         return held
+
+    def slot_directory(self) -> Path | None:
+        assert self.tmp is not None
+        found = list(self.tmp.glob("chapline-slots-*"))
+        return found[0] if found else None
 
     def stop(self) -> int:
         """SIGTERM, then the exit code once it and its workers are done."""
@@ -205,7 +205,8 @@ class Load:
 
     def __init__(self, url: str, workspaces: list[str], fresh: bool = False) -> None:
         self.acknowledged: list[str] = []
-        self.failed: list[tuple[str, str, str]] = []  # (call id, "transport", "lost" or "answer", what)
+        # (call id, "transport", "lost" or "answer", what)
+        self.failed: list[tuple[str, str, str]] = []
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._headers = {"Connection": "close"} if fresh else {}
@@ -231,7 +232,7 @@ class Load:
                 with self._lock:
                     if "result" in body:
                         self.acknowledged.append(rid)
-                    elif reply.status_code == 502 and body["error"]["data"]["applied"] == "unknown":
+                    elif reply.status_code == 502 and (body.get("error", {}).get("data") or {}).get("applied") == "unknown":
                         # Passed to the workspace's worker, which died before answering.
                         self.failed.append((rid, "lost", repr(body)))
                     else:
@@ -393,12 +394,18 @@ def test_with_affinity_a_workspace_is_written_by_its_own_worker_alone(target: st
     assert sorted(logged) == sorted(load.acknowledged) and set(logged.values()) == {1}
 
 
-def _waiting_at(pid: int) -> bool:
-    """Whether a connection waits to be accepted on the slot socket worker
-    `pid` bound (/proc/net/unix lists it under the listener's name)."""
+def _unix_listeners(directory: Path) -> list[Path]:
+    """The names Unix sockets in `directory` were bound with, once per
+    socket (/proc/net/unix; a connection waiting to be accepted is listed
+    under its listener's name too)."""
     with open("/proc/net/unix") as table:
-        names = [line.split()[-1] for line in table.readlines()[1:] if len(line.split()) == 8]
-    return sum(1 for name in names if name.endswith(f".{pid}.sock")) > 1
+        rows = [line.split() for line in table.readlines()[1:]]
+    return [Path(row[-1]) for row in rows if len(row) == 8 and Path(row[-1]).parent == directory]
+
+
+def _waiting_at(directory: Path, pid: int) -> bool:
+    """Whether a connection waits to be accepted on the slot socket worker `pid` bound."""
+    return sum(1 for name in _unix_listeners(directory) if name.name.endswith(f".{pid}")) > 1
 
 
 def test_a_call_passed_to_a_worker_that_dies_is_answered_502_and_a_resend_applies_it_once(
@@ -420,7 +427,9 @@ def test_a_call_passed_to_a_worker_that_dies_is_answered_502_and_a_resend_applie
         with httpx.Client(timeout=60) as http, ThreadPoolExecutor(1) as pool:
             # The stopped worker accepts nothing: another takes the connection.
             pending = pool.submit(http.post, server.url, json=envelope)
-            eventually(lambda: _waiting_at(owner), "the call waiting at its worker's socket")
+            directory = server.slot_directory()
+            assert directory is not None
+            eventually(lambda: _waiting_at(directory, owner), "the call waiting at its worker's socket")
             os.kill(owner, signal.SIGKILL)
             lost = pending.result(timeout=60)
         assert lost.status_code == 502
@@ -437,9 +446,57 @@ def test_a_call_passed_to_a_worker_that_dies_is_answered_502_and_a_resend_applie
     assert logged_tasks(db, ["wsp_d"]) == {"lost": 1}
 
 
+def test_a_temporary_directory_too_long_for_a_socket_gives_way_to_tmp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A socket's path holds 107 bytes: under a TMPDIR that long the slots'
+    directory is made in /tmp instead, and a worker's socket binds there."""
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    with socket.socket(socket.AF_UNIX) as probe, pytest.raises(OSError):
+        probe.bind(str(deep / "0.4194304"))  # what the directory would have held
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    with slots_directory(4) as path:
+        assert path is not None and Path(path).parent == Path("/tmp")
+        worker = Affinity(path, 3, 4)
+        worker.listen().close()
+        worker.publish()
+        assert (Path(path) / "3").exists()
+    assert not Path(path).exists()
+
+
+def test_a_call_that_came_over_a_slot_socket_is_answered_there(tmp_path: Path) -> None:
+    """A call a worker was passed (over its slot's socket) is never passed
+    on again, even when it names another slot's workspace: that slot's
+    worker is stopped here, so a call passed on would wait for it."""
+    db = str(tmp_path / "w.db")
+    set_up(db, ["wsp_s"])
+    server = Supervised(db, tmp=tmp_path)
+    owner = None
+    try:
+        slots = eventually(lambda: len(held := server.slots()) == WORKERS and held, "every worker serving its slot")
+        owner_slot = slot_of("wsp_s", WORKERS)
+        owner = slots[owner_slot]
+        other = (owner_slot + 1) % WORKERS
+        directory = server.slot_directory()
+        assert directory is not None
+        os.kill(owner, signal.SIGSTOP)
+        transport = httpx.HTTPTransport(uds=str(directory / str(other)))
+        with httpx.Client(transport=transport, timeout=20) as http:
+            answer = http.post(f"http://127.0.0.1:{server.port}/chap", json=_task("wsp_s", "direct")).json()
+        assert "result" in answer, answer
+    finally:
+        if owner is not None:
+            os.kill(owner, signal.SIGCONT)
+        code = server.stop()
+    assert code == 0, server.log()
+    assert logged_tasks(db, ["wsp_s"]) == {"direct": 1}
+
+
 def test_remote_clients_lose_and_double_no_call_while_each_worker_is_killed_in_turn(tmp_path: Path) -> None:
     """8 RemoteCoordinator clients on one workspace while each of the three
-    first workers is SIGKILLed in turn, the workspace's own among them: a
+    first workers is SIGKILLed in turn (after 15, 30 and 45 of the 120 calls
+    are acknowledged), the workspace's own among them: a
     call lost with its connection or answered 502 is sent again with its
     idempotency key, so each is acknowledged, and written, exactly once."""
     db = str(tmp_path / "w.db")
@@ -461,9 +518,8 @@ def test_remote_clients_lose_and_double_no_call_while_each_worker_is_killed_in_t
         first = eventually(lambda: len(server.slots()) == WORKERS and server.workers(), "every worker serving its slot")
         for t in threads:
             t.start()
-        for victim in first:
-            seen = len(acknowledged)
-            eventually(lambda seen=seen: len(acknowledged) >= seen + 10, "calls answered before the kill")
+        for n, victim in enumerate(first, 1):
+            eventually(lambda n=n: len(acknowledged) >= 15 * n, "calls answered before the kill")
             os.kill(victim, signal.SIGKILL)
         for t in threads:
             t.join(timeout=300)
@@ -514,8 +570,8 @@ def test_a_worker_failing_at_start_is_retried_with_a_growing_delay(tmp_path: Pat
 
 # -- a stop while a worker starts ----------------------------------------------------
 
-# A supervisor (`run_workers`) of one worker whose start-up is a long sleep
-# that the code around it interrupts in the way `how` names; once started,
+# A supervisor (`run_workers`) of one worker whose start-up never ends but
+# for the stop, which the code around it interrupts in the way `how` names; once started,
 # the worker serves until SIGTERM. It prints "starting" when the stop may
 # come.
 _STARTING = """
@@ -523,9 +579,10 @@ import signal, sys, threading, time
 from coordinator.server.workers import run_workers
 
 def serve(ready, slot):
-    print("starting", flush=True)
     try:
-        time.sleep(60)
+        print("starting", flush=True)
+        while True:
+            time.sleep(0.05)
     except BaseException as exc:
         if {how!r} == "wrapped":
             raise RuntimeError("a library's own error") from exc

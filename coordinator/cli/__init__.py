@@ -204,8 +204,9 @@ def _parser() -> argparse.ArgumentParser:
         "--no-affinity",
         dest="affinity",
         action="store_false",
-        help="with --workers: let each worker answer every call it accepts, instead of "
-        "passing a workspace's calls to the one worker that answers that workspace",
+        help="with --workers N > 1: let each worker answer every call it accepts, instead of "
+        "passing a workspace's calls to the one worker that answers that workspace "
+        "(without --workers there is one worker: nothing to turn off)",
     )
     serve.add_argument(
         "--sweep-interval",
@@ -577,10 +578,12 @@ def _serve(
             if installed("metrics"):
                 run.enter_context(multiprocess_dir())
             # Each workspace's calls answered by one worker (server/affinity.py).
-            slots = run.enter_context(slots_directory()) if affinity else None
+            slots = run.enter_context(slots_directory(workers)) if affinity else None
 
             def serve_worker(ready: Callable[[], None], slot: int) -> int:
-                routing = None if slots is None else Affinity(slots, slot, workers)
+                routing = None if slots is None else Affinity(
+                    slots, slot, workers, **({} if write_wait is None else {"write_wait": write_wait})
+                )
                 return serve_one(projections, None, ready, routing)
 
             return run_workers(workers, serve_worker)

@@ -36,8 +36,9 @@ import msgspec
 
 from coordinator.engine.wire import INTERNAL_ERROR, error_response
 from coordinator.errors import RpcError
+from storage.types import DEFAULT_WAIT
 
-__all__ = ["Affinity", "Answer", "Elsewhere", "slot_of", "slots_directory"]
+__all__ = ["FORWARD_MARGIN", "Affinity", "Answer", "Elsewhere", "slot_of", "slots_directory"]
 
 # Request headers that belong to one connection, not to the call.
 _HOP_BY_HOP = frozenset(
@@ -48,6 +49,9 @@ _HOP_BY_HOP = frozenset(
 # client; the rest (security headers, CORS) the forwarding worker adds itself.
 _PASSED_BACK = frozenset((b"content-type", b"retry-after", b"www-authenticate"))
 _HEAD_LIMIT = 64 * 1024
+# How much longer than a write may wait for its turn (--write-wait) a worker
+# waits for the worker it passed a call to: only one stopped or stuck takes that long.
+FORWARD_MARGIN = 30.0
 
 _encode = msgspec.json.Encoder().encode
 
@@ -87,35 +91,60 @@ def slot_of(workspace: str, slots: int) -> int:
     return zlib.crc32(workspace.encode("utf-8", "surrogatepass")) % slots
 
 
+# A Unix socket's path holds at most this many bytes (sun_path, Linux).
+_PATH_BYTES = 107
+# The longest name a worker's socket takes in the directory (`K.PID`).
+_LONGEST_PID = 4194304  # Linux's pid_max ceiling
+
+
 @contextlib.contextmanager
-def slots_directory() -> Iterator[str]:
-    """A fresh directory for the workers' sockets (only this user may enter
-    it), removed on the way out."""
-    path = tempfile.mkdtemp(prefix="chapline-slots-")
+def slots_directory(slots: int) -> Iterator[str | None]:
+    """A fresh directory for `slots` workers' sockets (only this user may
+    enter it), in the temporary directory or, if its path is too long for a
+    socket's, in /tmp; removed on the way out. None (with a warning on
+    standard error) when neither is short enough or writable."""
+    path = None
+    for parent in dict.fromkeys((tempfile.gettempdir(), "/tmp")):
+        longest = os.path.join(parent, "chapline-slots-XXXXXXXX", f"{slots - 1}.{_LONGEST_PID}")
+        if len(os.fsencode(longest)) > _PATH_BYTES:
+            continue
+        try:
+            path = tempfile.mkdtemp(prefix="chapline-slots-", dir=parent)
+            break
+        except OSError:
+            continue
+    if path is None:
+        print("chapline: no directory with a path short enough for the workers' sockets "
+              "(set TMPDIR to a shorter one); each worker answers every call it accepts",
+              file=sys.stderr, flush=True)
     try:
         yield path
     finally:
-        shutil.rmtree(path, ignore_errors=True)
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 class Affinity:
     """One worker's part: its slot, its socket, and where the others' are.
 
-    `directory` holds one socket per slot (`slot-K.sock`); `listen()` makes
-    this worker's, under a name of its own, and `publish()` (once it accepts
-    connections) moves it to its slot's name, taking the slot over from a
-    worker it replaces in one step."""
+    `directory` holds one socket per slot (named `K`); `listen()` makes this
+    worker's, under a name of its own (`K.PID`), and `publish()` (once it
+    accepts connections) moves it to its slot's name, taking the slot over
+    from a worker it replaces in one step."""
 
-    def __init__(self, directory: str, slot: int, slots: int) -> None:
+    def __init__(self, directory: str, slot: int, slots: int, *, write_wait: float = DEFAULT_WAIT) -> None:
         if not 0 <= slot < slots:
             raise ValueError(f"slot must be in 0..{slots - 1}, got {slot}")
+        if not write_wait > 0:
+            raise ValueError(f"write_wait must be a positive number of seconds, got {write_wait}")
         self.directory = directory
         self.slot = slot
         self.slots = slots
-        self._own = os.path.join(directory, f"slot-{slot}.{os.getpid()}.sock")
+        self.timeout = write_wait + FORWARD_MARGIN
+        self._own = os.path.join(directory, f"{slot}.{os.getpid()}")
 
     def path(self, slot: int) -> str:
-        return os.path.join(self.directory, f"slot-{slot}.sock")
+        return os.path.join(self.directory, str(slot))
 
     def listen(self) -> socket.socket:
         """This worker's socket, listening (not yet its slot's: `publish`)."""
@@ -140,9 +169,11 @@ class Affinity:
 
     @staticmethod
     def passed_on(scope: Mapping[str, Any]) -> bool:
-        """Whether the request came over a slot's socket (uvicorn gives a
-        Unix socket's connections no server address)."""
-        return scope.get("server") is None
+        """Whether the request came over a slot's socket: uvicorn gives a Unix
+        socket's connections no server address, or (path, None); a TCP
+        connection's always has a port."""
+        server = scope.get("server")
+        return server is None or server[1] is None
 
     def elsewhere(self, body: bytes) -> Elsewhere | None:
         """Where the call in `body` is answered, if by another worker."""
@@ -161,7 +192,9 @@ class Affinity:
     ) -> Answer | None:
         """Send the request to the call's worker on a new connection and
         return its answer; None when that worker cannot be reached (nothing
-        was sent: the call is answered here)."""
+        was sent: the call is answered here). A worker that has not answered
+        within `timeout` seconds (the store's write wait and a margin: it is
+        stopped or stuck) is answered for as one that died: 502, applied unknown."""
         try:
             reader, writer = await asyncio.open_unix_connection(self.path(call.slot), limit=_HEAD_LIMIT)
         except OSError:
@@ -173,8 +206,10 @@ class Affinity:
             head.append(b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body))
             writer.write(b"".join(head))
             writer.write(body)
-            answer = await _read_answer(reader)
-        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, IndexError):
+            async with asyncio.timeout(self.timeout):
+                answer = await _read_answer(reader)
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError,
+                IndexError):
             answer = None
         finally:
             writer.close()

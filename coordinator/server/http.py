@@ -206,7 +206,9 @@ def create_app(
         if request.method == "OPTIONS":
             return Response(status_code=204)
         body = await request.body()  # at most max_body_bytes (BodyLimit)
-        if affinity is not None and not affinity.passed_on(request.scope):
+        # Without a token where one is needed, the answer (401) is the same here.
+        if (affinity is not None and not affinity.passed_on(request.scope)
+                and (auth is None or "authorization" in request.headers)):
             elsewhere = affinity.elsewhere(body)
             if elsewhere is not None:
                 answer = await affinity.forward(elsewhere, request.scope["raw_path"], request.headers.raw, body)

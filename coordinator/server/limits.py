@@ -154,7 +154,10 @@ def guarded_protocol(limits: ServerLimits) -> type[asyncio.Protocol]:
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             address = self.client[0] if self.client else ""
-            if tally.by_address[address] >= limits.max_connections_per_address:
+            # A Unix socket's peer has no address: under `serve --workers`
+            # the other workers passing on calls (server/affinity.py), all
+            # of them "", so only the cap on all connections holds them.
+            if self.client and tally.by_address[address] >= limits.max_connections_per_address:
                 self._refuse(
                     429,
                     "Too Many Requests",
