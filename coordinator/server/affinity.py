@@ -13,10 +13,10 @@ a create without an id, a body that is not a call: the answer is the same
 anywhere), when they came over a slot's socket (never passed on twice), and
 when the slot's worker cannot be reached (dead, or not started yet: the
 write turn keeps that correct, only slower). A call passed on whose worker
-stops before answering is answered 502, -32603, saying that whether it was
-applied is unknown: the same a client learns from a connection broken
-mid-call, and a resend with the same idempotency key or signature is
-answered as the first was.
+stops before answering, or does not answer in time, is answered 502,
+-32603, saying that whether it was applied is unknown: what a client learns
+from a connection broken mid-call; a resend with the same idempotency key
+or signature is answered as the first was, or applied once.
 """
 
 from __future__ import annotations
