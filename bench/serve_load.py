@@ -17,12 +17,11 @@ import http.client
 import json
 import multiprocessing
 import os
-import re
-import subprocess
-import sys
 import tempfile
 import time
 from typing import Any
+
+from bench.served import start_serve
 
 WORKSPACE = "wsp_serve_load"
 
@@ -56,16 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--db", help="SQLite file to write (default: a temporary one)")
     args = ap.parse_args(argv)
     db = args.db or os.path.join(tempfile.mkdtemp(prefix="chapline-serve-"), "chap.db")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "coordinator", "serve", "--port", "0", "--db", db],
-        stdout=subprocess.PIPE, text=True,
-    )
+    server, port = start_serve(db)
     try:
-        line = server.stdout.readline() if server.stdout else ""
-        found = re.search(r"http://127\.0\.0\.1:(\d+)/chap", line)
-        if not found:
-            raise RuntimeError(f"chapline serve did not start: {line!r}")
-        port = int(found.group(1))
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         _call(conn, "participant.join", workspace=WORKSPACE, **{"from": "human:lead"}, type="human")
         _call(conn, "participant.join", workspace=WORKSPACE, **{"from": "agent:worker"}, type="agent")

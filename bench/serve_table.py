@@ -31,7 +31,6 @@ import http.client
 import json
 import multiprocessing
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -40,6 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.served import start_serve
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -84,18 +85,7 @@ def _client(args: tuple[int, list[str], int]) -> tuple[int, int, int, int, list[
 
 
 def _chapline(db: str, workers: int, affinity: bool) -> tuple[subprocess.Popen[str], int]:
-    options = [] if affinity else ["--no-affinity"]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "coordinator", "serve", "--port", "0", "--db", db, "--workers", str(workers),
-         *options],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True,
-    )
-    line = server.stdout.readline() if server.stdout else ""
-    found = re.search(r"http://127\.0\.0\.1:(\d+)/chap", line)
-    if not found:
-        server.kill()
-        raise RuntimeError(f"chapline serve did not start: {line!r}")
-    return server, int(found.group(1))
+    return start_serve(db, "--workers", str(workers), *([] if affinity else ["--no-affinity"]))
 
 
 def _reference(chap: Path) -> tuple[subprocess.Popen[str], int]:

@@ -34,7 +34,6 @@ import http.client
 import json
 import multiprocessing
 import os
-import re
 import resource
 import shutil
 import subprocess
@@ -44,6 +43,7 @@ import threading
 import time
 from typing import Any
 
+from bench.served import start_serve
 from coordinator.server.auth import TokenStore
 from coordinator.server.desk.events import MAX_STREAMS_PER_PRINCIPAL
 from coordinator.server.scopes import Grant
@@ -245,19 +245,6 @@ def _raise_fd_limit(wanted: int) -> int:
 # -- the run -------------------------------------------------------------------
 
 
-def _serve(db: str) -> tuple[subprocess.Popen[str], int]:
-    server = subprocess.Popen(
-        [sys.executable, "-m", "coordinator", "serve", "--port", "0", "--db", db, "--auth"],
-        stdout=subprocess.PIPE, text=True,
-    )
-    line = server.stdout.readline() if server.stdout else ""
-    found = re.search(r"http://127\.0\.0\.1:(\d+)/chap", line)
-    if not found:
-        server.kill()
-        raise RuntimeError(f"chapline serve did not start: {line!r}")
-    return server, int(found.group(1))
-
-
 def _token(db: str) -> str:
     """A token for LEAD that may create the soak's workspace and run it."""
     command = [sys.executable, "-m", "coordinator", "token", "create", "--db", db, "--as", LEAD]
@@ -331,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
     db = args.db or os.path.join(tempfile.mkdtemp(prefix="chapline-soak-", dir=tmp), "chap.db")
     token = _token(db)
-    server, port = _serve(db)
+    server, port = start_serve(db, "--auth")
     try:
         _fill(port, token, args.inputs, args.input_bytes)
         watchers = _watchers(db, port, args.streams)

@@ -581,9 +581,7 @@ def _serve(
             slots = run.enter_context(slots_directory(workers)) if affinity else None
 
             def serve_worker(ready: Callable[[], None], slot: int) -> int:
-                routing = None if slots is None else Affinity(
-                    slots, slot, workers, **({} if write_wait is None else {"write_wait": write_wait})
-                )
+                routing = None if slots is None else Affinity(slots, slot, workers, write_wait=write_wait)
                 return serve_one(projections, None, ready, routing)
 
             return run_workers(workers, serve_worker)

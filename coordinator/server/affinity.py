@@ -132,7 +132,10 @@ class Affinity:
     accepts connections) moves it to its slot's name, taking the slot over
     from a worker it replaces in one step."""
 
-    def __init__(self, directory: str, slot: int, slots: int, *, write_wait: float = DEFAULT_WAIT) -> None:
+    def __init__(self, directory: str, slot: int, slots: int, *, write_wait: float | None = None) -> None:
+        """`write_wait`: how long the store waits for a write turn (None: its default)."""
+        if write_wait is None:
+            write_wait = DEFAULT_WAIT
         if not 0 <= slot < slots:
             raise ValueError(f"slot must be in 0..{slots - 1}, got {slot}")
         if not write_wait > 0:
