@@ -182,9 +182,13 @@ class Network:
     outcome, from Chromium's DevTools log (the page itself cannot see what
     became of a beacon or a form)."""
 
-    def __init__(self, driver: WebDriver, victim: str) -> None:
+    def __init__(self, driver: WebDriver, victim: str, desk_frame: str) -> None:
         self.driver = driver
         self.victim = victim
+        # The desk tab keeps reading its own server (it reloads on every
+        # event and when its stream reopens); only what other frames sent is
+        # the attack's.
+        self.desk_frame = desk_frame
         self.sent: dict[str, str] = {}  # request id -> "METHOD url"
         self.outcome: dict[str, int | str] = {}  # request id -> status, or the failure
 
@@ -192,17 +196,13 @@ class Network:
         for record in self.driver.get_log("performance"):
             message = json.loads(record["message"])["message"]
             method, params = message["method"], message.get("params", {})
-            if method == "Network.requestWillBeSent" and params["request"]["url"].startswith(self.victim):
+            if (method == "Network.requestWillBeSent" and params["request"]["url"].startswith(self.victim)
+                    and params.get("frameId") != self.desk_frame):
                 self.sent[params["requestId"]] = f'{params["request"]["method"]} {params["request"]["url"]}'
             elif method == "Network.responseReceived":
                 self.outcome[params["requestId"]] = params["response"]["status"]
             elif method == "Network.loadingFailed":
                 self.outcome.setdefault(params["requestId"], params.get("errorText", "failed"))
-
-    def forget(self) -> None:
-        self.read()
-        self.sent.clear()
-        self.outcome.clear()
 
     def settled(self) -> list[tuple[str, int | str]]:
         """Once every request sent has an outcome: each request with its outcome."""
@@ -232,8 +232,8 @@ def test_another_sites_page_can_neither_write_nor_read(
     browser.find_element(By.ID, "nav-workspace").click()
     wait(browser, lambda d: d.find_element(By.ID, "verdict"), "the desk's workspace page")
     desk_tab = browser.current_window_handle
-    network = Network(browser, victim)
-    network.forget()  # what the desk sent is not the attack's
+    desk_frame = browser.execute_cdp_cmd("Page.getFrameTree", {})["frameTree"]["frame"]["id"]
+    network = Network(browser, victim, desk_frame)
 
     # The attack, from another origin.
     browser.switch_to.new_window("tab")
