@@ -39,6 +39,8 @@ Each carries its facts as attributes, and its message (and the class's
      │                             also a ValueError
      ├── ProjectionError           a projection's target cannot be opened or
      │                             written, or its cursor does not fit: target
+     ├── NotifyError               a notification subscription cannot be made or
+     │                             found (also a ValueError)
      ├── InwardCallError           recording outside work: a call was refused:
      │                             step, error (also a RuntimeError)
      ├── DispatcherClosed          the serving worker stopped taking calls
@@ -90,6 +92,7 @@ __all__ = [
     "LimitError",
     "MissingExtraError",
     "NotJsonError",
+    "NotifyError",
     "OpenLimitError",
     "PatchError",
     "PatchLimitError",
@@ -364,6 +367,13 @@ class ProjectionError(ChaplineError):
     def __init__(self, target: str, message: str) -> None:
         super().__init__(message)
         self.target = target
+
+
+class NotifyError(ChaplineError, ValueError):
+    """A notification subscription cannot be made as asked (a URL, address,
+    format or kind it cannot take), or the one named does not exist."""
+
+    remedy = "Read the message: it names the value to change; `chapline notify list` shows the subscriptions."
 
 
 # -- the server ----------------------------------------------------------------

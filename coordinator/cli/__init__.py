@@ -32,6 +32,7 @@ from coordinator import __version__
 from coordinator.cli import copy as copy_command
 from coordinator.cli import log as log_commands
 from coordinator.cli import mcp_options
+from coordinator.cli import notify as notify_commands
 from coordinator.engine.registry import profile_name, profile_names
 from coordinator.errors import LimitError
 from coordinator.extras import MissingExtraError, installed
@@ -66,15 +67,24 @@ DEFAULT_SWEEP_INTERVAL = 1.0
 ALL_PROFILES = tuple(p for p in REGISTRY.advertisable if profile_name(p) not in ENFORCED_BY)
 
 
-def _analytics(target: str) -> Any:
+def _analytics(target: str, desk_url: str | None) -> Any:
     from coordinator.projections import AnalyticsProjection
 
     return AnalyticsProjection(target)
 
 
+def _notifications(target: str, desk_url: str | None) -> Any:
+    from coordinator.notify import NotificationProjection
+
+    return NotificationProjection(target, desk_url=desk_url)
+
+
 # The projections `serve --projection NAME=TARGET` can run (TARGET: a SQLite
-# path or a postgresql:// URI).
-PROJECTIONS: dict[str, Callable[[str], Any]] = {"analytics": _analytics}
+# path or a postgresql:// URI), made with the desk's URL for their links.
+PROJECTIONS: dict[str, Callable[[str, str | None], Any]] = {
+    "analytics": _analytics,
+    "notifications": _notifications,
+}
 
 _PROFILE = re.compile(r"^[a-z][a-z0-9_-]*/\d+\.\d+$")
 
@@ -105,6 +115,8 @@ def _command(args: argparse.Namespace) -> int:
         return _token(args)
     if args.command == "copy":
         return copy_command.run(args)
+    if args.command == "notify":
+        return notify_commands.run(args)
     if args.command not in ("serve", "mcp"):
         return log_commands.run(args)
     if args.command == "mcp" and not args.http and args.auth:
@@ -152,6 +164,7 @@ def _command(args: argparse.Namespace) -> int:
             limits,
             scope_claim=args.oidc_scope_claim,
             affinity=getattr(args, "affinity", True),
+            desk_url=args.desk_url,
         )
     except _Usage as exc:
         print(f"chapline: {exc}", file=sys.stderr)
@@ -284,9 +297,17 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME=TARGET",
         help=(
             "run a projection, caught up from the database at start and then fed "
-            "every call; repeatable. NAME is 'analytics': tables in TARGET, a SQLite "
+            "every call; repeatable. NAME is 'analytics' (review figures) or "
+            "'notifications' (reviews, escalations and whispers sent to the "
+            "subscriptions `chapline notify` adds): tables in TARGET, a SQLite "
             "file or a postgresql:// URI (either may be the --db database)"
         ),
+    )
+    serve.add_argument(
+        "--desk-url",
+        metavar="URL",
+        help="where people reach the review desk, for the links in notifications "
+        "(default: the address the server listens on)",
     )
     bounds = serve.add_argument_group(
         "bounds on memory and time (per server process)",
@@ -355,6 +376,7 @@ def _parser() -> argparse.ArgumentParser:
                             help="the serve database: a SQLite file or a postgresql:// URI (default: ./chap.db)")
     log_commands.add_commands(commands)
     copy_command.add_command(commands)
+    notify_commands.add_command(commands)
     return parser
 
 
@@ -492,6 +514,7 @@ def _serve(
     *,
     scope_claim: str = "chapline_scope",
     affinity: bool = True,
+    desk_url: str | None = None,
 ) -> int:
     from storage import StoreError
     from storage.target import describe_target, open_store
@@ -548,6 +571,7 @@ def _serve(
             return _serve_one(
                 db, sock, profiles, auth, require_signatures, oidc, projections, say,
                 sweep_interval, browser, scope_claim, write_wait, log_format, limits, ready, routing,
+                desk_url or _url(sock, "/"),
             )
 
         if log_format == "json":
@@ -567,7 +591,7 @@ def _serve(
         # workers attach to it, each catching up and feeding it; its cursors,
         # decided inside each transaction, make them take turns.
         for name, target in projections:
-            _open_projection(name, target).close()
+            _open_projection(name, target, None).close()
         projected = "".join(
             f", projecting {name} into {describe_target(target)}" for name, target in projections
         )
@@ -606,6 +630,7 @@ def _serve_one(
     limits: ServerLimits,
     ready: Callable[[], None] | None = None,
     affinity: Affinity | None = None,
+    desk_url: str | None = None,
 ) -> int:
     """One server process: its own coordinator on `db`, serving `sock`;
     prints `announce(what the projections say)` once it is ready, and calls
@@ -635,6 +660,7 @@ def _serve_one(
     except (sqlite3.Error, OSError, StoreError) as exc:
         raise _Failure(f"cannot open the database {_quoted(db)}: {exc}") from None
     tokens = None
+    deliverers: list[Any] = []
     try:
         authenticator = None
         if auth:
@@ -645,7 +671,8 @@ def _serve_one(
             authenticator = Authenticator(
                 tokens, oidc=oidc, signatures=require_signatures, scope_claim=scope_claim
             )
-        projected, observed.projections = _attach(coord, projections)
+        projected, observed.projections = _attach(coord, projections, desk_url)
+        deliverers = _deliverers(observed.projections)
         app = create_app(
             coord,
             auth=authenticator,
@@ -688,6 +715,8 @@ def _serve_one(
             # writes any more when the store closes.
             app.state.dispatcher.close()
     finally:
+        for deliverer in deliverers:
+            deliverer.stop()
         coord.close()
         if tokens is not None:
             tokens.close()
@@ -710,18 +739,20 @@ def _quoted(db: str) -> str:
     return describe_target(db) if is_postgres(db) else repr(db)
 
 
-def _open_projection(name: str, target: str) -> Any:
+def _open_projection(name: str, target: str, desk_url: str | None) -> Any:
     from coordinator.projections import ProjectionError
 
     try:
-        return PROJECTIONS[name](target)
+        return PROJECTIONS[name](target, desk_url)
     except ProjectionError as exc:
         raise _Failure(f"cannot open the {name} projection's target: {exc}") from None
     except (sqlite3.Error, OSError) as exc:
         raise _Failure(f"cannot open the {name} projection's target {_quoted(target)}: {exc}") from None
 
 
-def _attach(coord: Coordinator, projections: list[tuple[str, str]]) -> tuple[str, tuple[Any, ...]]:
+def _attach(
+    coord: Coordinator, projections: list[tuple[str, str]], desk_url: str | None
+) -> tuple[str, tuple[Any, ...]]:
     """Attach each projection (caught up before serving); what the start-up
     line says of them, and the attachments."""
     from storage.target import describe_target
@@ -730,7 +761,7 @@ def _attach(coord: Coordinator, projections: list[tuple[str, str]]) -> tuple[str
     attachments = []
     for name, target in projections:
         try:
-            projection = _open_projection(name, target)
+            projection = _open_projection(name, target, desk_url)
         except _Failure:
             coord.close()
             raise
@@ -738,6 +769,19 @@ def _attach(coord: Coordinator, projections: list[tuple[str, str]]) -> tuple[str
         attachments.append(attachment)
         said += f", projecting {name} into {describe_target(target)} ({attachment.state})"
     return said, tuple(attachments)
+
+
+def _deliverers(attachments: Sequence[Any]) -> list[Any]:
+    """A running Deliverer for each notifications projection's outbox."""
+    from coordinator.notify import Deliverer, NotificationProjection
+
+    deliverers = []
+    for attachment in attachments:
+        if isinstance(attachment.projection, NotificationProjection):
+            deliverer = Deliverer(attachment.projection.target)
+            deliverer.start()
+            deliverers.append(deliverer)
+    return deliverers
 
 
 def _mcp_stdio(
@@ -757,7 +801,8 @@ def _mcp_stdio(
         )
     except (sqlite3.Error, OSError, StoreError) as exc:
         raise _Failure(f"cannot open the database {_quoted(args.db)}: {exc}") from None
-    projected, _ = _attach(coord, projections)
+    projected, attachments = _attach(coord, projections, args.desk_url)
+    deliverers = _deliverers(attachments)
     print(
         f"chapline: serving CHAP as MCP tools on stdio, writing {describe_target(args.db)}{projected}",
         file=sys.stderr,
@@ -771,6 +816,8 @@ def _mcp_stdio(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        for deliverer in deliverers:
+            deliverer.stop()
         coord.close()
     return 0
 

@@ -42,9 +42,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.engine.canonical import canonical_bytes
-from coordinator.errors import CanonicalError, ProjectionError
+from coordinator.errors import CanonicalError
 from coordinator.listeners import Change
 from coordinator.model import Task
+from coordinator.projections.cursor import unapplied
 from coordinator.projections.sql import SqlTarget, open_target
 from coordinator.projections.times import Moment, call_moment, parse_time
 
@@ -287,27 +288,6 @@ def _fold_call(out: _Fold, wid: str, seq: int, arrived: str, method: str, params
     out.calls.append((wid, seq, task_id, method, _text(sender), arrived, moves_to, creates, at, at_ms))
 
 
-def _unapplied(changes: Sequence[Change], cursors: dict[str, int], where: str) -> list[Change]:
-    """The changes at or past each workspace's cursor (the others were applied,
-    by this writer or another); raises ProjectionError if they leave a gap."""
-    expected = dict(cursors)
-    fresh = []
-    for change in changes:
-        wid, seq = change.workspace, change.entry.seq
-        want = expected.get(wid, 0)
-        if seq < want:
-            continue
-        if seq > want:
-            raise ProjectionError(
-                where,
-                f"{where}, workspace {wid!r}: the projection's cursor is at seq {want} but it was "
-                f"handed seq {seq}; it catches up from its cursor on the next retry",
-            )
-        expected[wid] = seq + 1
-        fresh.append(change)
-    return fresh
-
-
 class AnalyticsProjection:
     """The analytics tables in `target`: a SQLite file (":memory:" keeps them
     in this process only) or a PostgreSQL database named by a postgresql://
@@ -346,7 +326,7 @@ class AnalyticsProjection:
         db = self.db
         with db.transaction():
             held = db.lock_cursors(self.name, {change.workspace for change in changes})
-            rows = _fold(_unapplied(changes, held, db.where))
+            rows = _fold(unapplied(changes, held, db.where))
             with db.writes():
                 db.executemany(_ADD_COUNTS, [(w, *n) for w, n in sorted(rows.counts.items())])
                 db.executemany(_PUT_DECISION, rows.decisions)

@@ -29,13 +29,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from coordinator.errors import ProjectionError
 from coordinator.listeners import Change
 from coordinator.projections.sql import SqliteTarget
 
 if TYPE_CHECKING:
     from coordinator.engine.held import HeldWorkspaces
 
-__all__ = ["Attachment", "CallbackProjection", "Projection"]
+__all__ = ["Attachment", "CallbackProjection", "Projection", "unapplied"]
 
 log = logging.getLogger("chapline")
 
@@ -55,6 +56,27 @@ class Projection(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def unapplied(changes: Sequence[Change], cursors: dict[str, int], where: str) -> list[Change]:
+    """The changes at or past each workspace's cursor (the others were applied,
+    by this writer or another); raises ProjectionError if they leave a gap."""
+    expected = dict(cursors)
+    fresh = []
+    for change in changes:
+        wid, seq = change.workspace, change.entry.seq
+        want = expected.get(wid, 0)
+        if seq < want:
+            continue
+        if seq > want:
+            raise ProjectionError(
+                where,
+                f"{where}, workspace {wid!r}: the projection's cursor is at seq {want} but it was "
+                f"handed seq {seq}; it catches up from its cursor on the next retry",
+            )
+        expected[wid] = seq + 1
+        fresh.append(change)
+    return fresh
 
 
 class CallbackProjection:

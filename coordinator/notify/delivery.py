@@ -1,0 +1,205 @@
+"""Sending what the outbox holds: each row at least once, retried with
+backoff, every attempt in the delivery log.
+
+A `Deliverer` claims due rows inside a transaction (it moves their next
+attempt past a lease, so another deliverer on the same database, say
+another `serve --workers` process, skips them), sends them outside it, then
+records the outcome. A crash between the send and the record leaves the
+row to be sent again when the lease ends: the receiver knows it by its
+`Idempotency-Key` header (the notice's id; the e-mail's Message-ID).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import smtplib
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from email.message import EmailMessage
+from email.utils import formatdate
+from typing import NamedTuple
+from urllib.parse import urlsplit
+
+from coordinator import __version__
+from coordinator.notify.formats import SIGNATURE_HEADER, sign
+from coordinator.notify.subscriptions import Subscription, load, open_tables
+
+__all__ = ["Deliverer", "Outcome", "send"]
+
+log = logging.getLogger("chapline")
+
+# Backoff after the n-th failed attempt: FIRST_DELAY * 2**(n-1), capped.
+FIRST_DELAY = 1.0
+MAX_DELAY = 3600.0
+MAX_ATTEMPTS = 15  # about nine hours of retries, then the row is given up on ("failed")
+LEASE = 60.0  # seconds a claimed row is left to its deliverer
+TIMEOUT = 10.0  # seconds for one webhook request or SMTP exchange
+
+
+class Outcome(NamedTuple):
+    ok: bool
+    detail: str  # "HTTP 204", "250 sent", or what went wrong
+
+
+def send(sub: Subscription, notice_id: str, body: str, *, now: float) -> Outcome:
+    """Send one row's body to its subscription, once."""
+    try:
+        if sub.channel == "email":
+            return _send_email(sub, notice_id, body, now)
+        return _send_webhook(sub, notice_id, body, now)
+    except (OSError, smtplib.SMTPException, ValueError) as exc:
+        return Outcome(False, f"{type(exc).__name__}: {exc}"[:500])
+
+
+def _send_webhook(sub: Subscription, notice_id: str, body: str, now: float) -> Outcome:
+    data = body.encode()
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": f"chapline/{__version__}",
+        "Idempotency-Key": notice_id,
+        SIGNATURE_HEADER: sign(sub.secret or "", data, int(now)),
+    }
+    request = urllib.request.Request(sub.target, data=data, headers=headers, method="POST")
+    try:
+        with _OPENER.open(request, timeout=TIMEOUT) as response:
+            return Outcome(200 <= response.status < 300, f"HTTP {response.status}")
+    except urllib.error.HTTPError as exc:
+        return Outcome(False, f"HTTP {exc.code}")
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is not a delivery: following it would resend the body
+    (signed for this subscription) to an address nobody subscribed."""
+
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects())
+
+
+def _send_email(sub: Subscription, notice_id: str, body: str, now: float) -> Outcome:
+    content = json.loads(body)
+    message = EmailMessage()
+    message["Subject"] = content["subject"]
+    message["From"] = sub.mail_from or "chapline@localhost"
+    message["To"] = sub.target
+    message["Date"] = formatdate(now)
+    message["Message-ID"] = f"<{notice_id}.{sub.id}@chapline>"
+    message["X-Chapline-Notice"] = notice_id
+    message.set_content(content["text"])
+    server = urlsplit(sub.smtp or "")
+    with smtplib.SMTP(server.hostname or "localhost", server.port or 25, timeout=TIMEOUT) as smtp:
+        refused = smtp.send_message(message)
+    if refused:
+        return Outcome(False, f"refused by the SMTP server: {refused}")
+    return Outcome(True, "sent")
+
+
+class Deliverer:
+    """Delivers the outbox of `target` (the notifications projection's).
+    `deliver_due()` sends what is due once; `start()` runs it every
+    `interval` seconds on a thread until `stop()`."""
+
+    def __init__(
+        self, target: str, *, clock: Callable[[], float] = time.time,
+        sender: Callable[..., Outcome] = send, interval: float = 0.5, batch: int = 50,
+    ) -> None:
+        self.target = target
+        self._clock = clock
+        self._send = sender
+        self.interval = interval
+        self.batch = batch
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.db = open_tables(target)
+
+    def deliver_due(self) -> int:
+        """Send every row due now (in batches); the number of attempts made."""
+        made = 0
+        while not self._stopped.is_set():
+            claimed = self._claim()
+            if not claimed:
+                return made
+            subs = {sub.id: sub for sub in load(self.db)}
+            for notice, sub_id, body, attempt in claimed:
+                sub = subs.get(sub_id)
+                if sub is None:  # removed since the row was queued
+                    self.db.execute("DELETE FROM notify_outbox WHERE notice = ? AND subscription = ?",
+                                    (notice, sub_id))
+                    continue
+                outcome = self._send(sub, notice, body, now=self._clock())
+                self._record(notice, sub_id, attempt, outcome)
+                made += 1
+        return made
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="chapline-notify", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join(TIMEOUT + 5)
+        self.db.close()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self.interval):
+            try:
+                self.deliver_due()
+            except Exception:  # the database unreachable for a while: the next round retries
+                log.exception("notifications: delivering the outbox of %s failed", self.db.where)
+
+    def _claim(self) -> list[tuple[str, str, str, int]]:
+        now = self._clock()
+        # A read first: the claim's transaction takes SQLite's write lock,
+        # which an idle outbox need not take twice a second.
+        if not self.db.execute("SELECT 1 FROM notify_outbox WHERE state = 'pending' AND next_at <= ? "
+                               "LIMIT 1", (now,)):
+            return []
+        with self.db.transaction():
+            due = self.db.execute(
+                "SELECT notice, subscription, body, attempts FROM notify_outbox "
+                "WHERE state = 'pending' AND next_at <= ? ORDER BY next_at, created LIMIT ?",
+                (now, self.batch),
+            )
+            claimed = []
+            for notice, sub_id, body, attempts in due:
+                # Only if no other deliverer claimed it since this one read it.
+                won = self.db.execute(
+                    "UPDATE notify_outbox SET attempts = attempts + 1, next_at = ? "
+                    "WHERE notice = ? AND subscription = ? AND attempts = ? AND state = 'pending' "
+                    "RETURNING attempts",
+                    (now + LEASE, notice, sub_id, attempts),
+                )
+                if won:
+                    claimed.append((str(notice), str(sub_id), str(body), int(won[0][0])))
+        return claimed
+
+    def _record(self, notice: str, sub_id: str, attempt: int, outcome: Outcome) -> None:
+        now = self._clock()
+        with self.db.transaction():
+            self.db.execute(
+                "INSERT INTO notify_attempts (notice, subscription, attempt, at, ok, outcome) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (notice, subscription, attempt) DO NOTHING",
+                (notice, sub_id, attempt, now, int(outcome.ok), outcome.detail),
+            )
+            if outcome.ok:
+                self.db.execute(
+                    "UPDATE notify_outbox SET state = 'delivered', delivered_at = ?, last_error = NULL "
+                    "WHERE notice = ? AND subscription = ?", (now, notice, sub_id))
+                return
+            given_up = attempt >= MAX_ATTEMPTS
+            self.db.execute(
+                "UPDATE notify_outbox SET state = ?, next_at = ?, last_error = ? "
+                "WHERE notice = ? AND subscription = ? AND state = 'pending'",
+                ("failed" if given_up else "pending",
+                 now + min(FIRST_DELAY * 2 ** (attempt - 1), MAX_DELAY), outcome.detail, notice, sub_id),
+            )
+        if given_up:
+            log.warning("notifications: gave up on notice %s for subscription %s after %d attempts (%s)",
+                        notice, sub_id, attempt, outcome.detail)

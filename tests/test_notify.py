@@ -1,0 +1,443 @@
+"""Notifications (coordinator/notify/): reviews, escalations and whispers
+reach the people they are addressed to by webhook, Slack format and e-mail.
+
+Oracles: who each notice is for comes from the scenario itself (who the
+test asked to review, whom it escalated to, whom it asked), never from the
+projection; webhook signatures are checked by the receiver with hmac
+(tests/notify_receivers.py), e-mail by a real SMTP server (aiosmtpd); what
+was delivered is read at the receivers. Real SQLite files throughout.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from client import Client, Http
+from notify_receivers import SmtpReceiver, WebhookReceiver
+from servers import Serve, env
+from support import eventually
+
+from coordinator import Coordinator
+from coordinator.notify import (
+    MAX_ATTEMPTS,
+    Deliverer,
+    NotificationProjection,
+    NotifyError,
+    Subscriptions,
+    sign,
+    verify_signature,
+)
+from storage.target import open_store
+
+WS = "wsp_n"
+ALICE, BOB, CAROL, DAVE, BOT = "human:alice", "human:bob", "human:carol", "human:dave", "agent:bot"
+SECRET = "whsec_test_secret"
+PROFILES = ("core/1.0", "review/1.0", "whisper/1.0")
+DESK = "http://desk.example:8080/"
+TYPES = {"review": "review.requested", "escalation": "escalation.raised", "whisper": "whisper.asked"}
+
+
+class Clock:
+    """Seconds since the epoch, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def receiver() -> Iterator[WebhookReceiver]:
+    r = WebhookReceiver(SECRET, fail_first=2)
+    yield r
+    if r.server is not None:
+        r.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The store and the notification tables in one database: a SQLite
+    file, or a database on the suite's PostgreSQL server."""
+    if request.param == "sqlite":
+        return str(tmp_path / "chap.db")
+    pg = request.getfixturevalue("pg_server")
+    return str(pg.uri(pg.new_database()))
+
+
+@pytest.fixture
+def smtp() -> Iterator[SmtpReceiver]:
+    s = SmtpReceiver()
+    yield s
+    s.stop()
+
+
+def _members(c: Client) -> None:
+    c.ok("workspace.create", profiles=list(PROFILES))
+    c.ok("participant.join", frm=ALICE, type="human", role="admin")
+    c.ok("participant.join", frm=BOB, type="human", role="reviewer")
+    c.ok("participant.join", frm=CAROL, type="human", role="reviewer")
+    c.ok("participant.join", frm=BOT, type="agent", role="drafter")
+
+
+def _scenario(c: Client) -> dict[str, tuple[str, str, list[str]]]:
+    """Calls that address people; what each should tell whom, by the task
+    its notice names: {label: (kind, task_id, to)}."""
+    t1 = c.ok("task.create", frm=ALICE, assignee=BOT, kind="report", input={}, review_required=True)["task_id"]
+    c.ok("task.update", frm=BOT, task_id=t1, state="in_progress")
+    # task.complete opens the review for every human but the caller and the assignee
+    c.ok("task.complete", frm=BOT, task_id=t1, output={"body": "Quarterly summary\nRevenue up."})
+    t2 = c.ok("task.create", frm=ALICE, assignee=BOT, kind="config", input={})["task_id"]
+    c.ok("task.update", frm=BOT, task_id=t2, state="in_progress")
+    c.ok("review.request", frm=BOT, task_id=t2, to=["group:reviewer"], summary="Raise rpm to 300",
+         artefact={"rpm": 300})
+    escalated = c.ok("escalate.raise", frm=ALICE, original_task_id=t1,
+                     new_task={"assignee": CAROL, "input": {"abstention_reason": "needs legal review"}})
+    c.ok("whisper.ask", frm=ALICE, to=[BOB], task_id=t2, question="Is rpm 300 safe?",
+         deadline_ms=600_000, default_if_lapsed="no")
+    return {
+        "review t1": ("review", t1, [ALICE, BOB, CAROL]),
+        "review t2": ("review", t2, ["group:reviewer"]),
+        "escalation": ("escalation", escalated["new_task_id"], [CAROL]),
+        "whisper": ("whisper", t2, [BOB]),
+    }
+
+
+def _deliver_all(deliverer: Deliverer, clock: Clock, done: Any, rounds: int = 40) -> None:
+    """Deliver what is due, moving the clock past each backoff, until `done()`."""
+    for _ in range(rounds):
+        deliverer.deliver_due()
+        if done():
+            return
+        clock.now += 120
+    raise AssertionError("the outbox did not drain")
+
+
+def test_every_notice_reaches_its_webhooks_signed_once_per_key(database: str, receiver: WebhookReceiver) -> None:
+    db = database
+    clock = Clock()
+    subs = Subscriptions(db, clock=clock)
+    subs.add_webhook(WS, receiver.url + "/all", secret=SECRET)
+    subs.add_webhook(WS, receiver.url + "/slack", format="slack", kinds=["escalation"], secret=SECRET)
+    subs.add_webhook("wsp_other", receiver.url + "/elsewhere", secret=SECRET)
+    coord = Coordinator(open_store(db), default_profiles=PROFILES)
+    coord.attach(NotificationProjection(db, desk_url=DESK, clock=clock))
+    expected = _scenario_on(coord)
+    deliverer = Deliverer(db, clock=clock)
+    try:
+        _deliver_all(deliverer, clock, lambda: len(receiver.deliveries) >= 5)
+        deliverer.deliver_due()
+    finally:
+        deliverer.stop()
+        coord.close()
+
+    assert all(d.signed for d in receiver.deliveries)
+    by_path: dict[str, list[dict[str, Any]]] = {}
+    for d in receiver.deliveries:
+        by_path.setdefault(d.path, []).append(json.loads(d.body))
+    assert set(by_path) == {"/all", "/slack"}  # nothing for the other workspace's subscription
+    told = {(b["type"], b["task_id"], tuple(b["to"])) for b in by_path["/all"]}
+    assert told == {(TYPES[k], t, tuple(to)) for k, t, to in expected.values()}
+    assert len(by_path["/all"]) == 4 == len({d.key for d in receiver.deliveries if d.path == "/all"})
+    for body in by_path["/all"]:
+        assert body["link"] == f"{DESK}#/w/{WS}/review/{body['task_id']}"
+        assert body["workspace"] == WS and body["from"] in (ALICE, BOT)
+    t1_review = next(b for b in by_path["/all"] if b["type"] == "review.requested" and len(b["to"]) == 3)
+    assert t1_review["title"] == "Review: Quarterly summary"
+    [slack] = by_path["/slack"]
+    assert set(slack) == {"text"} and "Escalated to you: needs legal review" in slack["text"]
+    assert f"<{DESK}#/w/{WS}/review/{expected['escalation'][1]}|Open it in the desk>" in slack["text"]
+
+
+def _scenario_on(coord: Coordinator) -> dict[str, tuple[str, str, list[str]]]:
+    c = Client(coord, WS)
+    _members(c)
+    return _scenario(c)
+
+
+def test_failed_deliveries_are_retried_with_backoff_and_logged(database: str, receiver: WebhookReceiver) -> None:
+    db = database
+    clock = Clock()
+    Subscriptions(db, clock=clock).add_webhook(WS, receiver.url + "/all", secret=SECRET, kinds=["whisper"])
+    coord = Coordinator(open_store(db), default_profiles=PROFILES)
+    coord.attach(NotificationProjection(db, clock=clock))
+    _scenario_on(coord)
+    coord.close()
+    deliverer = Deliverer(db, clock=clock)
+    try:
+        assert deliverer.deliver_due() == 1  # the receiver answers 500
+        assert deliverer.deliver_due() == 0  # not due again before its backoff
+        clock.now += 1.0
+        assert deliverer.deliver_due() == 1  # 500 again
+        clock.now += 1.9
+        assert deliverer.deliver_due() == 0  # the second backoff is 2 s
+        clock.now += 0.1
+        assert deliverer.deliver_due() == 1
+        rows = deliverer.db.execute("SELECT attempt, ok, outcome FROM notify_attempts ORDER BY attempt")
+        state = deliverer.db.execute("SELECT state, attempts FROM notify_outbox")
+    finally:
+        deliverer.stop()
+    assert [tuple(r) for r in rows] == [(1, 0, "HTTP 500"), (2, 0, "HTTP 500"), (3, 1, "HTTP 204")]
+    assert [tuple(r) for r in state] == [("delivered", 3)]
+    assert len(receiver.deliveries) == 1 and receiver.deliveries[0].signed
+
+
+@pytest.mark.parametrize("answer", [302, 307, 404, 429])
+def test_an_answer_other_than_2xx_is_a_failure_and_no_redirect_is_followed(
+    tmp_path: Path, receiver: WebhookReceiver, answer: int
+) -> None:
+    db = str(tmp_path / "chap.db")
+    clock = Clock()
+    receiver.fail_first, receiver.answer = 0, answer
+    Subscriptions(db, clock=clock).add_webhook(WS, receiver.url + "/hook", secret=SECRET, kinds=["whisper"])
+    coord = Coordinator(open_store(db), default_profiles=PROFILES)
+    coord.attach(NotificationProjection(db, clock=clock))
+    _scenario_on(coord)
+    coord.close()
+    deliverer = Deliverer(db, clock=clock)
+    try:
+        assert deliverer.deliver_due() == 1
+        [(ok, outcome)] = deliverer.db.execute("SELECT ok, outcome FROM notify_attempts")
+        [(state,)] = deliverer.db.execute("SELECT state FROM notify_outbox")
+    finally:
+        deliverer.stop()
+    assert (ok, outcome, state) == (0, f"HTTP {answer}", "pending")
+    assert receiver.paths == ["/hook"]
+
+
+def test_a_receiver_that_never_answers_is_given_up_on(tmp_path: Path, receiver: WebhookReceiver) -> None:
+    db = str(tmp_path / "chap.db")
+    clock = Clock()
+    receiver.stop()  # nothing listens at its address any more
+    Subscriptions(db, clock=clock).add_webhook(WS, receiver.url, secret=SECRET, kinds=["whisper"])
+    coord = Coordinator(open_store(db), default_profiles=PROFILES)
+    coord.attach(NotificationProjection(db, clock=clock))
+    _scenario_on(coord)
+    coord.close()
+    deliverer = Deliverer(db, clock=clock)
+    try:
+        for _ in range(MAX_ATTEMPTS + 3):
+            deliverer.deliver_due()
+            clock.now += 4000  # past the longest backoff
+        attempts = deliverer.db.execute("SELECT ok, outcome FROM notify_attempts")
+        state = deliverer.db.execute("SELECT state, attempts, last_error FROM notify_outbox")
+    finally:
+        deliverer.stop()
+    assert len(attempts) == MAX_ATTEMPTS and not any(ok for ok, _ in attempts)
+    assert all("Connection refused" in outcome for _, outcome in attempts)
+    [(status, count, error)] = state
+    assert (status, count) == ("failed", MAX_ATTEMPTS) and "Connection refused" in error
+
+
+def test_email_reaches_the_named_the_role_and_not_the_others(tmp_path: Path, smtp: SmtpReceiver) -> None:
+    db = str(tmp_path / "chap.db")
+    clock = Clock()
+    subs = Subscriptions(db, clock=clock)
+    for person in (ALICE, BOB, CAROL, DAVE):
+        name = person.split(":")[1]
+        subs.add_email(WS, f"{name}@example.org", person, smtp=smtp.url, mail_from="desk@example.org")
+    coord = Coordinator(open_store(db), default_profiles=PROFILES)
+    coord.attach(NotificationProjection(db, desk_url=DESK, clock=clock))
+    expected = _scenario_on(coord)
+    coord.close()
+    deliverer = Deliverer(db, clock=clock)
+    try:
+        deliverer.deliver_due()
+    finally:
+        deliverer.stop()
+
+    # Who should hear of what, from the scenario: named people directly;
+    # group:reviewer is bob and carol (their roles); dave never joined.
+    should = {
+        "alice@example.org": {"review t1"},
+        "bob@example.org": {"review t1", "review t2", "whisper"},
+        "carol@example.org": {"review t1", "review t2", "escalation"},
+    }
+    got: dict[str, set[str]] = {}
+    for message in smtp.messages:
+        assert message["From"] == "desk@example.org"
+        text = message.get_payload(decode=True).decode().replace("\r\n", "\n")
+        assert message["Subject"].startswith(f"[{WS}] ")
+        label = next(label for label, (kind, task, _) in expected.items()
+                     if f"{TYPES[kind]} in workspace {WS}, task {task}\n" in text)
+        assert f"Open it in the desk: {DESK}#/w/{WS}/review/{expected[label][1]}" in text
+        got.setdefault(str(message["To"]), set()).add(label)
+    assert got == should
+    assert len({m["Message-ID"] for m in smtp.messages}) == len(smtp.messages) == 7
+
+
+def test_a_restart_announces_only_what_is_still_open(database: str, receiver: WebhookReceiver) -> None:
+    """Calls recorded while no projection ran: attaching it later catches
+    up from the log, telling the open review and whisper, not the review
+    decided nor the whisper answered meanwhile."""
+    db = database
+    clock = Clock()
+    coord = Coordinator(open_store(db), default_profiles=PROFILES)
+    c = Client(coord, WS)
+    _members(c)
+    tasks = []
+    for n in range(3):
+        t = c.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={})["task_id"]
+        c.ok("task.update", frm=BOT, task_id=t, state="in_progress")
+        c.ok("review.request", frm=BOT, task_id=t, to=[BOB], artefact={"n": n})
+        tasks.append(t)
+    c.ok("decide.approve", frm=BOB, task_id=tasks[0])
+    # a review decided by revision and opened again: only its new pass is open
+    c.ok("decide.reject", frm=BOB, task_id=tasks[1], reason="shorter", request_revision=True)
+    c.ok("review.request", frm=BOT, task_id=tasks[1], to=[CAROL], artefact={"n": "1b"})
+    asked = c.ok("whisper.ask", frm=ALICE, to=[BOB], task_id=tasks[2], question="q1?", deadline_ms=600_000,
+                 default_if_lapsed="no")
+    c.ok("whisper.answer", frm=BOB, whisper_id=asked["whisper_id"], answer="yes")
+    c.ok("whisper.ask", frm=ALICE, to=[CAROL], task_id=tasks[2], question="q2?", deadline_ms=600_000,
+         default_if_lapsed="no")
+    coord.close()
+
+    Subscriptions(db, clock=clock).add_webhook(WS, receiver.url, secret=SECRET)
+    receiver.fail_first = 0
+    coord = Coordinator(open_store(db), default_profiles=PROFILES)
+    coord.attach(NotificationProjection(db, clock=clock), page_size=4)  # several pages
+    coord.close()
+    deliverer = Deliverer(db, clock=clock)
+    try:
+        deliverer.deliver_due()
+    finally:
+        deliverer.stop()
+    told = sorted((json.loads(d.body)["type"], json.loads(d.body)["task_id"], tuple(json.loads(d.body)["to"]))
+                  for d in receiver.deliveries)
+    assert told == sorted([
+        ("review.requested", tasks[1], (CAROL,)),
+        ("review.requested", tasks[2], (BOB,)),
+        ("whisper.asked", tasks[2], (CAROL,)),
+    ])
+
+
+def test_signatures_fail_for_another_body_secret_or_an_old_time() -> None:
+    body = b'{"id":"ntc_1"}'
+    header = sign(SECRET, body, 1_800_000_000)
+    assert verify_signature(SECRET, header, body, now=1_800_000_100)
+    assert not verify_signature(SECRET, header, body + b" ", now=1_800_000_100)
+    assert not verify_signature("whsec_other", header, body, now=1_800_000_100)
+    assert not verify_signature(SECRET, header, body, now=1_800_000_000 + 301)
+    assert not verify_signature(SECRET, "v1=" + header.split("v1=")[1], body, now=1_800_000_000)
+    assert not verify_signature(SECRET, "garbage", body, now=1_800_000_000)
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda s: s.add_webhook(WS, "ftp://example.org/hook"), "http:// or https://"),
+    (lambda s: s.add_webhook(WS, "https://example.org/hook", format="xml"), "json or slack"),
+    (lambda s: s.add_webhook(WS, "https://example.org/hook", kinds=["reviews"]), "kinds are among"),
+    (lambda s: s.add_webhook("", "https://example.org/hook"), "name a workspace"),
+    (lambda s: s.add_email(WS, "alice", ALICE, smtp="smtp://localhost"), "not an e-mail address"),
+    (lambda s: s.add_email(WS, "a@example.org\r\nBcc: x@y", ALICE, smtp="smtp://localhost"), "not an e-mail"),
+    (lambda s: s.add_email(WS, "a@example.org", "alice", smtp="smtp://localhost"), "a URI"),
+    (lambda s: s.add_email(WS, "a@example.org", ALICE, smtp="localhost:25"), "smtp://HOST"),
+    (lambda s: s.remove("sub_missing"), "no subscription"),
+])
+def test_a_subscription_that_cannot_work_is_refused_with_the_reason(
+    tmp_path: Path, call: Any, message: str
+) -> None:
+    subs = Subscriptions(str(tmp_path / "n.db"))
+    try:
+        with pytest.raises(NotifyError, match=message):
+            call(subs)
+        assert subs.all() == []
+    finally:
+        subs.close()
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "coordinator", "notify", *args],
+                          capture_output=True, text=True, env=env(), timeout=120)
+
+
+def test_the_cli_adds_lists_tests_and_removes(tmp_path: Path, receiver: WebhookReceiver) -> None:
+    db = str(tmp_path / "chap.db")
+    receiver.fail_first = 0
+    added = _cli("add-webhook", receiver.url + "/hook", "--workspace", WS, "--format", "slack", "--db", db)
+    assert added.returncode == 0, added.stderr
+    sub_id = added.stdout.strip()
+    secret = added.stderr.split("(shown once): ")[1].strip()
+    assert secret.startswith("whsec_") and secret not in _cli("list", "--db", db).stdout
+    assert _cli("list", "--db", db).stdout.startswith(f"{sub_id}  slack {receiver.url}/hook")
+
+    receiver.secret = secret
+    tested = _cli("test", sub_id, "--db", db)
+    assert tested.returncode == 0 and "delivered (HTTP 204)" in tested.stderr
+    [delivery] = receiver.deliveries
+    assert delivery.signed and "test notification" in json.loads(delivery.body)["text"]
+
+    receiver.stop()
+    assert _cli("test", sub_id, "--db", db).returncode == 1
+    bad = _cli("add-webhook", "hook", "--workspace", WS, "--db", db)
+    assert bad.returncode == 2 and "http:// or https://" in bad.stderr and "Traceback" not in bad.stderr
+    assert _cli("remove", sub_id, "--db", db).returncode == 0
+    assert _cli("list", "--db", db).stdout == ""
+    gone = _cli("remove", sub_id, "--db", db)
+    assert gone.returncode == 1 and "no subscription" in gone.stderr
+    missing = _cli("list", "--db", str(tmp_path / "nope.db"))
+    assert missing.returncode == 1 and "no such database file" in missing.stderr
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_serve_delivers_every_notice_through_a_killed_receiver_and_a_killed_server(
+    tmp_path: Path, workers: str
+) -> None:
+    """`serve --projection notifications=DB`: the receiver fails its first
+    deliveries, is stopped mid-run and started again; the server is
+    SIGKILLed mid-run and restarted. Every review arrives, signed, and
+    every delivery of one notice carries the same key and the same body.
+    With two workers, each runs the projection and a deliverer on the one
+    database: no notice is sent twice while both are up."""
+    db = tmp_path / "chap.db"
+    receiver = WebhookReceiver(SECRET, fail_first=3)
+    added = _cli("add-webhook", receiver.url + "/hook", "--workspace", WS, "--secret", SECRET, "--db", str(db))
+    assert added.returncode == 0, added.stderr
+    asked: list[str] = []
+
+    def reviews(server: Serve, count: int) -> None:
+        with httpx.Client(base_url=server.base, timeout=60) as http:
+            c = Client(Http(http), WS)
+            if not asked:
+                _members(c)
+            for _ in range(count):
+                t = c.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={})["task_id"]
+                c.ok("task.update", frm=BOT, task_id=t, state="in_progress")
+                c.ok("review.request", frm=BOT, task_id=t, to=[BOB], artefact={"n": len(asked)})
+                asked.append(t)
+
+    options = ("--projection", f"notifications={db}", "--workers", workers)
+    first = Serve(db, *options)
+    try:
+        reviews(first, 8)
+        eventually(lambda: len(receiver.keys()) >= 2, "deliveries past the receiver's failures")
+        receiver.stop()
+        reviews(first, 8)
+    finally:
+        first.stop(signal.SIGKILL)
+    receiver.start()
+    with Serve(db, *options) as second:
+        reviews(second, 4)
+        eventually(lambda: len(receiver.keys()) == 20, "every notice at the receiver", timeout=150)
+    receiver.stop()
+
+    bodies: dict[str, set[bytes]] = {}
+    for d in receiver.deliveries:
+        assert d.signed and d.path == "/hook"
+        bodies.setdefault(d.key, set()).add(d.body)
+    assert all(len(same) == 1 for same in bodies.values())  # a resend is the same notice
+    # Nothing was sent twice: the kill came while the receiver was down (no
+    # delivery between an answer and its record), and two deliverers never
+    # claim one row.
+    assert len(receiver.deliveries) == len(bodies)
+    told = sorted((json.loads(b)["task_id"], tuple(json.loads(b)["to"])) for [b] in map(list, bodies.values()))
+    assert told == sorted((t, (BOB,)) for t in asked)
+    log = _cli("deliveries", "--db", str(db), "--limit", "1000")
+    assert log.returncode == 0 and "failed: HTTP 500" in log.stdout and log.stdout.count(" ok: HTTP 204") >= 20
