@@ -109,9 +109,18 @@ def test_each_recorded_entry_reaches_every_open_stream(
     refused(refusal.json(), -32010)
     log = call(http, "audit.read")["entries"]
     assert len(log) == 4 and log[-1]["outcome"]["code"] == -32010
+    # Each event carries what its call wrote, as the workspace then held it
+    # (none of these objects changed again since: the snapshot is the oracle).
+    snapshot = http.get(f"/desk/api/snapshot?workspace={WS}").json()
+    written = [{"members": [ALICE]}, {"members": [BOT]}, {"tasks": [task]}, {}]
     for out in streams[:2]:
         got = [out.get(timeout=60) for _ in log]
-        assert got == [("audit", {"workspace": WS, "entry": entry}) for entry in log]
+        assert [(name, data["workspace"], data["entry"]) for name, data in got] == [
+            ("audit", WS, entry) for entry in log]
+        for (_, data), wrote in zip(got, written, strict=True):
+            assert {c: sorted(keys) for c, keys in data["objects"].items()} == wrote, data["objects"]
+            for collection, items in data["objects"].items():
+                assert items == {key: snapshot[collection][key] for key in items}
         assert out.empty()
     assert streams[2].empty()
     # Closing the hub (what stopping the server does first) ends every

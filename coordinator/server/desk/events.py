@@ -25,9 +25,9 @@ from typing import Literal
 
 import msgspec
 
-from coordinator.audit import AuditEntry
 from coordinator.engine.wire import INVALID_REQUEST, OPEN_LIMIT_REACHED
 from coordinator.errors import OpenLimitError, RpcError
+from coordinator.listeners import Change
 
 __all__ = [
     "END_REASONS",
@@ -93,9 +93,11 @@ ReadAfter = Callable[[str, int, int], Awaitable[list[bytes]]]
 `start <= seq < stop` of one workspace, in seq order (fewer at the log's end)."""
 
 
-def _event(workspace: str, seq: int, entry_json: bytes) -> bytes:
-    data = b'{"workspace":%s,"entry":%s}' % (_encode(workspace), entry_json)
-    return b"event: audit\nid: %s:%d\ndata: %s\n\n" % (workspace.encode(), seq, data)
+def _event(workspace: str, seq: int, entry_json: bytes, objects_json: bytes | None = None) -> bytes:
+    data = b'{"workspace":%s,"entry":%s' % (_encode(workspace), entry_json)
+    if objects_json is not None:
+        data += b',"objects":' + objects_json
+    return b"event: audit\nid: %s:%d\ndata: %s}\n\n" % (workspace.encode(), seq, data)
 
 
 def _end_event(reason: EndReason) -> bytes:
@@ -194,9 +196,16 @@ class EventHub:
 
     # -- the writer's side ------------------------------------------------
 
-    def publish(self, workspace_id: str, entry: AuditEntry) -> None:
-        """An audit listener: called on the coordinator's thread. O(1) per stream."""
-        event = (workspace_id, entry.seq, _event(workspace_id, entry.seq, _encode(entry.to_dict())))
+    def publish(self, change: Change) -> None:
+        """A change listener: called on the coordinator's thread. O(1) per
+        stream. The event carries the entry and the objects the call wrote
+        (`{collection: {key: object or null}}`), so a desk updates what it
+        shows without reading the workspace again."""
+        workspace_id, entry = change.workspace, change.entry
+        if not self._following.get(workspace_id) and not self._following.get(None):
+            return  # nobody follows it: nothing to encode
+        objects = None if change.objects is None else _encode(change.objects)
+        event = (workspace_id, entry.seq, _event(workspace_id, entry.seq, _encode(entry.to_dict()), objects))
         woken: _Woken = []
         # Whether a filtered stream may see this entry, asked once per
         # credential (its streams all see the same), not once per stream.

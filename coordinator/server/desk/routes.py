@@ -55,7 +55,7 @@ class DeskTarget(Protocol):
 
     def sweep(self) -> list[Any]: ...
 
-    def add_audit_listener(self, listener: Callable[[str, AuditEntry], None]) -> object: ...
+    def add_change_listener(self, listener: Callable[[Change], None]) -> object: ...
 
     @property
     def store(self) -> Store: ...
@@ -68,10 +68,10 @@ def desk_routes(
     hub: EventHub,
     opened: Callable[[], None] = lambda: None,
 ) -> list[BaseRoute]:
-    """Routes for the desk; registers `hub` as an audit listener of `target`.
+    """Routes for the desk; registers `hub` as a change listener of `target`.
     `opened` is called on the event loop after each stream opens (to start
     the re-check of the rights streams hold)."""
-    target.add_audit_listener(hub.publish)
+    target.add_change_listener(hub.publish)
 
     async def read(workspace: str, start: int, stop: int) -> list[bytes]:
         # On the worker thread, between calls: a bounded page of the store

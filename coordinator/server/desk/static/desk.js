@@ -305,7 +305,7 @@ function onEvent(name, data) {
   if (data.workspace !== state.workspace) {
     // An inbox across workspaces follows all of them.
     if (state.filters.ws === "*" && state.route.page === "inbox" && state.workspaces.includes(data.workspace)) {
-      scheduleRefresh();
+      scheduleRefresh(!applyChange(state.others[data.workspace]?.snapshot, data));
     }
     return;
   }
@@ -316,13 +316,40 @@ function onEvent(name, data) {
   const review = state.review;
   if (review && data.entry.envelope && !data.entry.outcome && taskOf(p) === review.id &&
       !(review.inFlight && p.from === state.me)) {
-    review.hold(`${p.from} just changed this task (${env.method}); reloading it…`);
+    review.hold(`${p.from} just changed this task (${env.method}); updating it…`);
   }
   if (data.entry.envelope && env.method === "review.request") {
     const list = Array.isArray(p.to) ? p.to : [p.to];
     if (list.includes(state.me)) say(`New review for you: ${p.summary || p.task_id}`);
   }
-  scheduleRefresh();
+  scheduleRefresh(!applyChange(state.snapshot, data));
+}
+
+// Calls that change what a snapshot's objects do not hold (the workspace's
+// profiles and settings, who is a member with which role): the desk reads
+// the workspace again after them.
+const RELOADING = /^(workspace|participant)\./;
+
+// Apply a live event to a snapshot the desk holds: the entry joins the log
+// and the objects the call wrote replace (or, null, remove) those it holds.
+// False when it cannot: an entry replayed without its objects, a gap in the
+// log (an event missed), or a call that changes more than objects.
+function applyChange(snapshot, data) {
+  if (!snapshot || !data.objects) return false;
+  const seq = data.entry.seq;
+  if (seq < snapshot.audit.length) return true; // the snapshot holds it already
+  if (seq > snapshot.audit.length) return false;
+  const env = data.entry.envelope;
+  if (env && RELOADING.test(env.method || "")) return false;
+  snapshot.audit.push(data.entry);
+  for (const [collection, items] of Object.entries(data.objects)) {
+    const held = snapshot[collection] || (snapshot[collection] = {});
+    for (const [key, value] of Object.entries(items)) {
+      if (value === null) delete held[key];
+      else held[key] = value;
+    }
+  }
+  return true;
 }
 
 // aria-busy on <main> while the page is about to change or changing, so
@@ -331,12 +358,19 @@ function busy(flag) {
   $("main").setAttribute("aria-busy", flag ? "true" : "false");
 }
 
-function scheduleRefresh() {
+// Redraw soon, once for the events of the next 120 ms; reading the
+// workspace again only if one of them asked to (`reload`).
+let reloadDue = false;
+
+function scheduleRefresh(reload = true) {
   busy(true);
+  reloadDue = reloadDue || reload;
   clearTimeout(pending);
   pending = setTimeout(() => {
     pending = null;
-    render({ live: true });
+    const again = reloadDue;
+    reloadDue = false;
+    render({ live: true, reload: again });
   }, 120);
 }
 
@@ -394,8 +428,14 @@ async function drawPage(options, current) {
   const review = state.review;
   if (review && !(route.page === "review" && route.task === review.id)) state.review = null;
   try {
-    await load();
-    if (route.page === "inbox" && state.filters.ws === "*") await loadOthers();
+    // A live redraw whose events were applied to the snapshot held needs no read.
+    const held = state.snapshot && state.snapshot.id === state.workspace &&
+      (route.page !== "inbox" || state.filters.ws !== "*" ||
+        state.workspaces.every((ws) => ws === state.workspace || state.others[ws]));
+    if (options.reload !== false || !held) {
+      await load();
+      if (route.page === "inbox" && state.filters.ws === "*") await loadOthers();
+    }
   } catch (err) {
     if (current()) draw(h("p", { class: "error" }, `Cannot load ${state.workspace}: ${errorText(err)}`));
     return;

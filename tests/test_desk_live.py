@@ -1,0 +1,140 @@
+"""The desk lives on its event stream: each event carries what its call
+wrote, and the desk applies it to the workspace it holds instead of reading
+the whole snapshot again (SPECIFICATION.md, "Review desk").
+
+Driven in Debian's Chromium against `chapline serve` (defaults, no --auth);
+what the page fetched is read from Chromium's DevTools network log, and the
+inbox the live updates drew is compared with the one a fresh load of the
+page draws from the server.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from selenium import webdriver
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import WebDriverWait
+from servers import Serve
+
+WS = "wsp_live"
+ALICE, BOB, BOT = "human:alice", "human:bob", "agent:bot"
+WAIT = 60  # seconds; generous for a loaded 2-core machine, never a timing assertion
+
+
+def call(base: str, method: str, **params: Any) -> Any:
+    reply = httpx.post(base + "/chap", json={"jsonrpc": "2.0", "id": method, "method": method,
+                                             "params": {"workspace": WS, **params}}, timeout=60)
+    body = reply.json()
+    assert "result" in body, body
+    return body["result"]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with Serve(tmp_path_factory.mktemp("live") / "chap.db") as served:
+        call(served.base, "participant.join", **{"from": ALICE}, type="human", role="reviewer")
+        call(served.base, "participant.join", **{"from": BOT}, type="agent")
+        yield served.base
+
+
+def _binary(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is not installed; .ci/run installs chromium and chromium-driver")
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = _binary("chromium")
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage", "--window-size=1400,900",
+                f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=_binary("chromedriver")))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait(driver: WebDriver, condition: Any, what: str) -> Any:
+    return WebDriverWait(
+        driver, WAIT, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)
+    ).until(lambda d: condition(d), message=what)
+
+
+def settled(driver: WebDriver) -> bool:
+    return driver.find_element(By.ID, "main").get_attribute("aria-busy") == "false"
+
+
+def inbox(driver: WebDriver) -> list[str]:
+    return [a.get_attribute("data-task") for a in driver.find_elements(By.CSS_SELECTOR, "a[data-task]")]
+
+
+def fetched(driver: WebDriver, base: str) -> list[str]:
+    """The requests the page sent to the server since the last look."""
+    sent = []
+    for record in driver.get_log("performance"):
+        message = json.loads(record["message"])["message"]
+        if message["method"] == "Network.requestWillBeSent":
+            request = message["params"]["request"]
+            if request["url"].startswith(base) and "/chap/events" not in request["url"]:
+                sent.append(f'{request["method"]} {request["url"][len(base):]}')
+    return sent
+
+
+def review(base: str, summary: str) -> str:
+    task: str = call(base, "task.create", **{"from": ALICE}, assignee=BOT, kind="report", input={})["task_id"]
+    call(base, "task.update", **{"from": BOT}, task_id=task, state="in_progress")
+    call(base, "review.request", **{"from": BOT}, task_id=task, to=[ALICE], artefact={"text": summary},
+         summary=summary)
+    return task
+
+
+def test_live_updates_are_applied_without_reading_the_workspace_again(server: str, browser: WebDriver) -> None:
+    first = review(server, "Before the desk opened")
+    browser.get(server + "/")
+    field = wait(browser, lambda d: d.find_element(By.ID, "act-as").is_displayed()
+                 and d.find_element(By.ID, "act-as"), "the sign-in")
+    field.send_keys(ALICE, Keys.ENTER)
+    wait(browser, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-live") == "on",
+         "the live event stream")
+    wait(browser, lambda d: settled(d) and inbox(d) == [first], "the inbox with the first review")
+    fetched(browser, server)  # what signing in read is not the point
+
+    # Reviews come and one is decided elsewhere: the inbox follows from the
+    # events alone.
+    second = review(server, "A second draft")
+    third = review(server, "A third draft")
+    wait(browser, lambda d: settled(d) and set(inbox(d)) == {first, second, third}, "three reviews")
+    call(server, "decide.approve", **{"from": ALICE}, task_id=second)
+    wait(browser, lambda d: settled(d) and set(inbox(d)) == {first, third}, "the approved review gone")
+    live = inbox(browser)
+    assert fetched(browser, server) == []  # no snapshot, no describe: the events were enough
+
+    # What the events drew is what the server holds: a fresh load draws the same.
+    browser.refresh()
+    wait(browser, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-live") == "on"
+         and settled(d) and inbox(d) != [], "the reloaded inbox")
+    assert inbox(browser) == live
+    fetched(browser, server)
+
+    # A new member changes what the objects do not hold (roles): read again.
+    call(server, "participant.join", **{"from": BOB}, type="human", role="reviewer")
+    sent = wait(browser, lambda d: fetched(d, server), "the desk reading the workspace again")
+    assert f"GET /desk/api/snapshot?workspace={WS}" in sent
