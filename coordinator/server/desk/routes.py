@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
-from coordinator.audit import AuditEntry
+from coordinator.listeners import Change
 from coordinator.engine.wire import INVALID_PARAMS, error_response
 from coordinator.errors import OpenLimitError, RpcError
 from coordinator.extras import needs
