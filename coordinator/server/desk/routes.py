@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
-from coordinator.listeners import Change
 from coordinator.engine.wire import INVALID_PARAMS, error_response
 from coordinator.errors import OpenLimitError, RpcError
 from coordinator.extras import needs
+from coordinator.listeners import Change
 from coordinator.server.auth import Authenticator, Identity
 from coordinator.server.authz import readable, visible_to
 from coordinator.server.desk.events import EventHub, resume_points
