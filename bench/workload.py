@@ -183,15 +183,19 @@ def _cycle(kind: str, i: int, read: bool) -> list[tuple[str, str, dict[str, Any]
     return out
 
 
-def plan(start: int, count: int, prefix: str, *, reads: bool = True) -> list[Call]:
-    """The calls of cycles `start .. start+count-1`, envelopes fully built.
+def plan(
+    start: int, count: int, prefix: str, *, reads: bool = True, pattern: tuple[str, ...] | None = None
+) -> list[Call]:
+    """The calls of cycles `start .. start+count-1`, envelopes fully built,
+    the cycles' kinds drawn from `pattern` (default `PATTERN`).
 
     `prefix` keeps envelope ids unique across runs on one workspace.
     """
+    kinds = pattern or PATTERN
     calls: list[Call] = []
     n = 0
     for i in range(start, start + count):
-        kind = PATTERN[i % len(PATTERN)]
+        kind = kinds[i % len(kinds)]
         read = reads and i % READ_EVERY == READ_EVERY - 1
         for method, sender, params, op, state in _cycle(kind, i, read):
             n += 1
