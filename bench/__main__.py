@@ -15,6 +15,7 @@ import sys
 from bench import run as R
 from bench import workload as W
 from bench.impls import implementations
+from bench.typescript import WARM, TypeScript
 
 
 def _sizes(text: str) -> tuple[int, ...]:
@@ -52,6 +53,12 @@ def main(argv: list[str] | None = None) -> int:
         "--pattern",
         help="comma list of cycle kinds to use instead of the standard mix "
         f"(kinds: {', '.join(sorted(set(W.PATTERN)))}; e.g. 'direct' for a core-only workload)",
+    )
+    ap.add_argument(
+        "--ts",
+        metavar="DIR",
+        help="also run the TypeScript coordinator built in DIR (python -m bench.ts_setup) in memory, "
+        "warm, beside the other two (throughput phase)",
     )
     ap.add_argument("--self-test", action="store_true", help="run the reference in chapline's seat (harness test)")
     ap.add_argument(
@@ -96,6 +103,15 @@ def main(argv: list[str] | None = None) -> int:
     cfg.tmpfs_dir = args.tmpfs or None
     cfg.keep = args.keep
 
+    if args.ts:
+        if "throughput" not in cfg.phases:
+            ap.error("--ts runs in the throughput phase")
+        why = TypeScript(args.ts).available()
+        if why:
+            print(f"cannot run the TypeScript coordinator: {why}", file=sys.stderr)
+            return 2
+        cfg.ts_dir = args.ts
+
     for impl in impls:
         why = impl.available()
         if why:
@@ -118,6 +134,11 @@ def main(argv: list[str] | None = None) -> int:
           "'chapline ×' = how many times better chapline is (higher is better)")
     print()
     print(R.table(results, chap, ref))
+    if "typescript" in results.meta:
+        print()
+        print(f"three ways, in memory ({results.meta['typescript']['label']}, warm: {WARM} untimed passes first):")
+        print()
+        print(R.ts_table(results, chap, ref, TypeScript.name))
     for n in results.meta.get("notes", []):
         print(f"note: {n}")
     for w in results.meta.get("warnings", []):

@@ -28,11 +28,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from bench import workload as W
 from bench.impls import Impl, Opened
+from bench.typescript import WARM, TypeScript, common_pattern
 
 
 @dataclass
@@ -53,6 +55,7 @@ class Config:
     workdir: str | None = None
     keep: bool = False
     tmpfs_dir: str | None = None  # also run the SQLite figure here (e.g. /dev/shm)
+    ts_dir: str | None = None  # a TypeScript coordinator built by bench.ts_setup: a third seat
 
     @classmethod
     def for_quick(cls) -> Config:
@@ -151,6 +154,20 @@ def _check_errors(o: Opened, what: str, errors: int, results: Results) -> None:
 
 
 def phase_throughput(cfg: Config, impls: list[Impl], results: Results, tmp: str) -> None:
+    ts = None
+    if cfg.ts_dir:
+        ts = TypeScript(cfg.ts_dir)
+        log(f"{ts.label}: {WARM} untimed passes of {cfg.mem_cycles} cycles")
+        ts.start(cfg.mem_cycles, common_pattern())
+        results.meta["typescript"] = ts.source()
+    try:
+        _throughput(cfg, impls, results, tmp, ts)
+    finally:
+        if ts is not None:
+            ts.close()
+
+
+def _throughput(cfg: Config, impls: list[Impl], results: Results, tmp: str, ts: TypeScript | None) -> None:
     chap, ref = impls
     modes = [
         ("memory", "calls/s, MemoryStore", cfg.mem_cycles, tmp, "≥10×", 10.0),
@@ -207,6 +224,8 @@ def phase_throughput(cfg: Config, impls: list[Impl], results: Results, tmp: str)
             finally:
                 o.close()
             f.notes.setdefault(ref.name, "no grouping")
+        if ts is not None:
+            _three_way(cfg, impls, ts, results, tmp, rep)
         # The disk's own bound, in the same minutes as the SQLite figures.
         results.fig(
             "bare_commit",
@@ -218,10 +237,40 @@ def phase_throughput(cfg: Config, impls: list[Impl], results: Results, tmp: str)
             f"throughput rep {rep + 1}/{cfg.reps}: "
             + "; ".join(
                 f"{k}: " + ", ".join(f"{n} {v[-1]:,.0f}" for n, v in results.figures[k].values.items())
-                for k in ("tput_memory", "tput_sqlite", "tput_grouped", "tput_sqlite_tmpfs")
+                for k in ("tput_memory", "tput_common", "tput_sqlite", "tput_grouped", "tput_sqlite_tmpfs")
                 if k in results.figures
             )
         )
+
+
+def _three_way(cfg: Config, impls: list[Impl], ts: TypeScript, results: Results, tmp: str, rep: int) -> None:
+    """One repetition of the in-memory figure on the cycles all three seats
+    answer alike: chapline, the reference and the warm TypeScript driver."""
+    pattern = common_pattern()
+    kinds = ", ".join(dict.fromkeys(pattern))
+    wall = results.fig("tput_common", f"calls/s, MemoryStore, {kinds} cycles only", "calls/s", "higher")
+    cpu = results.fig(
+        "tput_common_cpu", f"calls/s, MemoryStore, {kinds} cycles only, by process CPU time", "calls/s", "higher"
+    )
+    seats: list[Impl | TypeScript] = [*impls, ts]
+    for seat in seats if rep % 2 == 0 else seats[::-1]:
+        calls = W.plan(0, cfg.mem_cycles, f"c{rep}", pattern=pattern)
+        if isinstance(seat, TypeScript):
+            sample = seat.run_pass()  # the driver's own copy of these calls
+            if sample["calls"] != len(calls):
+                raise W.WorkloadError(f"the TypeScript driver sent {sample['calls']} calls, not {len(calls)}")
+            dt, cpu_s = sample["wall_s"], sample["cpu_s"]
+        else:
+            o = _fresh(seat, "memory", tmp, f"{seat.name}-common-{rep}")
+            try:
+                spent: list[float] = []
+                dt, errors = _timed(o, calls, cpu=spent)
+                _check_errors(o, "three-way throughput", errors, results)
+                cpu_s = spent[0]
+            finally:
+                o.close()
+        wall.add(seat.name, len(calls) / dt)
+        cpu.add(seat.name, len(calls) / cpu_s)
 
 
 def bare_commits(directory: str, n: int) -> float:
@@ -594,6 +643,24 @@ def table(results: Results, chap: str, ref: str) -> str:
         flat = _flatness(results, chap, prefix)
         if flat:
             rows.append((f"write cost {what}, largest / smallest log", "×", flat, "", "", "flat (≈1×)"))
+    return _markdown(rows)
+
+
+def ts_table(results: Results, chap: str, ref: str, ts: str) -> str:
+    """The three-way figures: each seat's calls/s and chapline's ratio to the
+    other two (calls/s over calls/s: above 1, chapline is faster)."""
+    rows = [("figure", f"{chap} median [min–max]", f"{ref} median [min–max]", f"{ts} median [min–max]",
+             f"{chap} / {ts}", f"{chap} / {ref}")]  # fmt: skip
+    for key in ("tput_common", "tput_common_cpu"):
+        f = results.figures.get(key)
+        if f is None or not all(n in f.values for n in (chap, ref, ts)):
+            continue
+        c, r, t = (statistics.median(f.values[n]) for n in (chap, ref, ts))
+        rows.append((f.label, _cell(f, chap), _cell(f, ref), _cell(f, ts), f"{c / t:,.2f}", f"{c / r:,.2f}"))
+    return _markdown(rows)
+
+
+def _markdown(rows: Sequence[tuple[str, ...]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = []
     for j, r in enumerate(rows):

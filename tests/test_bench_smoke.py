@@ -4,18 +4,21 @@ No timing here (speed lives in bench/); this only checks that the calls the
 benchmark sends are answered as a review workflow expects (results, states,
 filtered reads), so that a benchmark figure never measures error answers.
 bench is reached through its public entry points only: the workload
-(`bench.workload`), the two implementations (`bench.impls`) and the `main`
-of each `python -m bench.<name>`.
+(`bench.workload`), the two implementations (`bench.impls`), the workload
+as exported for the TypeScript coordinator (`bench.typescript`) and the
+`main` of each `python -m bench.<name>`.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from client import Client
 
 from bench import signed as S
+from bench import typescript as T
 from bench import work
 from bench import workload as W
 from bench.impls import Chapline, Impl, Opened, Reference
@@ -67,6 +70,28 @@ def test_grouped_workload_is_legal(tmp_path: Any) -> None:
         probe = sum(1 for env, _, _ in W.plan(CYCLES, 1, "probe") if env["method"] != "audit.read")
         writes = sum(1 for env, _, _ in calls if env["method"] != "audit.read")
         assert chap.describe()["audit_count"] == 3 + probe + writes
+    finally:
+        opened.close()
+
+
+@pytest.mark.parametrize("impl", _impls())
+def test_typescript_export_is_the_python_workload(impl: Impl) -> None:
+    """The JSON the TypeScript driver is handed holds, after a round trip,
+    the setup and the planned calls the Python seats send, and every call of
+    it succeeds with the expected state here (no Node needed)."""
+    pattern = T.common_pattern()
+    exported = json.loads(json.dumps(T.export_workload(CYCLES, "ts", pattern)))
+    assert exported["ops"] == {"CREATE": W.CREATE, "TASK": W.TASK, "READ": W.READ}
+    assert exported["profiles"] == W.PROFILES
+    assert exported["setup"] == W.setup_envelopes("ts")
+    calls = [(env, op, state) for env, op, state in exported["calls"]]
+    assert calls == W.plan(0, CYCLES, "ts", pattern=pattern)
+    assert any(op == W.READ for _, op, _ in calls)
+    opened = impl.open("memory")
+    try:
+        for envelope in exported["setup"]:
+            assert "result" in opened.dispatch(envelope), envelope
+        W.drive_checked(opened.dispatch, calls)
     finally:
         opened.close()
 
