@@ -48,14 +48,14 @@ sys.path.insert(0, str(ROOT / "tests"))
 LEAD, AGENT = "human:lead", "agent:worker"
 
 
-def _post(conn: http.client.HTTPConnection, method: str, **params: Any) -> dict[str, Any]:
+def post(conn: http.client.HTTPConnection, method: str, **params: Any) -> dict[str, Any]:
     body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
     conn.request("POST", "/chap", body, {"Content-Type": "application/json"})
     answer: dict[str, Any] = json.loads(conn.getresponse().read())
     return answer
 
 
-def _client(args: tuple[int, list[str], int]) -> tuple[int, int, int, int, list[float]]:
+def client(args: tuple[int, list[str], int]) -> tuple[int, int, int, int, list[float]]:
     """(results, -32901 answers, other answers, connections dropped, each
     answered call's seconds)."""
     port, workspaces, calls = args
@@ -65,7 +65,7 @@ def _client(args: tuple[int, list[str], int]) -> tuple[int, int, int, int, list[
     for i in range(calls):
         start = time.perf_counter()
         try:
-            answer = _post(conn, "task.create", workspace=workspaces[i % len(workspaces)], **{"from": LEAD},
+            answer = post(conn, "task.create", workspace=workspaces[i % len(workspaces)], **{"from": LEAD},
                            assignee=AGENT, kind="k", input={"i": i})
         except (ConnectionError, http.client.HTTPException):
             # The reference's server answers HTTP/1.0 (a connection per
@@ -108,31 +108,36 @@ def _reference(chap: Path) -> tuple[subprocess.Popen[str], int]:
             time.sleep(0.05)
 
 
+def join(port: int, workspaces: list[str]) -> None:
+    """The lead and the agent joined to every workspace, once the server
+    answers: the workers take a moment to serve once the parent is up."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+            for ws in workspaces:
+                for who, kind in ((LEAD, "human"), (AGENT, "agent")):
+                    answer = post(conn, "participant.join", workspace=ws, **{"from": who}, type=kind)
+                    assert "result" in answer, answer
+            conn.close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def _round(start: Any, count: int, clients: int, calls: int) -> dict[str, Any]:
     """One round on the server `start()` starts, with `count` workspaces."""
     server, port = start()
     workspaces = [f"wsp_b{w}" for w in range(count)]
     try:
-        # The workers take a moment to serve once the parent is up.
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-                for ws in workspaces:
-                    for who, kind in ((LEAD, "human"), (AGENT, "agent")):
-                        answer = _post(conn, "participant.join", workspace=ws, **{"from": who}, type=kind)
-                        assert "result" in answer, answer
-                conn.close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        join(port, workspaces)
         time.sleep(1.0)  # every worker serving its slot
         jobs = [(port, workspaces[c::clients] or [workspaces[c % count]], calls) for c in range(clients)]
         began = time.perf_counter()
         with multiprocessing.Pool(clients) as pool:
-            answers = pool.map(_client, jobs)
+            answers = pool.map(client, jobs)
         elapsed = time.perf_counter() - began
     finally:
         server.terminate()
