@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from client import Client
 
+from bench import http_bound, work
 from bench import signed as S
 from bench import typescript as T
-from bench import work
 from bench import workload as W
 from bench.impls import Chapline, Impl, Opened, Reference
 
@@ -134,3 +134,14 @@ def test_work_bench_calls_are_legal(capsys: pytest.CaptureFixture[str]) -> None:
             "submit 60-task plan", "resubmit it (no-op)", "ready-work read, 45 ready, 10 held",
             "claims", "heartbeats", "reports (completed)",
         ]  # 60 tasks - 5 waiting - 10 held are ready
+
+
+def test_http_bound_runs_both_servers(capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m bench.http_bound` at a small size: chapline serve and the
+    bare HTTP stack both answer every call with a result (it fails the run
+    otherwise), and each gets its row and the ratio its line."""
+    assert http_bound.main(["--clients", "2", "--calls", "5", "--reps", "1", "--db", "memory"]) == 0
+    out = capsys.readouterr().out
+    assert "| chapline serve --workers 1 (SQLite :memory:) |" in out
+    assert "| HTTP bound (uvicorn + Starlette, fixed answer) |" in out
+    assert "chapline serve / HTTP bound: " in out
