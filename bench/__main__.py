@@ -15,7 +15,7 @@ import sys
 from bench import run as R
 from bench import workload as W
 from bench.impls import implementations
-from bench.typescript import WARM, TypeScript
+from bench.typescript import KINDS, WARM, TypeScript, common_pattern
 
 
 def _sizes(text: str) -> tuple[int, ...]:
@@ -106,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.ts:
         if "throughput" not in cfg.phases:
             ap.error("--ts runs in the throughput phase")
+        if not common_pattern():
+            ap.error(f"--ts: the pattern has none of the cycle kinds all three answer alike ({', '.join(KINDS)})")
         why = TypeScript(args.ts).available()
         if why:
             print(f"cannot run the TypeScript coordinator: {why}", file=sys.stderr)

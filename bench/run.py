@@ -154,13 +154,12 @@ def _check_errors(o: Opened, what: str, errors: int, results: Results) -> None:
 
 
 def phase_throughput(cfg: Config, impls: list[Impl], results: Results, tmp: str) -> None:
-    ts = None
-    if cfg.ts_dir:
-        ts = TypeScript(cfg.ts_dir)
-        log(f"{ts.label}: {WARM} untimed passes of {cfg.mem_cycles} cycles")
-        ts.start(cfg.mem_cycles, common_pattern())
-        results.meta["typescript"] = ts.source()
+    ts = TypeScript(cfg.ts_dir) if cfg.ts_dir else None
     try:
+        if ts is not None:
+            log(f"{ts.label}: {WARM} untimed passes of {cfg.mem_cycles} cycles")
+            ts.start(cfg.mem_cycles, common_pattern())
+            results.meta["typescript"] = ts.source()
         _throughput(cfg, impls, results, tmp, ts)
     finally:
         if ts is not None:

@@ -191,7 +191,7 @@ def plan(
 
     `prefix` keeps envelope ids unique across runs on one workspace.
     """
-    kinds = pattern or PATTERN
+    kinds = PATTERN if pattern is None else pattern
     calls: list[Call] = []
     n = 0
     for i in range(start, start + count):
