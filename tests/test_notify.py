@@ -413,7 +413,8 @@ def test_serve_delivers_every_notice_through_a_killed_receiver_and_a_killed_serv
                 c.ok("review.request", frm=BOT, task_id=t, to=[BOB], artefact={"n": len(asked)})
                 asked.append(t)
 
-    options = ("--projection", f"notifications={db}", "--workers", workers)
+    options = ("--projection", f"notifications={db}", "--workers", workers,
+               "--desk-url", "https://desk.example.org/")
     first = Serve(db, *options)
     try:
         reviews(first, 8)
@@ -438,6 +439,18 @@ def test_serve_delivers_every_notice_through_a_killed_receiver_and_a_killed_serv
     # claim one row.
     assert len(receiver.deliveries) == len(bodies)
     told = sorted((json.loads(b)["task_id"], tuple(json.loads(b)["to"])) for [b] in map(list, bodies.values()))
+    for [body] in map(list, bodies.values()):
+        notice = json.loads(body)
+        assert notice["link"] == f"https://desk.example.org/#/w/{WS}/review/{notice['task_id']}"
     assert told == sorted((t, (BOB,)) for t in asked)
     log = _cli("deliveries", "--db", str(db), "--limit", "1000")
     assert log.returncode == 0 and "failed: HTTP 500" in log.stdout and log.stdout.count(" ok: HTTP 204") >= 20
+
+
+def test_serve_refuses_an_outbox_its_deliverer_could_not_read(tmp_path: Path) -> None:
+    refused = subprocess.run(
+        [sys.executable, "-m", "coordinator", "serve", "--port", "0", "--db", str(tmp_path / "chap.db"),
+         "--projection", "notifications=:memory:"],
+        capture_output=True, text=True, env=env(), timeout=120)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "notifications=:memory:" in refused.stderr and "postgresql://" in refused.stderr

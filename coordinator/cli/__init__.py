@@ -443,6 +443,12 @@ def _projections(specs: Sequence[str]) -> list[tuple[str, str]]:
                 f"--projection {spec!r}: expected NAME=TARGET with NAME one of "
                 f"{', '.join(sorted(PROJECTIONS))}"
             )
+        if name == "notifications" and path == ":memory:":
+            raise ValueError(
+                "--projection notifications=:memory: would keep the outbox where its deliverer "
+                "cannot read it (each connection to :memory: is a database of its own): name a "
+                "file or a postgresql:// URI, such as the --db database"
+            )
         out.append((name, path))
     return out
 
