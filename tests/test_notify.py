@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -328,6 +330,7 @@ def test_signatures_fail_for_another_body_secret_or_an_old_time() -> None:
     assert not verify_signature(SECRET, header, body, now=1_800_000_000 + 301)
     assert not verify_signature(SECRET, "v1=" + header.split("v1=")[1], body, now=1_800_000_000)
     assert not verify_signature(SECRET, "garbage", body, now=1_800_000_000)
+    assert not verify_signature(SECRET, "t=1800000000,v1=é", body, now=1_800_000_000)
 
 
 @pytest.mark.parametrize(("call", "message"), [
@@ -339,6 +342,11 @@ def test_signatures_fail_for_another_body_secret_or_an_old_time() -> None:
     (lambda s: s.add_email(WS, "a@example.org\r\nBcc: x@y", ALICE, smtp="smtp://localhost"), "not an e-mail"),
     (lambda s: s.add_email(WS, "a@example.org", "alice", smtp="smtp://localhost"), "a URI"),
     (lambda s: s.add_email(WS, "a@example.org", ALICE, smtp="localhost:25"), "smtp://HOST"),
+    (lambda s: s.add_webhook(WS, "http://[::1"), "cannot be read"),
+    (lambda s: s.add_webhook(WS, "https://example.org:99999/hook"), "cannot be read"),
+    (lambda s: s.add_webhook(WS, "https://example.org/ho\x00ok"), "control character"),
+    (lambda s: s.add_email(WS, "a@example.org", ALICE, smtp="smtp://localhost",
+                           mail_from="x@y\r\nBcc: z@w"), "not a From address"),
     (lambda s: s.remove("sub_missing"), "no subscription"),
 ])
 def test_a_subscription_that_cannot_work_is_refused_with_the_reason(
@@ -454,3 +462,150 @@ def test_serve_refuses_an_outbox_its_deliverer_could_not_read(tmp_path: Path) ->
         capture_output=True, text=True, env=env(), timeout=120)
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert "notifications=:memory:" in refused.stderr and "postgresql://" in refused.stderr
+
+
+def test_a_receiver_answering_what_is_not_http_is_a_failed_attempt(tmp_path: Path) -> None:
+    """A receiver that answers garbage fails that attempt only: it is
+    recorded and retried, and the next notice is still delivered."""
+    garbage = socket.socket()
+    garbage.bind(("127.0.0.1", 0))
+    garbage.listen(8)
+
+    def answer() -> None:
+        while True:
+            try:
+                conn, _ = garbage.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"HELLO THERE\r\n\r\n")
+
+    threading.Thread(target=answer, daemon=True).start()
+    good = WebhookReceiver(SECRET)
+    db = str(tmp_path / "chap.db")
+    clock = Clock()
+    subs = Subscriptions(db, clock=clock)
+    subs.add_webhook(WS, f"http://127.0.0.1:{garbage.getsockname()[1]}/hook", secret=SECRET, kinds=["whisper"])
+    subs.add_webhook(WS, good.url + "/hook", secret=SECRET, kinds=["whisper"])
+    coord = Coordinator(open_store(db), default_profiles=PROFILES)
+    coord.attach(NotificationProjection(db, clock=clock))
+    _scenario_on(coord)
+    coord.close()
+    deliverer = Deliverer(db, clock=clock)
+    try:
+        assert deliverer.deliver_due() == 2
+        rows = deliverer.db.execute("SELECT ok, outcome FROM notify_attempts ORDER BY ok")
+        states = sorted(r[0] for r in deliverer.db.execute("SELECT state FROM notify_outbox"))
+    finally:
+        deliverer.stop()
+        garbage.close()
+        good.stop()
+    assert [r[0] for r in rows] == [0, 1] and "BadStatusLine" in rows[0][1]
+    assert states == ["delivered", "pending"] and len(good.deliveries) == 1
+
+
+def test_reviews_are_told_once_per_pass_to_whom_they_ask(tmp_path: Path, receiver: WebhookReceiver) -> None:
+    """A revision and its second pass; an amendment adding a reviewer, one
+    naming a reviewer already asked; a summary with a line break. Live, each
+    pass is told to its reviewers and an amendment to those it names; a
+    replay tells each open review once, to all its reviewers."""
+    db = str(tmp_path / "chap.db")
+    clock = Clock()
+    receiver.fail_first = 0
+    Subscriptions(db, clock=clock).add_webhook(WS, receiver.url, secret=SECRET, kinds=["review"])
+    coord = Coordinator(open_store(db), default_profiles=PROFILES)
+    coord.attach(NotificationProjection(db, clock=clock))
+    c = Client(coord, WS)
+    _members(c)
+    t1 = c.ok("task.create", frm=ALICE, assignee=BOT, kind="report", input={}, review_required=True)["task_id"]
+    c.ok("task.update", frm=BOT, task_id=t1, state="in_progress")
+    c.ok("task.complete", frm=BOT, task_id=t1, output={"body": "v1"})
+    c.ok("decide.reject", frm=BOB, task_id=t1, reason="more", request_revision=True)
+    c.ok("task.complete", frm=BOT, task_id=t1, output={"body": "v2"})
+    t2 = c.ok("task.create", frm=ALICE, assignee=BOT, kind="config", input={})["task_id"]
+    c.ok("task.update", frm=BOT, task_id=t2, state="in_progress")
+    c.ok("review.request", frm=BOT, task_id=t2, to=[BOB], artefact={"rpm": 1}, summary="Line one\r\nBcc: x@y")
+    c.ok("review.request", frm=BOT, task_id=t2, to=[BOB], artefact={"rpm": 1})  # bob asked again
+    c.ok("review.request", frm=BOT, task_id=t2, to=[CAROL], artefact={"rpm": 1})  # carol added
+    coord.close()
+    deliverer = Deliverer(db, clock=clock)
+    try:
+        deliverer.deliver_due()
+    finally:
+        deliverer.stop()
+    live = [json.loads(d.body) for d in receiver.deliveries]
+    everyone = (ALICE, BOB, CAROL)
+    assert sorted((b["task_id"], tuple(b["to"])) for b in live) == sorted(
+        [(t1, everyone), (t1, everyone), (t2, (BOB,)), (t2, (BOB,)), (t2, (CAROL,))])
+    assert sorted(b["title"] for b in live if b["task_id"] == t2) == [
+        "Review: Line one Bcc: x@y", "Review: config " + t2, "Review: config " + t2]
+
+    # The same log replayed into a fresh outbox: one notice per open review.
+    replayed = tmp_path / "replayed.db"
+    receiver.deliveries.clear()
+    Subscriptions(str(replayed), clock=clock).add_webhook(WS, receiver.url, secret=SECRET, kinds=["review"])
+    coord = Coordinator(open_store(db), default_profiles=PROFILES)
+    coord.attach(NotificationProjection(str(replayed), clock=clock))
+    coord.close()
+    deliverer = Deliverer(str(replayed), clock=clock)
+    try:
+        deliverer.deliver_due()
+    finally:
+        deliverer.stop()
+    again = [json.loads(d.body) for d in receiver.deliveries]
+    assert sorted((b["task_id"], tuple(b["to"])) for b in again) == sorted([(t1, everyone), (t2, (BOB, CAROL))])
+
+
+def test_email_goes_only_to_members(tmp_path: Path, smtp: SmtpReceiver) -> None:
+    """A stranger's workspace naming a subscriber (CHAP does not check that
+    those a review names are members) sends that subscriber nothing."""
+    db = str(tmp_path / "chap.db")
+    clock = Clock()
+    Subscriptions(db, clock=clock).add_email("*", "dave@example.org", DAVE, smtp=smtp.url)
+    coord = Coordinator(open_store(db), default_profiles=PROFILES)
+    coord.attach(NotificationProjection(db, clock=clock))
+    c = Client(coord, "wsp_stranger")
+    c.ok("workspace.create")
+    c.ok("participant.join", frm="human:mallory", type="human", role="admin")
+    t = c.ok("task.create", frm="human:mallory", assignee="human:mallory", kind="k", input={})["task_id"]
+    c.ok("task.update", frm="human:mallory", task_id=t, state="in_progress")
+    c.ok("review.request", frm="human:mallory", task_id=t, to=[DAVE], artefact={"x": 1},
+         summary="Your account is locked, click here")
+    c.ok("participant.join", frm=DAVE, type="human", role="reviewer")
+    t = c.ok("task.create", frm="human:mallory", assignee="human:mallory", kind="k", input={})["task_id"]
+    c.ok("task.update", frm="human:mallory", task_id=t, state="in_progress")
+    c.ok("review.request", frm="human:mallory", task_id=t, to=[DAVE], artefact={"x": 2}, summary="Now a member")
+    coord.close()
+    deliverer = Deliverer(db, clock=clock)
+    try:
+        deliverer.deliver_due()
+    finally:
+        deliverer.stop()
+    assert [m["Subject"] for m in smtp.messages] == ["[wsp_stranger] Review: Now a member"]
+
+
+def test_the_deliverer_comes_back_after_postgresql_drops_its_connection(
+    pg_server: Any, receiver: WebhookReceiver
+) -> None:
+    import psycopg
+
+    db = str(pg_server.uri(pg_server.new_database()))
+    receiver.fail_first = 0
+    Subscriptions(db).add_webhook(WS, receiver.url, secret=SECRET, kinds=["whisper"])
+    deliverer = Deliverer(db, interval=0.05)
+    deliverer.start()
+    try:
+        with psycopg.connect(pg_server.dsn(), autocommit=True) as admin:
+            dropped = admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()", (db.rsplit("/", 1)[1],)).fetchall()
+        assert dropped  # the deliverer's connection (and the Subscriptions' one) went
+        coord = Coordinator(open_store(db), default_profiles=PROFILES)
+        coord.attach(NotificationProjection(db))
+        _scenario_on(coord)
+        coord.close()
+        eventually(lambda: receiver.deliveries, "the whisper delivered on a new connection")
+    finally:
+        deliverer.stop()
+    assert json.loads(receiver.deliveries[0].body)["type"] == "whisper.asked"

@@ -1,9 +1,9 @@
 """Sending what the outbox holds: each row at least once, retried with
 backoff, every attempt in the delivery log.
 
-A `Deliverer` claims due rows inside a transaction (it moves their next
+A `Deliverer` claims a due row inside a transaction (it moves its next
 attempt past a lease, so another deliverer on the same database, say
-another `serve --workers` process, skips them), sends them outside it, then
+another `serve --workers` process, skips it), sends it outside it, then
 records the outcome. A crash between the send and the record leaves the
 row to be sent again when the lease ends: the receiver knows it by its
 `Idempotency-Key` header (the notice's id; the e-mail's Message-ID).
@@ -35,9 +35,12 @@ log = logging.getLogger("chapline")
 # Backoff after the n-th failed attempt: FIRST_DELAY * 2**(n-1), capped.
 FIRST_DELAY = 1.0
 MAX_DELAY = 3600.0
-MAX_ATTEMPTS = 15  # about nine hours of retries, then the row is given up on ("failed")
-LEASE = 60.0  # seconds a claimed row is left to its deliverer
-TIMEOUT = 10.0  # seconds for one webhook request or SMTP exchange
+MAX_ATTEMPTS = 15  # about three hours of retries, then the row is given up on ("failed")
+TIMEOUT = 10.0  # seconds for each socket operation of a webhook request or an SMTP exchange
+# Seconds a claimed row is left to its deliverer: past what sending one can
+# take (an SMTP exchange is several operations), so no other deliverer sends
+# it meanwhile.
+LEASE = 300.0
 
 
 class Outcome(NamedTuple):
@@ -51,7 +54,7 @@ def send(sub: Subscription, notice_id: str, body: str, *, now: float) -> Outcome
         if sub.channel == "email":
             return _send_email(sub, notice_id, body, now)
         return _send_webhook(sub, notice_id, body, now)
-    except (OSError, smtplib.SMTPException, ValueError) as exc:
+    except Exception as exc:  # whatever a receiver answers, it is this attempt's outcome
         return Outcome(False, f"{type(exc).__name__}: {exc}"[:500])
 
 
@@ -107,34 +110,36 @@ class Deliverer:
 
     def __init__(
         self, target: str, *, clock: Callable[[], float] = time.time,
-        sender: Callable[..., Outcome] = send, interval: float = 0.5, batch: int = 50,
+        sender: Callable[..., Outcome] = send, interval: float = 0.5,
     ) -> None:
         self.target = target
         self._clock = clock
         self._send = sender
         self.interval = interval
-        self.batch = batch
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self.db = open_tables(target)
 
     def deliver_due(self) -> int:
-        """Send every row due now (in batches); the number of attempts made."""
+        """Send every row due now, one claim at a time; the number of
+        attempts made."""
         made = 0
+        subs: dict[str, Subscription] = {}
         while not self._stopped.is_set():
             claimed = self._claim()
-            if not claimed:
+            if claimed is None:
                 return made
-            subs = {sub.id: sub for sub in load(self.db)}
-            for notice, sub_id, body, attempt in claimed:
-                sub = subs.get(sub_id)
-                if sub is None:  # removed since the row was queued
-                    self.db.execute("DELETE FROM notify_outbox WHERE notice = ? AND subscription = ?",
-                                    (notice, sub_id))
-                    continue
-                outcome = self._send(sub, notice, body, now=self._clock())
-                self._record(notice, sub_id, attempt, outcome)
-                made += 1
+            notice, sub_id, body, attempt = claimed
+            if sub_id not in subs:
+                subs = {sub.id: sub for sub in load(self.db)}
+            sub = subs.get(sub_id)
+            if sub is None:  # removed since the row was queued
+                self.db.execute("DELETE FROM notify_outbox WHERE notice = ? AND subscription = ?",
+                                (notice, sub_id))
+                continue
+            outcome = self._send(sub, notice, body, now=self._clock())
+            self._record(notice, sub_id, attempt, outcome)
+            made += 1
         return made
 
     def start(self) -> None:
@@ -142,33 +147,62 @@ class Deliverer:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop after the delivery under way (if any) is recorded."""
         self._stopped.set()
         if self._thread is not None:
-            self._thread.join(TIMEOUT + 5)
+            self._thread.join()
         self.db.close()
 
     def _run(self) -> None:
+        failing = False
         while not self._stopped.wait(self.interval):
             try:
                 self.deliver_due()
-            except Exception:  # the database unreachable for a while: the next round retries
-                log.exception("notifications: delivering the outbox of %s failed", self.db.where)
+            except Exception as exc:
+                # The database unreachable for a while: said once, and the
+                # next round tries again on a new connection.
+                if not failing:
+                    log.error("notifications: cannot deliver the outbox of %s (%s); retrying",
+                              self.db.where, exc)
+                failing = True
+                self._reopen()
+            else:
+                if failing:
+                    log.warning("notifications: delivering the outbox of %s again", self.db.where)
+                failing = False
 
-    def _claim(self) -> list[tuple[str, str, str, int]]:
+    def _reopen(self) -> None:
+        try:
+            fresh = open_tables(self.target)
+        except Exception:
+            return
+        self.db.close()
+        self.db = fresh
+
+    def _claim(self) -> tuple[str, str, str, int] | None:
+        """The next due row, claimed (its attempt number counted), or None."""
         now = self._clock()
         # A read first: the claim's transaction takes SQLite's write lock,
         # which an idle outbox need not take twice a second.
         if not self.db.execute("SELECT 1 FROM notify_outbox WHERE state = 'pending' AND next_at <= ? "
                                "LIMIT 1", (now,)):
-            return []
-        with self.db.transaction():
-            due = self.db.execute(
-                "SELECT notice, subscription, body, attempts FROM notify_outbox "
-                "WHERE state = 'pending' AND next_at <= ? ORDER BY next_at, created LIMIT ?",
-                (now, self.batch),
-            )
-            claimed = []
-            for notice, sub_id, body, attempts in due:
+            return None
+        while True:
+            with self.db.transaction():
+                due = self.db.execute(
+                    "SELECT notice, subscription, body, attempts FROM notify_outbox "
+                    "WHERE state = 'pending' AND next_at <= ? ORDER BY next_at, created LIMIT 1",
+                    (now,),
+                )
+                if not due:
+                    return None
+                [(notice, sub_id, body, attempts)] = due
+                if attempts >= MAX_ATTEMPTS:
+                    # Claimed that often without an outcome recorded (each
+                    # claim ended by a crash): given up on as any other.
+                    self.db.execute("UPDATE notify_outbox SET state = 'failed' "
+                                    "WHERE notice = ? AND subscription = ?", (notice, sub_id))
+                    continue
                 # Only if no other deliverer claimed it since this one read it.
                 won = self.db.execute(
                     "UPDATE notify_outbox SET attempts = attempts + 1, next_at = ? "
@@ -176,9 +210,8 @@ class Deliverer:
                     "RETURNING attempts",
                     (now + LEASE, notice, sub_id, attempts),
                 )
-                if won:
-                    claimed.append((str(notice), str(sub_id), str(body), int(won[0][0])))
-        return claimed
+            if won:
+                return str(notice), str(sub_id), str(body), int(won[0][0])
 
     def _record(self, notice: str, sub_id: str, attempt: int, outcome: Outcome) -> None:
         now = self._clock()

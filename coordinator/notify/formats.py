@@ -78,8 +78,10 @@ def verify_signature(
         return False
     if abs((time.time() if now is None else now) - timestamp) > tolerance:
         return False
-    expected = sign(secret, body, timestamp).partition(",v1=")[2]
-    return any(hmac.compare_digest(expected, given) for given in fields.get("v1", []))
+    expected = sign(secret, body, timestamp).partition(",v1=")[2].encode()
+    # Bytes: a header may hold any text, which compare_digest takes only as bytes.
+    return any(hmac.compare_digest(expected, given.encode("utf-8", "replace"))
+               for given in fields.get("v1", []))
 
 
 def _link(notice: Notice, desk_url: str | None) -> str | None:

@@ -43,6 +43,7 @@ class Candidate(msgspec.Struct, frozen=True):
     method: str
     sender: str
     params: dict[str, Any]
+    amends: bool = False  # a review.request that amended an open review (its answer says so)
 
 
 class Notice(msgspec.Struct, frozen=True):
@@ -61,8 +62,11 @@ class Notice(msgspec.Struct, frozen=True):
     detail: dict[str, Any]
 
 
-def candidate(workspace: str, seq: int, arrived: str, envelope: Any) -> Candidate | None:
-    """The entry's candidate, or None (a refusal, or a call that addresses nobody)."""
+def candidate(
+    workspace: str, seq: int, arrived: str, envelope: Any, result: Any = None
+) -> Candidate | None:
+    """The entry's candidate, or None (a refusal, or a call that addresses
+    nobody). `result` is the call's answer where known (a live call)."""
     if not isinstance(envelope, dict):
         return None
     kind = _METHODS.get(envelope.get("method", ""))
@@ -70,43 +74,47 @@ def candidate(workspace: str, seq: int, arrived: str, envelope: Any) -> Candidat
     if kind is None or not isinstance(params, dict):
         return None
     sender = params.get("from")
+    amends = isinstance(result, dict) and result.get("amended") is True
     return Candidate(workspace, seq, arrived, kind, envelope["method"],
-                     sender if isinstance(sender, str) else "", params)
+                     sender if isinstance(sender, str) else "", params, amends)
 
 
-def resolve(c: Candidate, objects: Mapping[str, Mapping[str, Any]]) -> Notice | None:
+def resolve(c: Candidate, objects: Mapping[str, Mapping[str, Any]], *, whole: bool = False) -> Notice | None:
     """The notice, reading `objects` ({collection: {key: object}}), or None
-    when nothing the entry opened is open in them."""
+    when nothing the entry opened is open in them. `whole`: a review's
+    notice names all its reviewers, even for an amendment (a replay tells
+    each open review once, from its last entry)."""
     if c.kind == "review":
-        return _review(c, objects.get("tasks", {}))
+        return _review(c, objects.get("tasks", {}), whole=whole)
     if c.kind == "escalation":
         return _escalation(c, objects.get("tasks", {}))
     return _whisper(c, objects.get("whispers", {}))
 
 
-def _review(c: Candidate, tasks: Mapping[str, Any]) -> Notice | None:
+def _review(c: Candidate, tasks: Mapping[str, Any], *, whole: bool = False) -> Notice | None:
     task_id = c.params.get("task_id")
     task = tasks.get(task_id) if isinstance(task_id, str) else None
     review = _get(task, "review")
     if _get(task, "state") != "review_requested" or review is None:
         return None
     # The open review is this entry's when it opened at the entry's time, or
-    # earlier for an amendment (which tells only the reviewers it adds); a
-    # review opened after the entry is another pass's (the entry's own pass
-    # was decided since).
+    # earlier: a task.complete after a revision reopens the review it had;
+    # a review.request on an open review amends it and tells only the
+    # reviewers it names. A review opened after the entry is another pass's.
     opened = _get(review, "requested_at")
     if not isinstance(opened, str) or opened > c.arrived:
         return None
     to = list(_get(review, "requested_to") or [])
-    if opened != c.arrived:
+    if c.method == "review.request" and (c.amends or opened != c.arrived) and not whole:
         asked = c.params.get("to")
         asked = asked if isinstance(asked, list) else [asked]
         to = [uri for uri in to if uri in asked]
+        if not to:
+            return None
     artefact = c.params.get("artefact", c.params.get("output"))
     summary = c.params.get("summary")
-    title = summary if isinstance(summary, str) and summary.strip() else _first_line(artefact)
-    if not title:
-        title = f"{_get(task, 'kind') or 'task'} {task_id}"
+    title = _one_line(summary) if isinstance(summary, str) else ""
+    title = title or _first_line(artefact) or f"{_get(task, 'kind') or 'task'} {task_id}"
     return _notice(c, task_id, to, f"Review: {title}", {
         "task_kind": _get(task, "kind"),
         "agent": _get(task, "assignee"),
@@ -168,7 +176,7 @@ def _notice(c: Candidate, task_id: Any, to: list[Any], title: str, detail: dict[
         sender=c.sender,
         task_id=str(task_id),
         to=[str(uri) for uri in to if isinstance(uri, str)],
-        title=title[:_TITLE_CHARS],
+        title=_one_line(title)[:_TITLE_CHARS],
         detail={k: v for k, v in detail.items() if v is not None},
     )
 
@@ -180,7 +188,15 @@ def _first_line(value: Any) -> str:
         value = next((v for v in value.values() if isinstance(v, str) and v.strip()), "")
     if not isinstance(value, str):
         return ""
-    return next((line.strip().lstrip("#").strip() for line in value.splitlines() if line.strip()), "")
+    line = next((line for line in value.splitlines() if line.strip()), "")
+    return _one_line(line.strip().lstrip("#"))
+
+
+def _one_line(text: str) -> str:
+    """`text` as one line of printable characters: a title goes into an
+    e-mail's Subject and a Slack message's bold, where a line break or a
+    control character would end it (or refuse it)."""
+    return " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
 
 
 def _get(value: Any, name: str) -> Any:

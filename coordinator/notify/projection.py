@@ -72,7 +72,8 @@ class NotificationProjection:
                 next_seqs[wid] = change.entry.seq + 1
                 if change.objects is not None:
                     self._members(wid, change.objects.get("members", {}), whole=False)
-                found = candidate(wid, change.entry.seq, change.entry.arrived, change.entry.envelope)
+                found = candidate(wid, change.entry.seq, change.entry.arrived, change.entry.envelope,
+                                  change.result)
                 if found is not None:
                     if change.objects is not None:
                         notices.extend(_some(resolve(found, change.objects)))
@@ -104,8 +105,14 @@ class NotificationProjection:
         rows = self.db.execute(
             "SELECT candidate FROM notify_pending WHERE workspace = ? ORDER BY seq", (wid,))
         self.db.execute("DELETE FROM notify_pending WHERE workspace = ?", (wid,))
-        decoded = (msgspec.json.decode(row[0], type=Candidate) for row in rows)
-        return [n for c in decoded for n in _some(resolve(c, current))]
+        waiting = [msgspec.json.decode(row[0], type=Candidate) for row in rows]
+        # One notice per open review, from its last entry, to all its
+        # reviewers: earlier entries of the task were earlier passes, or what
+        # that last one completes.
+        last_review = {c.params.get("task_id"): c.seq for c in waiting if c.kind == "review"}
+        return [n for c in waiting
+                if c.kind != "review" or last_review[c.params.get("task_id")] == c.seq
+                for n in _some(resolve(c, current, whole=True))]
 
     def _queue(self, notices: list[Notice]) -> None:
         if not notices:
@@ -127,21 +134,24 @@ class NotificationProjection:
 
 def addressed(sub: Subscription, notice: Notice, roles: dict[str, str]) -> bool:
     """Whether `sub` receives `notice`. A webhook takes every notice of its
-    workspaces and kinds; an e-mail only those addressed to its participant:
-    by name, by role (`group:<role>`), or to the whole workspace (no one
-    named, or `workspace:...`) when the participant is a member."""
+    workspaces and kinds; an e-mail only those addressed to its participant,
+    a member of the notice's workspace: by name, by role (`group:<role>`),
+    or to the whole workspace (no one named, or `workspace:...`)."""
     if sub.workspace not in ("*", notice.workspace) or not sub.wants(notice.kind):
         return False
     if sub.channel == "webhook":
         return True
+    # Only to a member: CHAP does not check that those a call names are
+    # members, so a stranger's call must not reach a subscriber's inbox.
     person = sub.participant or ""
-    member = person in roles
+    if person not in roles:
+        return False
     if not notice.to:
-        return member
+        return True
     return any(
         uri == person
-        or (member and uri.startswith("workspace:"))
-        or (member and uri.startswith("group:") and roles[person] == uri[len("group:"):])
+        or uri.startswith("workspace:")
+        or (uri.startswith("group:") and roles[person] == uri[len("group:"):])
         for uri in notice.to
     )
 

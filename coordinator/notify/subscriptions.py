@@ -6,8 +6,8 @@ database, `projections.sql`), normally the serve database itself:
 - `notify_subscriptions`: per workspace (or `*`, every workspace), a
   webhook (URL, format `json` or `slack`, HMAC secret) or an e-mail address
   (the participant it is for, the SMTP server), and the kinds it wants;
-- `notify_outbox`: one row per notice and subscription, from the moment the
-  notice is decided until it is delivered (or given up on);
+- `notify_outbox`: one row per notice and subscription, with its state
+  (pending, delivered, or failed: given up on), kept after delivery;
 - `notify_attempts`: the delivery log, one row per attempt;
 - `notify_members` and `notify_pending`: what the projection keeps to
   address notices (members' roles; replayed entries waiting for the
@@ -22,7 +22,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable, Iterable
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import msgspec
 
@@ -30,9 +30,7 @@ from coordinator.errors import NotifyError
 from coordinator.notify.notices import KINDS
 from coordinator.projections.sql import SqlTarget, open_target
 
-__all__ = ["FORMATS", "Subscription", "Subscriptions", "open_tables"]
-
-FORMATS = ("json", "slack", "email")
+__all__ = ["Subscription", "Subscriptions", "open_tables"]
 
 _TABLES = (
     "CREATE TABLE IF NOT EXISTS notify_subscriptions ("
@@ -124,7 +122,7 @@ class Subscriptions:
         """A webhook; `secret` (the HMAC key) is made when not given."""
         if format not in ("json", "slack"):
             raise NotifyError(f"a webhook's format is json or slack, not {format!r}")
-        parts = urlsplit(url)
+        parts = _parts(url, "the webhook's URL")
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise NotifyError(f"a webhook needs an http:// or https:// URL with a host, not {url!r}")
         return self._add(Subscription(
@@ -139,11 +137,12 @@ class Subscriptions:
         """E-mail to `address` for the notices addressed to `participant`
         (by name, by role or to the whole workspace), sent through `smtp`
         (smtp://host:port)."""
-        if "@" not in address or any(c in address for c in "\r\n <>"):
-            raise NotifyError(f"not an e-mail address: {address!r}")
-        if ":" not in participant:
+        for given, what in ((address, "an e-mail address"), (mail_from, "a From address")):
+            if "@" not in given or any(not c.isprintable() or c in " <>" for c in given):
+                raise NotifyError(f"not {what}: {given!r}")
+        if ":" not in participant or not participant.isprintable():
             raise NotifyError(f"the participant is a URI such as human:alice, not {participant!r}")
-        parts = urlsplit(smtp)
+        parts = _parts(smtp, "the SMTP server")
         if parts.scheme != "smtp" or not parts.hostname:
             raise NotifyError(f"the SMTP server is smtp://HOST[:PORT], not {smtp!r}")
         return self._add(Subscription(
@@ -187,6 +186,18 @@ class Subscriptions:
 def load(db: SqlTarget) -> list[Subscription]:
     """Every subscription in `db` (inside the caller's transaction)."""
     return [_row(row) for row in db.execute(f"SELECT {_COLUMNS} FROM notify_subscriptions")]
+
+
+def _parts(url: str, what: str) -> SplitResult:
+    """`url` split, its port checked: refused now rather than failing every delivery."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises ValueError for a port out of range)
+    except ValueError as exc:
+        raise NotifyError(f"{what} {url!r} cannot be read: {exc}") from None
+    if not url.isprintable():
+        raise NotifyError(f"{what} {url!r} holds a control character")
+    return parts
 
 
 def _new_id() -> str:

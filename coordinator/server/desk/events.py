@@ -36,6 +36,7 @@ __all__ = [
     "STREAM_BYTES",
     "MAX_STREAMS",
     "MAX_STREAMS_PER_PRINCIPAL",
+    "OBJECTS_BYTES",
     "TICK_PER_STREAM",
     "TICK_SECONDS",
     "EndReason",
@@ -75,6 +76,10 @@ CHUNK_BYTES = 64 * 1024
 # this each such stream would cost the server that much sending; a reader
 # that reads pays one reconnect per budget.
 STREAM_BYTES = 64 * 1024
+# The most an event's objects may weigh: larger ones (a big draft) are left
+# out, and the desk reads the workspace instead, so a few events do not use
+# up a stream's STREAM_BYTES.
+OBJECTS_BYTES = 16 * 1024
 
 _MESSAGES: dict[EndReason, str] = {
     "lagged": "This stream fell behind the log and was ended; reconnect with "
@@ -205,6 +210,8 @@ class EventHub:
         if not self._following.get(workspace_id) and not self._following.get(None):
             return  # nobody follows it: nothing to encode
         objects = None if change.objects is None else _encode(change.objects)
+        if objects is not None and len(objects) > OBJECTS_BYTES:
+            objects = None  # the desk reads the workspace instead
         event = (workspace_id, entry.seq, _event(workspace_id, entry.seq, _encode(entry.to_dict()), objects))
         woken: _Woken = []
         # Whether a filtered stream may see this entry, asked once per

@@ -208,7 +208,9 @@ async function load() {
     read(`/desk/api/snapshot?workspace=${encodeURIComponent(state.workspace)}`),
     chap("workspace.describe", { workspace: state.workspace, from: state.me }),
   ]);
-  state.snapshot = snapshot;
+  // Events applied while it was read may be past it: keep the longer log.
+  const held = state.snapshot;
+  if (!held || held.id !== snapshot.id || held.audit.length <= snapshot.audit.length) state.snapshot = snapshot;
   state.describe = describe;
 }
 
@@ -325,17 +327,17 @@ function onEvent(name, data) {
   scheduleRefresh(!applyChange(state.snapshot, data));
 }
 
-// Calls that change what a snapshot's objects do not hold (the workspace's
-// profiles and settings, who is a member with which role): the desk reads
-// the workspace again after them.
-const RELOADING = /^(workspace|participant)\./;
+// Calls that change what the desk reads beside the snapshot's objects (the
+// workspace's profiles and settings, members and roles, as workspace.describe
+// gives them): the desk reads the workspace again after them.
+const RELOADING = /^(workspace|participant|control)\./;
 
 // Apply a live event to a snapshot the desk holds: the entry joins the log
 // and the objects the call wrote replace (or, null, remove) those it holds.
 // False when it cannot: an entry replayed without its objects, a gap in the
 // log (an event missed), or a call that changes more than objects.
 function applyChange(snapshot, data) {
-  if (!snapshot || !data.objects) return false;
+  if (!snapshot || snapshot.id !== data.workspace || !data.objects) return false;
   const seq = data.entry.seq;
   if (seq < snapshot.audit.length) return true; // the snapshot holds it already
   if (seq > snapshot.audit.length) return false;
@@ -428,8 +430,9 @@ async function drawPage(options, current) {
   const review = state.review;
   if (review && !(route.page === "review" && route.task === review.id)) state.review = null;
   try {
-    // A live redraw whose events were applied to the snapshot held needs no read.
-    const held = state.snapshot && state.snapshot.id === state.workspace &&
+    // A live redraw whose events were applied to the snapshot held needs no
+    // read; the workspace page reads the log and its description itself.
+    const held = state.snapshot && state.snapshot.id === state.workspace && route.page !== "workspace" &&
       (route.page !== "inbox" || state.filters.ws !== "*" ||
         state.workspaces.every((ws) => ws === state.workspace || state.others[ws]));
     if (options.reload !== false || !held) {
