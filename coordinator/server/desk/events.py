@@ -21,7 +21,7 @@ import asyncio
 import re
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -198,6 +198,18 @@ class EventHub:
         # stream's buffer held (never above max_buffered): for the operator and tests.
         self.ended: dict[EndReason, int] = dict.fromkeys(END_REASONS, 0)
         self.most_buffered = 0
+        # How to hear of calls (`listen_on`), and the listener while any
+        # stream is open: telling a listener what a call changed costs every
+        # call a copy of its objects, which nobody needs while no desk is open.
+        self._subscribe: Callable[[Callable[[Change], None]], Any] | None = None
+        self._listening: Any = None
+
+    def listen_on(self, subscribe: Callable[[Callable[[Change], None]], Any]) -> None:
+        """Hear of calls through `subscribe(publish)` (a coordinator's
+        `add_change_listener`) while any stream is open. A stream opened
+        misses nothing: what was durable before it listened is in the store,
+        which its replay and the desk's snapshot read after it opened."""
+        self._subscribe = subscribe
 
     # -- the writer's side ------------------------------------------------
 
@@ -305,6 +317,9 @@ class EventHub:
         if not group:
             del self._following[stream.workspace]
         self._open -= 1
+        if not self._open and self._listening is not None:
+            self._listening.detach()
+            self._listening = None
         if stream.principal is not None:
             left = self._by_principal[stream.principal] - 1
             if left:
@@ -346,6 +361,8 @@ class EventHub:
                 )
             self._following.setdefault(workspace, set()).add(stream)
             self._open += 1
+            if self._listening is None and self._subscribe is not None:
+                self._listening = self._subscribe(self.publish)
             if principal is not None:
                 self._by_principal[principal] = held + 1
         if self._ticker is None or self._ticker.done():

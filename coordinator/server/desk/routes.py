@@ -68,10 +68,10 @@ def desk_routes(
     hub: EventHub,
     opened: Callable[[], None] = lambda: None,
 ) -> list[BaseRoute]:
-    """Routes for the desk; registers `hub` as a change listener of `target`.
+    """Routes for the desk; `hub` listens to `target`'s changes while any stream is open.
     `opened` is called on the event loop after each stream opens (to start
     the re-check of the rights streams hold)."""
-    target.add_change_listener(hub.publish)
+    hub.listen_on(target.add_change_listener)
 
     async def read(workspace: str, start: int, stop: int) -> list[bytes]:
         # On the worker thread, between calls: a bounded page of the store
