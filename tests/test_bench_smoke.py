@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from client import Client
 
-from bench import http_bound, work
+from bench import desk_load, http_bound, work
 from bench import signed as S
 from bench import typescript as T
 from bench import workload as W
@@ -145,3 +145,19 @@ def test_http_bound_runs_both_servers(capsys: pytest.CaptureFixture[str]) -> Non
     assert "| chapline serve --workers 1 (SQLite :memory:) |" in out
     assert "| HTTP bound (uvicorn + Starlette, fixed answer) |" in out
     assert "chapline serve / HTTP bound: " in out
+
+
+def test_desk_load_runs_both_phases(capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m bench.desk_load` at a small size (Chromium headless against
+    chapline serve): the inbox is drawn and every interaction and every tab
+    gets its row in the table; no figure is judged."""
+    assert desk_load.main(["--reviews", "150", "--reps", "1", "--tabs", "3", "--tab-reviews", "3",
+                           "--calls", "1", "--wait", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "inbox drawn: Showing 1–100 of 150" in out
+    assert "3 of 3 tabs signed in and live" in out
+    for row in ("| inbox load, navigation → drawn (150 reviews) | ", "| search, per keystroke (5 × 1) | ",
+                "| kind filter | ", "| sort | ", "| next page | ",
+                "| event seen by a tab, call → status line (3 live of 3 tabs × 1 calls) | ",
+                "| tab-calls with no row within 2 s | 0 of 3 | 0 |"):
+        assert row in out
