@@ -272,13 +272,16 @@ def inbox_phase(base: str, reps: int, profile: str, unthrottled: bool) -> dict[s
 
 # Installed in each tab before each call: when the page first shows the
 # event (the status line it writes as the event is read) and when the new
-# review's row is drawn, as Date.now(); and whether the tab was hidden.
+# review's row is drawn, as Date.now(); and whether the tab was hidden then.
 HOOK = """
 const [task, summary] = arguments;
-window.__seen = { visibility: document.visibilityState };
+window.__seen = {};
 const check = () => {
   const now = Date.now();
-  if (!window.__seen.status && (document.getElementById('status').textContent || '').includes(summary)) window.__seen.status = now;
+  if (!window.__seen.status && (document.getElementById('status').textContent || '').includes(summary)) {
+    window.__seen.status = now;
+    window.__seen.visibility = document.visibilityState; // as the event arrived, not as the hook was installed
+  }
   if (!window.__seen.row && document.querySelector(`tr[data-task="${task}"]`)) window.__seen.row = now;
   if (window.__seen.status && window.__seen.row) window.__observer.disconnect();
 };
