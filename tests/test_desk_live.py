@@ -137,3 +137,41 @@ def test_live_updates_are_applied_without_reading_the_workspace_again(server: st
     call(server, "participant.join", **{"from": BOB}, type="human", role="reviewer")
     sent = wait(browser, lambda d: fetched(d, server), "the desk reading the workspace again")
     assert f"GET /desk/api/snapshot?workspace={WS}" in sent
+
+
+def sign_in_tab(driver: WebDriver, server: str) -> None:
+    driver.get(server + "/")
+    field = wait(driver, lambda d: d.find_element(By.ID, "act-as").is_displayed()
+                 and d.find_element(By.ID, "act-as"), "the sign-in")
+    field.send_keys(ALICE, Keys.ENTER)
+    wait(driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-live") == "on",
+         "the tab live")
+
+
+def test_many_tabs_share_one_event_stream_and_none_waits(server: str, browser: WebDriver) -> None:
+    """A browser opens six HTTP/1.1 connections to a server at most: with a
+    stream per tab, a sixth tab would wait for ever, and every tab's calls
+    with it. Nine tabs signed in alike: all live, all drawing each new
+    review, each still answered at once; closing the tab that reads the
+    stream hands it to another."""
+    tabs = []
+    for _ in range(9):
+        browser.switch_to.new_window("tab")
+        sign_in_tab(browser, server)
+        tabs.append(browser.current_window_handle)
+    browser.set_script_timeout(WAIT)
+    session = "const done = arguments[0]; fetch('/desk/api/session').then((r) => r.json()).then(done);"
+    assert browser.execute_async_script(session) == {"auth": False, "principal": None}
+
+    def everywhere(task: str, handles: list[str]) -> None:
+        for handle in handles:
+            browser.switch_to.window(handle)
+            wait(browser, lambda d: task in inbox(d), f"the review {task} in tab {handle}")
+
+    everywhere(review(server, "Seen in nine tabs"), tabs)
+    # The first tab took the lock, so it reads the stream: closing it hands it on.
+    browser.switch_to.window(tabs[0])
+    browser.close()
+    everywhere(review(server, "Seen after the reader left"), tabs[1:])
+    browser.switch_to.window(tabs[-1])
+    assert browser.execute_async_script(session) == {"auth": False, "principal": None}

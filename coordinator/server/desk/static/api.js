@@ -129,3 +129,66 @@ export function listen(onEvent, onState, onRevoked) {
     controller.abort();
   };
 }
+
+// One event stream for all of a browser's tabs signed in alike (`key`): a
+// browser opens at most six HTTP/1.1 connections to a server and each open
+// stream holds one, so a sixth tab's stream would leave it, and then every
+// tab's calls, waiting for ever. The tab holding the Web Lock `key` reads the
+// stream and relays what it hears to the others over a BroadcastChannel;
+// when it closes, another tab takes the lock and opens the stream (whose
+// `ready` makes every tab read again what it shows). Where the browser has
+// no Web Locks (a page served over plain HTTP to another host than
+// localhost), each tab reads its own stream.
+export function listenShared(key, onEvent, onState, onRevoked) {
+  if (!navigator.locks || typeof BroadcastChannel === "undefined") return listen(onEvent, onState, onRevoked);
+  const channel = new BroadcastChannel(key);
+  let stopped = false;
+  let stopStream = null;
+  let release = null;
+  let live = false;
+  const relay = (message) => {
+    if (!stopped) channel.postMessage(message);
+  };
+  channel.onmessage = ({ data: m }) => {
+    if (stopped) return;
+    if (m.kind === "event") onEvent(m.name, m.data);
+    else if (m.kind === "state") onState(m.live);
+    else if (m.kind === "revoked") onRevoked(m.why);
+    else if (m.kind === "hello" && stopStream) relay({ kind: "state", live });
+  };
+  relay({ kind: "hello" }); // the tab reading the stream answers whether it is live
+  navigator.locks.request(key, () => {
+    if (stopped) return undefined;
+    stopStream = listen(
+      (name, data) => {
+        if (name === "ready") live = true; // the stream is open (its end calls onState(false))
+        relay({ kind: "event", name, data });
+        onEvent(name, data);
+      },
+      (on) => {
+        live = on;
+        relay({ kind: "state", live: on });
+        onState(on);
+      },
+      (why) => {
+        relay({ kind: "revoked", why });
+        onRevoked(why);
+      },
+    );
+    return new Promise((resolve) => { release = resolve; }); // held until this tab stops
+  });
+  return () => {
+    stopped = true;
+    channel.close();
+    if (stopStream) stopStream();
+    if (release) release();
+  };
+}
+
+// A short name for a sign-in (the principal, and the token when there is one),
+// for `listenShared`'s key: not a secret's hash, only a name seen by this origin.
+export function signInKey(principal) {
+  let hash = 2166136261;
+  for (const ch of `${principal}\n${token || ""}`) hash = Math.imul(hash ^ ch.codePointAt(0), 16777619) >>> 0;
+  return `chapline-events:${principal}:${hash.toString(16)}`;
+}

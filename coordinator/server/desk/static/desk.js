@@ -1,5 +1,5 @@
 // The review desk: inbox, review page and workspace page over CHAP calls.
-import { chap, ChapError, listen, read, setToken } from "./api.js";
+import { chap, ChapError, listenShared, read, setToken, signInKey } from "./api.js";
 import { $, h, table } from "./dom.js";
 import { HELP, installKeys } from "./keys.js";
 import { diff } from "./patch.js";
@@ -171,7 +171,7 @@ async function start() {
   $("who").hidden = false;
   $("principal").textContent = state.me;
   await loadWorkspaces();
-  state.stopEvents = listen(onEvent, (live) => setLive(live), signedOutBy);
+  state.stopEvents = listenShared(signInKey(state.me), onEvent, (live) => setLive(live), signedOutBy);
   await render();
 }
 
