@@ -11,6 +11,7 @@ was delivered is read at the receivers. Real SQLite files throughout.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -609,3 +610,30 @@ def test_the_deliverer_comes_back_after_postgresql_drops_its_connection(
     finally:
         deliverer.stop()
     assert json.loads(receiver.deliveries[0].body)["type"] == "whisper.asked"
+
+
+def test_links_name_this_machine_when_serve_listens_on_every_address(tmp_path: Path) -> None:
+    """`serve --host 0.0.0.0`: 0.0.0.0 is nobody's address in an e-mail."""
+    db = tmp_path / "chap.db"
+    receiver = WebhookReceiver(SECRET)
+    assert _cli("add-webhook", receiver.url, "--workspace", WS, "--secret", SECRET, "--db", str(db)).returncode == 0
+    server = subprocess.Popen(
+        [sys.executable, "-m", "coordinator", "serve", "--port", "0", "--host", "0.0.0.0", "--insecure",
+         "--db", str(db), "--projection", f"notifications={db}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+    try:
+        assert server.stdout is not None
+        port = re.search(r"CHAP on http://0\.0\.0\.0:(\d+)/chap", server.stdout.readline())
+        assert port, server.stderr
+        base = f"http://127.0.0.1:{port.group(1)}"
+        with httpx.Client(base_url=base, timeout=60) as http:
+            c = Client(Http(http), WS)
+            _members(c)
+            _scenario(c)
+        eventually(lambda: len(receiver.deliveries) == 4, "the four notices")
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.communicate(timeout=120)
+        receiver.stop()
+    links = {json.loads(d.body)["link"].split("#")[0] for d in receiver.deliveries}
+    assert links == {f"http://{socket.getfqdn()}:{port.group(1)}/"}

@@ -307,7 +307,7 @@ def _parser() -> argparse.ArgumentParser:
         "--desk-url",
         metavar="URL",
         help="where people reach the review desk, for the links in notifications "
-        "(default: the address the server listens on)",
+        "(default: the address the server listens on; this machine's name for 0.0.0.0 or ::)",
     )
     bounds = serve.add_argument_group(
         "bounds on memory and time (per server process)",
@@ -577,7 +577,7 @@ def _serve(
             return _serve_one(
                 db, sock, profiles, auth, require_signatures, oidc, projections, say,
                 sweep_interval, browser, scope_claim, write_wait, log_format, limits, ready, routing,
-                desk_url or _url(sock, "/"),
+                desk_url or _desk_url(sock),
             )
 
         if log_format == "json":
@@ -905,6 +905,16 @@ _signalled = threading.Event()
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     _signalled.set()
     raise KeyboardInterrupt
+
+
+def _desk_url(sock: socket.socket) -> str:
+    """Where the desk is, for links sent to people: the address listened on,
+    or this machine's name when that is every address (0.0.0.0, ::), which
+    no one can reach as such."""
+    host, port = sock.getsockname()[:2]
+    if ipaddress.ip_address(host).is_unspecified:
+        return f"http://{socket.getfqdn()}:{port}/"
+    return _url(sock, "/")
 
 
 def _url(sock: socket.socket, path: str = "/chap") -> str:
