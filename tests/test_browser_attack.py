@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import json
-import shutil
 import threading
 from collections.abc import Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -29,20 +28,15 @@ from typing import Any
 
 import httpx
 import pytest
-from selenium import webdriver
-from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support.ui import WebDriverWait
 from servers import Serve
+from test_desk_browser import WAIT, act_as, chromium, wait
 
 WS = "wsp_victim"
 ALICE = "human:alice"
 SECRET = "ledger-figure-4.2-percent"
 EVIL = "evil.example"
-WAIT = 60  # seconds; generous for a loaded 2-core machine, never a timing assertion
 
 ATTACK_HTML = """<!doctype html>
 <html><head><meta charset="utf-8"><title>cute cats</title><script src="attack.js"></script></head>
@@ -104,22 +98,6 @@ window.attack = async function (base) {
 """
 
 
-def _binary(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        pytest.fail(
-            f"{name} is not installed; the browser tests need Debian's chromium and "
-            "chromium-driver (apt-get install -y chromium chromium-driver; .ci/run does this)"
-        )
-    return path
-
-
-def wait(driver: WebDriver, condition: Any, what: str) -> Any:
-    return WebDriverWait(
-        driver, WAIT, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)
-    ).until(lambda d: condition(d), message=what)
-
-
 def call(base: str, method: str, **params: Any) -> Any:
     """A call as the reviewer's own tools make it (not from a browser)."""
     reply = httpx.post(base + "/chap", json={"jsonrpc": "2.0", "id": method, "method": method,
@@ -161,16 +139,9 @@ def attacker(tmp_path_factory: pytest.TempPathFactory, victim: str) -> Iterator[
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
-    options = webdriver.ChromeOptions()
-    options.binary_location = _binary("chromium")
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--window-size=1280,900",
-                f"--host-resolver-rules=MAP {EVIL} 127.0.0.1",  # the rebinding, made to order
-                f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=_binary("chromedriver")))
+    driver = chromium(tmp_path_factory.mktemp("chromium-profile"),
+                      f"--host-resolver-rules=MAP {EVIL} 127.0.0.1",  # the rebinding, made to order
+                      network_log=True)
     try:
         yield driver
     finally:
@@ -223,12 +194,7 @@ def test_another_sites_page_can_neither_write_nor_read(
         "window.__violations = [];"
         "document.addEventListener('securitypolicyviolation',"
         " (e) => window.__violations.push(`${e.violatedDirective} ${e.blockedURI}`));")})
-    browser.get(victim + "/")
-    field = wait(browser, lambda d: d.find_element(By.ID, "act-as").is_displayed() and d.find_element(By.ID, "act-as"),
-                 "the desk's sign-in")
-    field.send_keys(ALICE, Keys.ENTER)
-    wait(browser, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-live") == "on",
-         "the desk's live event stream")
+    act_as(browser, victim, ALICE)
     browser.find_element(By.ID, "nav-workspace").click()
     wait(browser, lambda d: d.find_element(By.ID, "verdict"), "the desk's workspace page")
     desk_tab = browser.current_window_handle

@@ -131,14 +131,18 @@ def desk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Desk]:
         d.close()
 
 
-def chromium(profile: Path) -> WebDriver:
-    """Headless Chromium at 1400x900 with its own profile directory."""
+def chromium(profile: Path, *extra: str, network_log: bool = False) -> WebDriver:
+    """Headless Chromium at 1400x900 with its own profile directory, `extra`
+    arguments, and with `network_log` DevTools' network events in its
+    "performance" log (what a page sent, which the page cannot always see)."""
     options = webdriver.ChromeOptions()
     options.binary_location = _binary("chromium")
     for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--window-size=1400,900", f"--user-data-dir={profile}"):
+                "--disable-dev-shm-usage", "--window-size=1400,900", f"--user-data-dir={profile}", *extra):
         options.add_argument(arg)
+    if network_log:
+        options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
     return webdriver.Chrome(options=options, service=Service(executable_path=_binary("chromedriver")))
 
 
@@ -157,6 +161,17 @@ def wait(driver: WebDriver, condition: Any, what: str) -> Any:
     return WebDriverWait(
         driver, WAIT, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)
     ).until(lambda d: condition(d), message=what)
+
+
+def act_as(driver: WebDriver, base: str, who: str) -> None:
+    """The desk of a server without --auth, signed in as `who` (the person
+    says whom they act as), once its live event stream is on."""
+    driver.get(base + "/")
+    field = wait(driver, lambda d: d.find_element(By.ID, "act-as").is_displayed()
+                 and d.find_element(By.ID, "act-as"), "the participant field")
+    field.send_keys(who, Keys.ENTER)
+    wait(driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-live") == "on",
+         "the live event stream")
 
 
 def quiet(driver: WebDriver) -> None:

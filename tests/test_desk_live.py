@@ -11,24 +11,18 @@ page draws from the server.
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-from selenium import webdriver
-from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support.ui import WebDriverWait
 from servers import Serve
+from test_desk_browser import WAIT, act_as, chromium, wait
 
 WS = "wsp_live"
 ALICE, BOB, BOT = "human:alice", "human:bob", "agent:bot"
-WAIT = 60  # seconds; generous for a loaded 2-core machine, never a timing assertion
 
 
 def call(base: str, method: str, **params: Any) -> Any:
@@ -47,34 +41,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield served.base
 
 
-def _binary(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        pytest.fail(f"{name} is not installed; .ci/run installs chromium and chromium-driver")
-    return path
-
-
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
-    options = webdriver.ChromeOptions()
-    options.binary_location = _binary("chromium")
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--window-size=1400,900",
-                f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=_binary("chromedriver")))
+    driver = chromium(tmp_path_factory.mktemp("chromium-profile"), network_log=True)
     try:
         yield driver
     finally:
         driver.quit()
-
-
-def wait(driver: WebDriver, condition: Any, what: str) -> Any:
-    return WebDriverWait(
-        driver, WAIT, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)
-    ).until(lambda d: condition(d), message=what)
 
 
 def settled(driver: WebDriver) -> bool:
@@ -107,12 +80,7 @@ def review(base: str, summary: str) -> str:
 
 def test_live_updates_are_applied_without_reading_the_workspace_again(server: str, browser: WebDriver) -> None:
     first = review(server, "Before the desk opened")
-    browser.get(server + "/")
-    field = wait(browser, lambda d: d.find_element(By.ID, "act-as").is_displayed()
-                 and d.find_element(By.ID, "act-as"), "the sign-in")
-    field.send_keys(ALICE, Keys.ENTER)
-    wait(browser, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-live") == "on",
-         "the live event stream")
+    act_as(browser, server, ALICE)
     wait(browser, lambda d: settled(d) and inbox(d) == [first], "the inbox with the first review")
     fetched(browser, server)  # what signing in read is not the point
 
@@ -139,15 +107,6 @@ def test_live_updates_are_applied_without_reading_the_workspace_again(server: st
     assert f"GET /desk/api/snapshot?workspace={WS}" in sent
 
 
-def sign_in_tab(driver: WebDriver, server: str) -> None:
-    driver.get(server + "/")
-    field = wait(driver, lambda d: d.find_element(By.ID, "act-as").is_displayed()
-                 and d.find_element(By.ID, "act-as"), "the sign-in")
-    field.send_keys(ALICE, Keys.ENTER)
-    wait(driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-live") == "on",
-         "the tab live")
-
-
 def test_many_tabs_share_one_event_stream_and_none_waits(server: str, browser: WebDriver) -> None:
     """A browser opens six HTTP/1.1 connections to a server at most: with a
     stream per tab, a sixth tab would wait for ever, and every tab's calls
@@ -157,7 +116,7 @@ def test_many_tabs_share_one_event_stream_and_none_waits(server: str, browser: W
     tabs = []
     for _ in range(9):
         browser.switch_to.new_window("tab")
-        sign_in_tab(browser, server)
+        act_as(browser, server, ALICE)
         tabs.append(browser.current_window_handle)
     browser.set_script_timeout(WAIT)
     session = "const done = arguments[0]; fetch('/desk/api/session').then((r) => r.json()).then(done);"

@@ -21,7 +21,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from support import eventually
-from test_desk_browser import browser, click, inbox_rows, quiet, wait  # noqa: F401
+from test_desk_browser import act_as, browser, click, inbox_rows, quiet, wait  # noqa: F401
 from test_remote import SeenPaths, Server
 
 from coordinator import Decision, RemoteCoordinator
@@ -98,12 +98,7 @@ def agent(server: Server) -> Iterator[Agent]:
 
 def open_review(driver: WebDriver, base: str, task: str) -> None:
     """Alice in the desk (no --auth: she says whom she acts as), on `task`'s review."""
-    driver.get(base + "/")
-    field = wait(driver, lambda d: d.find_element(By.ID, "act-as").is_displayed()
-                 and d.find_element(By.ID, "act-as"), "the participant field")
-    field.send_keys(ALICE, Keys.ENTER)
-    wait(driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-live") == "on",
-         "the live event stream")
+    act_as(driver, base, ALICE)
     wait(driver, lambda d: task in inbox_rows(d), f"{task} in the inbox")
     click(driver, By.CSS_SELECTOR, f"a[data-task='{task}']")
     wait(driver, lambda d: d.find_element(By.ID, "task-state").text == "review_requested", "the review page")
