@@ -10,6 +10,7 @@ was delivered is read at the receivers. Real SQLite files throughout.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import signal
@@ -17,6 +18,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -131,16 +133,13 @@ def test_every_notice_reaches_its_webhooks_signed_once_per_key(database: str, re
     subs.add_webhook(WS, receiver.url + "/all", secret=SECRET)
     subs.add_webhook(WS, receiver.url + "/slack", format="slack", kinds=["escalation"], secret=SECRET)
     subs.add_webhook("wsp_other", receiver.url + "/elsewhere", secret=SECRET)
-    coord = Coordinator(open_store(db), default_profiles=PROFILES)
-    coord.attach(NotificationProjection(db, desk_url=DESK, clock=clock))
-    expected = _scenario_on(coord)
+    expected = _recorded(db, clock, desk_url=DESK)
     deliverer = Deliverer(db, clock=clock)
     try:
         _deliver_all(deliverer, clock, lambda: len(receiver.deliveries) >= 5)
         deliverer.deliver_due()
     finally:
         deliverer.stop()
-        coord.close()
 
     assert all(d.signed for d in receiver.deliveries)
     by_path: dict[str, list[dict[str, Any]]] = {}
@@ -160,20 +159,42 @@ def test_every_notice_reaches_its_webhooks_signed_once_per_key(database: str, re
     assert f"<{DESK}#/w/{WS}/review/{expected['escalation'][1]}|Open it in the desk>" in slack["text"]
 
 
-def _scenario_on(coord: Coordinator) -> dict[str, tuple[str, str, list[str]]]:
-    c = Client(coord, WS)
-    _members(c)
-    return _scenario(c)
+@contextlib.contextmanager
+def notifying(db: str, clock: Clock | None = None, *, desk_url: str | None = None, outbox: str | None = None,
+              page_size: int = 1000) -> Iterator[Coordinator]:
+    """A coordinator on `db` feeding the notifications projection of `outbox`
+    (`db` itself unless given), closed at the end."""
+    coord = Coordinator(open_store(db), default_profiles=PROFILES)
+    try:
+        coord.attach(NotificationProjection(outbox or db, desk_url=desk_url, clock=clock or time.time),
+                     page_size=page_size)
+        yield coord
+    finally:
+        coord.close()
+
+
+def _recorded(db: str, clock: Clock | None = None, *, desk_url: str | None = None) -> dict[str, tuple[str, str, list[str]]]:
+    """The members and `_scenario`, recorded with the projection attached."""
+    with notifying(db, clock, desk_url=desk_url) as coord:
+        c = Client(coord, WS)
+        _members(c)
+        return _scenario(c)
+
+
+def _deliver(outbox: str, clock: Clock) -> None:
+    """One round of delivering what is due in `outbox`."""
+    deliverer = Deliverer(outbox, clock=clock)
+    try:
+        deliverer.deliver_due()
+    finally:
+        deliverer.stop()
 
 
 def test_failed_deliveries_are_retried_with_backoff_and_logged(database: str, receiver: WebhookReceiver) -> None:
     db = database
     clock = Clock()
     Subscriptions(db, clock=clock).add_webhook(WS, receiver.url + "/all", secret=SECRET, kinds=["whisper"])
-    coord = Coordinator(open_store(db), default_profiles=PROFILES)
-    coord.attach(NotificationProjection(db, clock=clock))
-    _scenario_on(coord)
-    coord.close()
+    _recorded(db, clock)
     deliverer = Deliverer(db, clock=clock)
     try:
         assert deliverer.deliver_due() == 1  # the receiver answers 500
@@ -201,10 +222,7 @@ def test_an_answer_other_than_2xx_is_a_failure_and_no_redirect_is_followed(
     clock = Clock()
     receiver.fail_first, receiver.answer = 0, answer
     Subscriptions(db, clock=clock).add_webhook(WS, receiver.url + "/hook", secret=SECRET, kinds=["whisper"])
-    coord = Coordinator(open_store(db), default_profiles=PROFILES)
-    coord.attach(NotificationProjection(db, clock=clock))
-    _scenario_on(coord)
-    coord.close()
+    _recorded(db, clock)
     deliverer = Deliverer(db, clock=clock)
     try:
         assert deliverer.deliver_due() == 1
@@ -221,10 +239,7 @@ def test_a_receiver_that_never_answers_is_given_up_on(tmp_path: Path, receiver: 
     clock = Clock()
     receiver.stop()  # nothing listens at its address any more
     Subscriptions(db, clock=clock).add_webhook(WS, receiver.url, secret=SECRET, kinds=["whisper"])
-    coord = Coordinator(open_store(db), default_profiles=PROFILES)
-    coord.attach(NotificationProjection(db, clock=clock))
-    _scenario_on(coord)
-    coord.close()
+    _recorded(db, clock)
     deliverer = Deliverer(db, clock=clock)
     try:
         for _ in range(MAX_ATTEMPTS + 3):
@@ -247,15 +262,8 @@ def test_email_reaches_the_named_the_role_and_not_the_others(tmp_path: Path, smt
     for person in (ALICE, BOB, CAROL, DAVE):
         name = person.split(":")[1]
         subs.add_email(WS, f"{name}@example.org", person, smtp=smtp.url, mail_from="desk@example.org")
-    coord = Coordinator(open_store(db), default_profiles=PROFILES)
-    coord.attach(NotificationProjection(db, desk_url=DESK, clock=clock))
-    expected = _scenario_on(coord)
-    coord.close()
-    deliverer = Deliverer(db, clock=clock)
-    try:
-        deliverer.deliver_due()
-    finally:
-        deliverer.stop()
+    expected = _recorded(db, clock, desk_url=DESK)
+    _deliver(db, clock)
 
     # Who should hear of what, from the scenario: named people directly;
     # group:reviewer is bob and carol (their roles); dave never joined.
@@ -305,14 +313,9 @@ def test_a_restart_announces_only_what_is_still_open(database: str, receiver: We
 
     Subscriptions(db, clock=clock).add_webhook(WS, receiver.url, secret=SECRET)
     receiver.fail_first = 0
-    coord = Coordinator(open_store(db), default_profiles=PROFILES)
-    coord.attach(NotificationProjection(db, clock=clock), page_size=4)  # several pages
-    coord.close()
-    deliverer = Deliverer(db, clock=clock)
-    try:
-        deliverer.deliver_due()
-    finally:
-        deliverer.stop()
+    with notifying(db, clock, page_size=4):  # catching up in several pages
+        pass
+    _deliver(db, clock)
     told = sorted((json.loads(d.body)["type"], json.loads(d.body)["task_id"], tuple(json.loads(d.body)["to"]))
                   for d in receiver.deliveries)
     assert told == sorted([
@@ -489,10 +492,7 @@ def test_a_receiver_answering_what_is_not_http_is_a_failed_attempt(tmp_path: Pat
     subs = Subscriptions(db, clock=clock)
     subs.add_webhook(WS, f"http://127.0.0.1:{garbage.getsockname()[1]}/hook", secret=SECRET, kinds=["whisper"])
     subs.add_webhook(WS, good.url + "/hook", secret=SECRET, kinds=["whisper"])
-    coord = Coordinator(open_store(db), default_profiles=PROFILES)
-    coord.attach(NotificationProjection(db, clock=clock))
-    _scenario_on(coord)
-    coord.close()
+    _recorded(db, clock)
     deliverer = Deliverer(db, clock=clock)
     try:
         assert deliverer.deliver_due() == 2
@@ -515,26 +515,20 @@ def test_reviews_are_told_once_per_pass_to_whom_they_ask(tmp_path: Path, receive
     clock = Clock()
     receiver.fail_first = 0
     Subscriptions(db, clock=clock).add_webhook(WS, receiver.url, secret=SECRET, kinds=["review"])
-    coord = Coordinator(open_store(db), default_profiles=PROFILES)
-    coord.attach(NotificationProjection(db, clock=clock))
-    c = Client(coord, WS)
-    _members(c)
-    t1 = c.ok("task.create", frm=ALICE, assignee=BOT, kind="report", input={}, review_required=True)["task_id"]
-    c.ok("task.update", frm=BOT, task_id=t1, state="in_progress")
-    c.ok("task.complete", frm=BOT, task_id=t1, output={"body": "v1"})
-    c.ok("decide.reject", frm=BOB, task_id=t1, reason="more", request_revision=True)
-    c.ok("task.complete", frm=BOT, task_id=t1, output={"body": "v2"})
-    t2 = c.ok("task.create", frm=ALICE, assignee=BOT, kind="config", input={})["task_id"]
-    c.ok("task.update", frm=BOT, task_id=t2, state="in_progress")
-    c.ok("review.request", frm=BOT, task_id=t2, to=[BOB], artefact={"rpm": 1}, summary="Line one\r\nBcc: x@y")
-    c.ok("review.request", frm=BOT, task_id=t2, to=[BOB], artefact={"rpm": 1})  # bob asked again
-    c.ok("review.request", frm=BOT, task_id=t2, to=[CAROL], artefact={"rpm": 1})  # carol added
-    coord.close()
-    deliverer = Deliverer(db, clock=clock)
-    try:
-        deliverer.deliver_due()
-    finally:
-        deliverer.stop()
+    with notifying(db, clock) as coord:
+        c = Client(coord, WS)
+        _members(c)
+        t1 = c.ok("task.create", frm=ALICE, assignee=BOT, kind="report", input={}, review_required=True)["task_id"]
+        c.ok("task.update", frm=BOT, task_id=t1, state="in_progress")
+        c.ok("task.complete", frm=BOT, task_id=t1, output={"body": "v1"})
+        c.ok("decide.reject", frm=BOB, task_id=t1, reason="more", request_revision=True)
+        c.ok("task.complete", frm=BOT, task_id=t1, output={"body": "v2"})
+        t2 = c.ok("task.create", frm=ALICE, assignee=BOT, kind="config", input={})["task_id"]
+        c.ok("task.update", frm=BOT, task_id=t2, state="in_progress")
+        c.ok("review.request", frm=BOT, task_id=t2, to=[BOB], artefact={"rpm": 1}, summary="Line one\r\nBcc: x@y")
+        c.ok("review.request", frm=BOT, task_id=t2, to=[BOB], artefact={"rpm": 1})  # bob asked again
+        c.ok("review.request", frm=BOT, task_id=t2, to=[CAROL], artefact={"rpm": 1})  # carol added
+    _deliver(db, clock)
     live = [json.loads(d.body) for d in receiver.deliveries]
     everyone = (ALICE, BOB, CAROL)
     assert sorted((b["task_id"], tuple(b["to"])) for b in live) == sorted(
@@ -546,14 +540,9 @@ def test_reviews_are_told_once_per_pass_to_whom_they_ask(tmp_path: Path, receive
     replayed = tmp_path / "replayed.db"
     receiver.deliveries.clear()
     Subscriptions(str(replayed), clock=clock).add_webhook(WS, receiver.url, secret=SECRET, kinds=["review"])
-    coord = Coordinator(open_store(db), default_profiles=PROFILES)
-    coord.attach(NotificationProjection(str(replayed), clock=clock))
-    coord.close()
-    deliverer = Deliverer(str(replayed), clock=clock)
-    try:
-        deliverer.deliver_due()
-    finally:
-        deliverer.stop()
+    with notifying(db, clock, outbox=str(replayed)):  # catching up into a fresh outbox
+        pass
+    _deliver(str(replayed), clock)
     again = [json.loads(d.body) for d in receiver.deliveries]
     assert sorted((b["task_id"], tuple(b["to"])) for b in again) == sorted([(t1, everyone), (t2, (BOB, CAROL))])
 
@@ -564,25 +553,19 @@ def test_email_goes_only_to_members(tmp_path: Path, smtp: SmtpReceiver) -> None:
     db = str(tmp_path / "chap.db")
     clock = Clock()
     Subscriptions(db, clock=clock).add_email("*", "dave@example.org", DAVE, smtp=smtp.url)
-    coord = Coordinator(open_store(db), default_profiles=PROFILES)
-    coord.attach(NotificationProjection(db, clock=clock))
-    c = Client(coord, "wsp_stranger")
-    c.ok("workspace.create")
-    c.ok("participant.join", frm="human:mallory", type="human", role="admin")
-    t = c.ok("task.create", frm="human:mallory", assignee="human:mallory", kind="k", input={})["task_id"]
-    c.ok("task.update", frm="human:mallory", task_id=t, state="in_progress")
-    c.ok("review.request", frm="human:mallory", task_id=t, to=[DAVE], artefact={"x": 1},
-         summary="Your account is locked, click here")
-    c.ok("participant.join", frm=DAVE, type="human", role="reviewer")
-    t = c.ok("task.create", frm="human:mallory", assignee="human:mallory", kind="k", input={})["task_id"]
-    c.ok("task.update", frm="human:mallory", task_id=t, state="in_progress")
-    c.ok("review.request", frm="human:mallory", task_id=t, to=[DAVE], artefact={"x": 2}, summary="Now a member")
-    coord.close()
-    deliverer = Deliverer(db, clock=clock)
-    try:
-        deliverer.deliver_due()
-    finally:
-        deliverer.stop()
+    with notifying(db, clock) as coord:
+        c = Client(coord, "wsp_stranger")
+        c.ok("workspace.create")
+        c.ok("participant.join", frm="human:mallory", type="human", role="admin")
+        t = c.ok("task.create", frm="human:mallory", assignee="human:mallory", kind="k", input={})["task_id"]
+        c.ok("task.update", frm="human:mallory", task_id=t, state="in_progress")
+        c.ok("review.request", frm="human:mallory", task_id=t, to=[DAVE], artefact={"x": 1},
+             summary="Your account is locked, click here")
+        c.ok("participant.join", frm=DAVE, type="human", role="reviewer")
+        t = c.ok("task.create", frm="human:mallory", assignee="human:mallory", kind="k", input={})["task_id"]
+        c.ok("task.update", frm="human:mallory", task_id=t, state="in_progress")
+        c.ok("review.request", frm="human:mallory", task_id=t, to=[DAVE], artefact={"x": 2}, summary="Now a member")
+    _deliver(db, clock)
     assert [m["Subject"] for m in smtp.messages] == ["[wsp_stranger] Review: Now a member"]
 
 
@@ -602,10 +585,7 @@ def test_the_deliverer_comes_back_after_postgresql_drops_its_connection(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                 "WHERE datname = %s AND pid <> pg_backend_pid()", (db.rsplit("/", 1)[1],)).fetchall()
         assert dropped  # the deliverer's connection (and the Subscriptions' one) went
-        coord = Coordinator(open_store(db), default_profiles=PROFILES)
-        coord.attach(NotificationProjection(db))
-        _scenario_on(coord)
-        coord.close()
+        _recorded(db)
         eventually(lambda: receiver.deliveries, "the whisper delivered on a new connection")
     finally:
         deliverer.stop()
