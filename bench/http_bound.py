@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
-import re
 import shutil
 import socket
 import statistics
@@ -40,7 +39,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.serve_table import client, join
-from bench.served import ROOT, start_serve
+from bench.served import start_serve, start_server
 
 WORKSPACE = "wsp_bound"
 # The shape and length (96 bytes) of chapline's answer to a task.create.
@@ -74,15 +73,7 @@ def _serve_bound() -> int:
 
 
 def _start_bound() -> tuple[subprocess.Popen[str], int]:
-    server = subprocess.Popen(
-        [sys.executable, "-m", "bench.http_bound", "--bound-server"], cwd=ROOT, stdout=subprocess.PIPE, text=True
-    )
-    line = server.stdout.readline() if server.stdout else ""
-    found = re.search(r"http://127\.0\.0\.1:(\d+)/chap", line)
-    if not found:
-        server.kill()
-        raise RuntimeError(f"the bound's server did not start: {line!r}")
-    return server, int(found.group(1))
+    return start_server([sys.executable, "-m", "bench.http_bound", "--bound-server"], "the bound's server")
 
 
 def _round(pool: Any, port: int, clients: int, calls: int) -> dict[str, float]:
