@@ -17,9 +17,9 @@ import os
 import sqlite3
 import sys
 import time
-from datetime import UTC, datetime
 from typing import Any
 
+from coordinator.engine.clock import iso_ms
 from coordinator.errors import NotifyError, ProjectionError
 from coordinator.notify.delivery import send
 from coordinator.notify.formats import render
@@ -136,4 +136,4 @@ def _test(subs: Subscriptions, subscription_id: str) -> int:
 
 
 def _when(at: float) -> str:
-    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return iso_ms(int(at * 1000))
