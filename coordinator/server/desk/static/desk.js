@@ -202,12 +202,15 @@ async function loadWorkspaces() {
   if (state.workspace) $("workspace-select").value = state.workspace;
 }
 
-async function load() {
-  if (!state.workspace) return;
+async function load(current) {
+  const workspace = state.workspace;
+  if (!workspace) return;
   const [snapshot, describe] = await Promise.all([
-    read(`/desk/api/snapshot?workspace=${encodeURIComponent(state.workspace)}`),
-    chap("workspace.describe", { workspace: state.workspace, from: state.me }),
+    read(`/desk/api/snapshot?workspace=${encodeURIComponent(workspace)}`),
+    chap("workspace.describe", { workspace, from: state.me }),
   ]);
+  // A newer render (another page, another workspace) owns the state now.
+  if (!current() || state.workspace !== workspace) return;
   // Events applied while it was read may be past it: keep the longer log.
   const held = state.snapshot;
   if (!held || held.id !== snapshot.id || held.audit.length <= snapshot.audit.length) state.snapshot = snapshot;
@@ -436,7 +439,7 @@ async function drawPage(options, current) {
       (route.page !== "inbox" || state.filters.ws !== "*" ||
         state.workspaces.every((ws) => ws === state.workspace || state.others[ws]));
     if (options.reload !== false || !held) {
-      await load();
+      await load(current);
       if (route.page === "inbox" && state.filters.ws === "*") await loadOthers();
     }
   } catch (err) {
