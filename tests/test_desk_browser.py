@@ -23,7 +23,7 @@ import httpx
 import pytest
 from client import Client, Http, refused
 from selenium import webdriver
-from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException, TimeoutException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -157,10 +157,28 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
 
 def wait(driver: WebDriver, condition: Any, what: str) -> Any:
     """condition(driver) once truthy; an element replaced by a live update
-    while it was being read (stale) is looked up again."""
-    return WebDriverWait(
-        driver, WAIT, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)
-    ).until(lambda d: condition(d), message=what)
+    while it was being read (stale) is looked up again. A wait that times
+    out says what the page showed then, so a failure in CI can be read."""
+    try:
+        return WebDriverWait(
+            driver, WAIT, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)
+        ).until(lambda d: condition(d), message=what)
+    except TimeoutException as exc:
+        exc.msg = f"{what}; the page then: {_page_state(driver)}"
+        raise
+
+
+def _page_state(driver: WebDriver) -> str:
+    """Where the page is, what has the focus (and its value) and the start of its text."""
+    try:
+        return str(driver.execute_script(
+            "const a = document.activeElement;"
+            "return JSON.stringify({url: location.href, busy: document.getElementById('main')?.getAttribute('aria-busy'),"
+            " live: document.getElementById('live')?.textContent, focus: a && (a.id || a.tagName),"
+            " value: a && 'value' in a ? a.value : null,"
+            " text: (document.getElementById('view')?.innerText || '').slice(0, 600)});"))
+    except Exception as exc:  # the page itself may be what failed
+        return f"(unreadable: {exc})"
 
 
 def act_as(driver: WebDriver, base: str, who: str) -> None:
