@@ -11,15 +11,22 @@ page draws from the server.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from client import Client
 from servers import Serve
 from test_desk_browser import WAIT, act_as, chromium, wait
+from test_remote import free_port
+
+from coordinator import Coordinator
+from storage import SqliteStore
 
 WS = "wsp_live"
 ALICE, BOB, BOT = "human:alice", "human:bob", "agent:bot"
@@ -134,3 +141,33 @@ def test_many_tabs_share_one_event_stream_and_none_waits(server: str, browser: W
     everywhere(review(server, "Seen after the reader left"), tabs[1:])
     browser.switch_to.window(tabs[-1])
     assert browser.execute_async_script(session) == {"auth": False, "principal": None}
+
+
+def test_a_desk_reads_its_workspace_once_and_again_for_what_its_stream_missed(
+    tmp_path: Path, browser: WebDriver
+) -> None:
+    """On its stream's `ready` the desk must cover what was written before
+    the stream opened. A page that has just loaded covers it already, so it
+    reads the workspace once, not a second time (for a large workspace, its
+    whole log again); a desk whose server was down while another process
+    wrote the file reads what it missed when its stream is back."""
+    db, port = tmp_path / "missed.db", str(free_port())
+    with Serve(db, "--port", port) as served:
+        call(served.base, "participant.join", **{"from": ALICE}, type="human", role="reviewer")
+        call(served.base, "participant.join", **{"from": BOT}, type="agent")
+        first = review(served.base, "Read once")
+        act_as(browser, served.base, ALICE)
+        wait(browser, lambda d: settled(d) and inbox(d) == [first], "the inbox with the first review")
+        time.sleep(1)  # the catch-up `ready` started (a count, and a read only if short) has run
+        assert fetched(browser, served.base).count(f"GET /desk/api/snapshot?workspace={WS}") == 1
+        base = served.base
+    wait(browser, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-live") == "off",
+         "the desk offline")
+    with Coordinator(SqliteStore(db)) as coord:
+        written = Client(coord, WS)
+        task = written.ok("task.create", ALICE, assignee=BOT, kind="report", input={})["task_id"]
+        written.ok("task.update", BOT, task_id=task, state="in_progress")
+        written.ok("review.request", BOT, task_id=task, to=[ALICE], artefact={"text": "Missed"}, summary="Missed")
+    with Serve(db, "--port", port) as served:
+        assert served.base == base
+        wait(browser, lambda d: settled(d) and inbox(d) == [first, task], "the review written while it was down")

@@ -26,6 +26,7 @@ const state = {
   others: {}, // the person's other workspaces, loaded for an inbox across them all
   lastQueue: [], // the inbox's reviews as last listed: {ws, id}
   shown: "", // the hash last drawn, to move focus only on navigation
+  loading: null, // the workspace read in flight, or the last one
 };
 
 // Replace the page's content; absent parts (null, false) are left out.
@@ -205,10 +206,12 @@ async function loadWorkspaces() {
 async function load(current) {
   const workspace = state.workspace;
   if (!workspace) return;
-  const [snapshot, describe] = await Promise.all([
+  const reading = Promise.all([
     read(`/desk/api/snapshot?workspace=${encodeURIComponent(workspace)}`),
     chap("workspace.describe", { workspace, from: state.me }),
   ]);
+  state.loading = reading;
+  const [snapshot, describe] = await reading;
   // A newer render (another page, another workspace) owns the state now.
   if (!current() || state.workspace !== workspace) return;
   // Events applied while it was read may be past it: keep the longer log.
@@ -294,7 +297,7 @@ let pending = null;
 function onEvent(name, data) {
   if (name === "ready") {
     setLive(true);
-    scheduleRefresh(); // catch up on whatever happened while disconnected
+    catchUp();
     return;
   }
   if (name !== "audit") return;
@@ -328,6 +331,28 @@ function onEvent(name, data) {
     if (list.includes(state.me)) say(`New review for you: ${p.summary || p.task_id}`);
   }
   scheduleRefresh(!applyChange(state.snapshot, data));
+}
+
+// What was written before the stream opened (while the page loaded, or while
+// it was disconnected) must be read; what is written after comes as events.
+// The workspace's entry count, read after `ready`, says whether what the desk
+// holds (or is reading) covers it, so a page that has just loaded is not read
+// a second time: for a large workspace, a second read of its whole log.
+async function catchUp() {
+  const workspace = state.workspace;
+  if (!workspace || state.filters.ws === "*" || state.route.page === "workspace") {
+    scheduleRefresh();
+    return;
+  }
+  try {
+    const described = await chap("workspace.describe", { workspace, from: state.me });
+    await state.loading;
+    const held = state.snapshot;
+    if (state.workspace !== workspace || !held || held.id !== workspace ||
+        held.audit.length < described.audit_count) scheduleRefresh();
+  } catch (err) {
+    scheduleRefresh();
+  }
 }
 
 // Calls that change what the desk reads beside the snapshot's objects (the
