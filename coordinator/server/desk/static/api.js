@@ -119,7 +119,8 @@ export function listen(onEvent, onState, onRevoked) {
         return;
       }
       // The stream ended (it fell behind, the server restarted): reopen it
-      // soon; it replays what was missed, and the desk reloads on `ready`.
+      // soon; it replays what was missed, and on `ready` the desk reads
+      // whatever else it is short of.
       await new Promise((resolve) => setTimeout(resolve, 1000));
     }
   }
@@ -136,7 +137,7 @@ export function listen(onEvent, onState, onRevoked) {
 // tab's calls, waiting for ever. The tab holding the Web Lock `key` reads the
 // stream and relays what it hears to the others over a BroadcastChannel;
 // when it closes, another tab takes the lock and opens the stream (whose
-// `ready` makes every tab read again what it shows). Where the browser has
+// `ready` makes every tab check what it shows and read what it lacks). Where the browser has
 // no Web Locks (a page served over plain HTTP to another host than
 // localhost), each tab reads its own stream.
 export function listenShared(key, onEvent, onState, onRevoked) {
