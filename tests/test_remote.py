@@ -351,6 +351,8 @@ DECISIONS = {
                Decision("", "reject", "declined", ALICE, None, "off topic")),
     "reject-revise": ({"method": "decide.reject", "comment": "again", "request_revision": True},
                       Decision("", "reject", "in_progress", ALICE, None, "again", True)),
+    "abstain": ({"method": "abstain.declare", "reason": "not my field"},
+                Decision("", "abstain", "abstained", ALICE, None, "not my field")),
 }
 
 
@@ -367,6 +369,27 @@ def test_wait_for_decision_returns_another_clients_decision(one: Server, kind: s
         waiter.join()
     assert got == [Decision(task, *[getattr(expected, f) for f in Decision.__struct_fields__[1:]])]
     assert got[0].approved is (kind in ("approve", "override"))
+
+
+def test_wait_for_decision_returns_an_escalation_naming_the_task_it_went_to(one: Server) -> None:
+    """A reviewer who escalates hands the review to a new task: the agent is
+    told so at once (not left waiting for a decision that will not come on
+    this task) and may wait for the new task's."""
+    with RemoteCoordinator(one.base) as agent, RemoteCoordinator(one.base) as person:
+        task = _review(agent, "wsp_e")
+        got: list[Decision] = []
+        waiter = threading.Thread(target=lambda: got.append(agent.wait_for_decision("wsp_e", task, DEADLINE)))
+        waiter.start()
+        raised = Client(person, "wsp_e").ok("escalate.raise", ALICE, original_task_id=task,
+                                            new_task={"assignee": BOT})
+        waiter.join()
+        new = raised["new_task_id"]
+        assert got == [Decision(task, "escalate", "escalated", ALICE, escalated_to=new)]
+        assert not got[0].approved
+        Client(agent, "wsp_e").ok("review.request", BOT, task_id=new, to=[ALICE], artefact={"text": "again"})
+        Client(person, "wsp_e").ok("decide.approve", ALICE, task_id=new)
+        assert agent.wait_for_decision("wsp_e", new, DEADLINE) == Decision(
+            new, "approve", "completed", ALICE, {"text": "again"})
 
 
 def test_the_async_twin_waits_for_a_decision(one: Server) -> None:

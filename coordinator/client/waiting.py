@@ -37,8 +37,9 @@ _REOPEN_PAUSE = 0.2
 # workers (`serve --workers N`) a stream carries its own worker's entries only.
 RECHECK_SECONDS = 5.0
 # The task states a decision leaves a review in (declined: rejected;
-# in_progress: rejected with a revision asked for; abstained; cancelled).
-_DECIDED = frozenset({"completed", "declined", "abstained", "cancelled", "in_progress"})
+# in_progress: rejected with a revision asked for; abstained; escalated:
+# handed to another task; cancelled).
+_DECIDED = frozenset({"completed", "declined", "abstained", "escalated", "cancelled", "in_progress"})
 
 
 class Server(Protocol):
@@ -54,8 +55,10 @@ class Decision(msgspec.Struct, frozen=True):
     """How a review ended. `kind`: "approve", "override" (a person changed
     the artefact: `output` is the patched one), "reject" (`reason` is the
     reviewer's comment; `revision_requested` when they asked for another
-    draft), "abstain", or "cancelled". `output` is what the task delivers
-    (None unless approved or overridden)."""
+    draft), "abstain", "escalate" (`escalated_to` is the new task it was
+    handed to, whose own decision `wait_for_decision` waits for in turn), or
+    "cancelled". `output` is what the task delivers (None unless approved or
+    overridden)."""
 
     task_id: str
     kind: str
@@ -64,6 +67,7 @@ class Decision(msgspec.Struct, frozen=True):
     output: Any = None
     reason: str | None = None
     revision_requested: bool = False
+    escalated_to: str | None = None
 
     @property
     def approved(self) -> bool:
@@ -96,6 +100,12 @@ def decision_of(snapshot: dict[str, Any], task_id: str) -> Decision | None:
     kind = last.get("kind")
     if state == "cancelled":
         return Decision(task_id, "cancelled", state)
+    if state == "escalated":
+        # escalate.raise records no decision on the original: who escalated
+        # is the new task's delegator.
+        successor = task.get("superseded_by")
+        delegator = snapshot.get("tasks", {}).get(successor, {}).get("delegator")
+        return Decision(task_id, "escalate", state, reviewer=delegator, escalated_to=successor)
     if state == "in_progress" and kind != "reject":
         return None  # being drafted, not decided
     if kind is None:
