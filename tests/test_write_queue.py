@@ -105,7 +105,7 @@ def _all_acknowledged(target: str, answers: list[tuple[str, dict[str, Any]]], ex
     assert len(created) == expected
 
 
-@pytest.mark.parametrize("n, calls", [(4, 100), (16, 12)], ids=["4x100", "16x12"])
+@pytest.mark.parametrize("n, calls", [(4, 100), (16, 100)], ids=["4x100", "16x100"])
 def test_free_writers_on_one_workspace_are_all_acknowledged(database: str, n: int, calls: int) -> None:
     _set_up(database, [SHARED])
     writers = _Writers(database, n, calls)
