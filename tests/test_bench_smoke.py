@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from client import Client
 
-from bench import desk_load, http_bound, work
+from bench import desk_load, http_bound, mcp_tools, work
 from bench import signed as S
 from bench import typescript as T
 from bench import workload as W
@@ -145,6 +145,17 @@ def test_http_bound_runs_both_servers(capsys: pytest.CaptureFixture[str]) -> Non
     assert "| chapline serve --workers 1 (SQLite :memory:) |" in out
     assert "| HTTP bound (uvicorn + Starlette, fixed answer) |" in out
     assert "chapline serve / HTTP bound: " in out
+
+
+def test_mcp_tools_lists_each_session(capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m bench.mcp_tools` through the official MCP client: a row per
+    session, and a bound session is offered less than an unbound one."""
+    mcp_tools.main([])
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines()[2:]]
+    tools = {row[0].lstrip("| "): int(row[1]) for row in rows}
+    assert list(tools) == list(mcp_tools.SESSIONS)
+    unbound, everything, agent, human = tools.values()
+    assert agent < human < unbound < everything
 
 
 def test_desk_load_runs_both_phases(capsys: pytest.CaptureFixture[str]) -> None:
