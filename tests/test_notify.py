@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import re
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -36,6 +38,7 @@ from coordinator.notify import (
     Deliverer,
     NotificationProjection,
     NotifyError,
+    Outcome,
     Subscriptions,
     sign,
     verify_signature,
@@ -212,6 +215,41 @@ def test_failed_deliveries_are_retried_with_backoff_and_logged(database: str, re
     assert [tuple(r) for r in rows] == [(1, 0, "HTTP 500"), (2, 0, "HTTP 500"), (3, 1, "HTTP 204")]
     assert [tuple(r) for r in state] == [("delivered", 3)]
     assert len(receiver.deliveries) == 1 and receiver.deliveries[0].signed
+
+
+def test_the_attempt_hook_follows_each_record_and_its_failure_stops_nothing(
+    tmp_path: Path, receiver: WebhookReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`on_attempt` (what serve counts deliveries with) is told each outcome
+    once its attempt is in the delivery log; a hook that raises is logged
+    and the outbox still drains."""
+    db = str(tmp_path / "chap.db")
+    clock = Clock()
+    receiver.fail_first = 1
+    subs = Subscriptions(db, clock=clock)
+    for path in ("/a", "/b"):
+        subs.add_webhook(WS, receiver.url + path, secret=SECRET, kinds=["whisper"])
+    _recorded(db, clock)
+    told: list[tuple[bool, int]] = []
+
+    def hook(outcome: Outcome) -> None:
+        with contextlib.closing(sqlite3.connect(db)) as conn:  # what another reader sees committed
+            [(recorded,)] = conn.execute("SELECT count(*) FROM notify_attempts").fetchall()
+        told.append((outcome.ok, recorded))
+        raise RuntimeError("the observer is broken")
+
+    deliverer = Deliverer(db, clock=clock, on_attempt=hook)
+    try:
+        with caplog.at_level(logging.ERROR, logger="chapline"):
+            assert deliverer.deliver_due() == 2  # the first request answered 500
+            clock.now += 1.0
+            assert deliverer.deliver_due() == 1
+        states = [state for (state,) in deliverer.db.execute("SELECT state FROM notify_outbox")]
+    finally:
+        deliverer.stop()
+    assert told == [(False, 1), (True, 2), (True, 3)]
+    assert states == ["delivered", "delivered"]
+    assert [r.getMessage() for r in caplog.records] == ["notifications: the attempt hook failed"] * 3
 
 
 @pytest.mark.parametrize("answer", [302, 307, 404, 429])

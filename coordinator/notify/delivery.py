@@ -106,15 +106,20 @@ def _send_email(sub: Subscription, notice_id: str, body: str, now: float) -> Out
 class Deliverer:
     """Delivers the outbox of `target` (the notifications projection's).
     `deliver_due()` sends what is due once; `start()` runs it every
-    `interval` seconds on a thread until `stop()`."""
+    `interval` seconds on a thread until `stop()`. `on_attempt(outcome)` is
+    called after each attempt is recorded in the delivery log (a server
+    counts them: `Observability.count_delivery`); what it raises is logged,
+    and delivery goes on."""
 
     def __init__(
         self, target: str, *, clock: Callable[[], float] = time.time,
         sender: Callable[..., Outcome] = send, interval: float = 0.5,
+        on_attempt: Callable[[Outcome], None] | None = None,
     ) -> None:
         self.target = target
         self._clock = clock
         self._send = sender
+        self._on_attempt = on_attempt
         self.interval = interval
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
@@ -140,6 +145,11 @@ class Deliverer:
             outcome = self._send(sub, notice, body, now=self._clock())
             self._record(notice, sub_id, attempt, outcome)
             made += 1
+            if self._on_attempt is not None:
+                try:
+                    self._on_attempt(outcome)
+                except Exception:  # an observer's bug must not hold up the outbox
+                    log.exception("notifications: the attempt hook failed")
         return made
 
     def start(self) -> None:
