@@ -9,11 +9,13 @@ over HTTP; the tallies expected are those of the answers the client got.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -28,6 +30,7 @@ import pytest
 from client import Client, Http
 from hypothesis import given
 from hypothesis import strategies as st
+from notify_receivers import WebhookReceiver
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -40,6 +43,7 @@ from support import eventually
 
 from coordinator import Coordinator
 from coordinator.cli import DEFAULT_PROFILES
+from coordinator.notify import Subscriptions
 from coordinator.projections.cursor import CallbackProjection
 from coordinator.server import create_app
 from coordinator.server.health import store_probe
@@ -73,6 +77,12 @@ def calls_counted(found: Samples) -> Counter[tuple[str, str]]:
             label = dict(labels)
             out[label["method"], label["outcome"]] = int(value)
     return out
+
+
+def deliveries_counted(found: Samples) -> Counter[str]:
+    """chapline_webhook_deliveries_total as {outcome: count}."""
+    return Counter({dict(labels)["outcome"]: int(value) for (name, labels), value in found.items()
+                    if name == "chapline_webhook_deliveries_total" and value})
 
 
 def scrape(base: str) -> Samples:
@@ -129,7 +139,7 @@ def test_metrics_count_each_call_by_method_and_outcome(tmp_path: Path) -> None:
     assert 1 <= writes <= total
     assert found["chapline_store_conflicts_total", frozenset()] == 0
     assert found["chapline_event_streams_open", frozenset()] == 0
-    assert ("chapline_webhook_deliveries_total", frozenset()) not in found  # defined, none yet
+    assert deliveries_counted(found) == Counter()  # no notifications projection, no deliveries
 
 
 def test_serve_reports_its_projections_in_readyz_and_their_lag(tmp_path: Path) -> None:
@@ -144,6 +154,49 @@ def test_serve_reports_its_projections_in_readyz_and_their_lag(tmp_path: Path) -
         "projection:analytics": {"ok": True, "state": "live"},
     }
     assert found["chapline_projection_lag_entries", frozenset({("projection", "analytics")})] == 0
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_each_delivery_attempt_in_the_delivery_log_is_counted_by_outcome(
+    tmp_path: Path, workers: str
+) -> None:
+    """`serve --projection notifications=DB` delivering two notices to a
+    receiver that answers its first request 500: the counts by outcome are
+    the attempts the delivery log holds (with two workers, each one's
+    deliverer counts what it sent, and a scrape adds them up)."""
+    db = tmp_path / "d.db"
+    secret = "whsec_metrics"
+    receiver = WebhookReceiver(secret, fail_first=1)
+    subs = Subscriptions(str(db))
+    subs.add_webhook("wsp_notified", receiver.url + "/hook", secret=secret, kinds=["whisper"])
+    subs.close()
+
+    def log() -> Counter[str]:
+        with contextlib.closing(sqlite3.connect(db)) as conn:
+            rows = conn.execute("SELECT ok, count(*) FROM notify_attempts GROUP BY ok").fetchall()
+        return Counter({"delivered" if ok else "failed": n for ok, n in rows})
+
+    try:
+        with Serve(db, "--projection", f"notifications={db}", "--workers", workers) as server:
+            with httpx.Client(base_url=server.base, timeout=60) as http:
+                c = Client(Http(http), "wsp_notified")
+                c.ok("workspace.create", ALICE, profiles=["core/1.0", "whisper/1.0"])
+                c.ok("participant.join", ALICE, type="human", role="admin")
+                c.ok("participant.join", "human:bob", type="human")
+                task = c.new_task(ALICE, "human:bob")
+                for question in ("Ship it?", "Today?"):
+                    c.ok("whisper.ask", ALICE, to=["human:bob"], task_id=task, question=question,
+                         deadline_ms=600_000, default_if_lapsed="no")
+            eventually(lambda: log()["delivered"] == 2, "delivery of both notices")
+            attempts = log()
+            # The hook runs just after each attempt's record commits: a scrape
+            # may come between the two.
+            eventually(lambda: deliveries_counted(scrape(server.base)) == attempts,
+                       "scrape agreeing with the delivery log", timeout=10)
+    finally:
+        receiver.stop()
+    assert attempts == Counter({"delivered": 2, "failed": 1})  # the receiver's 500, retried
+    assert len(receiver.deliveries) == 2
 
 
 def test_metrics_add_up_every_worker_of_serve_workers(tmp_path: Path) -> None:

@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # imported when used: `chapline --help` stays light
     import uvicorn
 
     from coordinator import Coordinator
+    from coordinator.notify import Outcome
     from coordinator.security.identity_verifiers import OidcVerifier
     from coordinator.server.browser import BrowserPolicy
 
@@ -678,7 +679,7 @@ def _serve_one(
                 tokens, oidc=oidc, signatures=require_signatures, scope_claim=scope_claim
             )
         projected, observed.projections = _attach(coord, projections, desk_url)
-        deliverers = _deliverers(observed.projections)
+        deliverers = _deliverers(observed.projections, on_attempt=observed.count_delivery)
         app = create_app(
             coord,
             auth=authenticator,
@@ -777,14 +778,17 @@ def _attach(
     return said, tuple(attachments)
 
 
-def _deliverers(attachments: Sequence[Any]) -> list[Any]:
-    """A running Deliverer for each notifications projection's outbox."""
+def _deliverers(
+    attachments: Sequence[Any], on_attempt: Callable[[Outcome], None] | None = None
+) -> list[Any]:
+    """A running Deliverer for each notifications projection's outbox, each
+    attempt recorded passed to `on_attempt` (serve's metrics count them)."""
     from coordinator.notify import Deliverer, NotificationProjection
 
     deliverers = []
     for attachment in attachments:
         if isinstance(attachment.projection, NotificationProjection):
-            deliverer = Deliverer(attachment.projection.target)
+            deliverer = Deliverer(attachment.projection.target, on_attempt=on_attempt)
             deliverer.start()
             deliverers.append(deliverer)
     return deliverers

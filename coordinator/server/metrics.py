@@ -4,8 +4,9 @@ What is counted (SPECIFICATION.md, "Observability"): calls by method and
 outcome, their latency, the store's write time and conflicts, waits for a
 workspace's write turn (`storage.waits`), the size of each group the
 dispatcher commits, how far each projection is behind, the open event
-streams, and webhook deliveries. Nothing here is imported by the engine: the
-server observes calls around its dispatcher and writes around its store
+streams, and notification delivery attempts. Nothing here is imported by the
+engine: the server observes calls around its dispatcher, writes around its
+store and deliveries through its deliverers' hook
 (`coordinator.server.observed`).
 
 Under `serve --workers N` every worker counts into files of a directory the
@@ -87,8 +88,8 @@ class Metrics:
             multiprocess_mode="livesum", registry=r,
         )
         self.webhook_deliveries = prom.Counter(
-            "chapline_webhook_deliveries", "Webhook deliveries, by outcome", ["outcome"],
-            registry=r,
+            "chapline_webhook_deliveries", "Notification delivery attempts (webhook, Slack, "
+            "e-mail), by outcome (delivered or failed)", ["outcome"], registry=r,
         )
 
     def render(self) -> tuple[bytes, str]:

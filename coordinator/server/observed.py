@@ -13,6 +13,9 @@ stays free of them and a library user pays nothing (SPECIFICATION.md,
   the size of each group committed together;
 - `store(store)`: what the coordinator writes through; times each write,
   counts conflicts, and makes the write a child span of the call's.
+
+`count_delivery` is what each notifications `Deliverer` of `serve` calls
+after an attempt (the notify package knows nothing of the server).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from functools import partial
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -44,6 +47,9 @@ with needs("server"):
     from starlette.requests import Request
     from starlette.responses import Response
     from starlette.routing import BaseRoute, Route
+
+if TYPE_CHECKING:
+    from coordinator.notify import Outcome
 
 __all__ = ["Observability", "ObservedStore", "ObservedTarget"]
 
@@ -130,6 +136,12 @@ class Observability:
         if self.metrics is None and self.tracing is None and not self.log_calls:
             return target
         return ObservedTarget(target, self, methods)
+
+    def count_delivery(self, outcome: Outcome) -> None:
+        """One notification delivery attempt, recorded in the delivery log:
+        counted as `delivered` or `failed` (a `Deliverer`'s `on_attempt`)."""
+        if self.metrics is not None:
+            self.metrics.webhook_deliveries.labels("delivered" if outcome.ok else "failed").inc()
 
     def routes(self, dispatcher: SerialDispatcher, hub: Streams) -> list[BaseRoute]:
         """`/healthz`, `/readyz` and, with metrics, `/metrics`."""
