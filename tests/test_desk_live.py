@@ -18,9 +18,9 @@ from typing import Any
 
 import httpx
 import pytest
+from client import Client
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-from client import Client
 from servers import Serve
 from test_desk_browser import WAIT, act_as, chromium, wait
 from test_remote import free_port
