@@ -497,6 +497,48 @@ def test_serve_delivers_every_notice_through_a_killed_receiver_and_a_killed_serv
     assert log.returncode == 0 and "failed: HTTP 500" in log.stdout and log.stdout.count(" ok: HTTP 204") >= 20
 
 
+def test_serve_tells_a_review_by_webhook_slack_and_email_without_the_desk(
+    tmp_path: Path, smtp: SmtpReceiver
+) -> None:
+    """One review asked over HTTP of `chapline serve --projection
+    notifications=DB` reaches its reviewer by each channel set up with
+    `chapline notify`: a JSON webhook, a Slack-format one and an e-mail,
+    each signed or marked with the same notice id and linking to the
+    review in the desk; nobody opened the desk."""
+    db = tmp_path / "chap.db"
+    hook, slack = WebhookReceiver(SECRET), WebhookReceiver(SECRET)
+    try:
+        for url, form in ((hook.url + "/json", "json"), (slack.url + "/slack", "slack")):
+            added = _cli("add-webhook", url, "--format", form, "--workspace", WS, "--secret", SECRET,
+                         "--kinds", "review", "--db", str(db))
+            assert added.returncode == 0, added.stderr
+        added = _cli("add-email", "bob@example.org", "--for", BOB, "--smtp", smtp.url, "--workspace", WS,
+                     "--kinds", "review", "--db", str(db))
+        assert added.returncode == 0, added.stderr
+        with Serve(db, "--projection", f"notifications={db}", "--desk-url", DESK) as served, \
+                httpx.Client(base_url=served.base, timeout=60) as http:
+            c = Client(Http(http), WS)
+            _members(c)
+            task = c.ok("task.create", frm=ALICE, assignee=BOT, kind="memo", input={})["task_id"]
+            c.ok("task.update", frm=BOT, task_id=task, state="in_progress")
+            c.ok("review.request", frm=BOT, task_id=task, to=[BOB], summary="Renewal terms",
+                 artefact={"text": "Renewal terms for Acme\nSecond line"})
+            eventually(lambda: hook.deliveries and slack.deliveries and smtp.messages, "every channel")
+    finally:
+        hook.stop()
+        slack.stop()
+    link = f"{DESK}#/w/{WS}/review/{task}"
+    [json_hook], [slack_hook], [mail] = hook.deliveries, slack.deliveries, smtp.messages
+    notice = json.loads(json_hook.body)
+    assert json_hook.signed and slack_hook.signed
+    assert (notice["type"], notice["task_id"], notice["to"], notice["link"]) == ("review.requested", task, [BOB], link)
+    assert json_hook.key == slack_hook.key == mail["X-Chapline-Notice"] == notice["id"]
+    text = json.loads(slack_hook.body)["text"]
+    assert f"<{link}|Open it in the desk>" in text and notice["title"] in text
+    assert mail["To"] == "bob@example.org" and mail["Subject"] == f"[{WS}] {notice['title']}"
+    assert f"Open it in the desk: {link}" in mail.get_payload(decode=True).decode()
+
+
 def test_serve_refuses_an_outbox_its_deliverer_could_not_read(tmp_path: Path) -> None:
     refused = subprocess.run(
         [sys.executable, "-m", "coordinator", "serve", "--port", "0", "--db", str(tmp_path / "chap.db"),
