@@ -9,7 +9,8 @@ the person made (SPECIFICATION.md, "Review desk"):
 - a task decided elsewhere while the page is open turns read-only;
 - links carry the workspace, closed tasks show their decision history,
   reject is an explicit choice with a reason, drafts read as the agent wrote
-  them, the keyboard clears a queue, and the pages fit a 390 px phone.
+  them (nested parts folding), the keyboard clears a queue, and the pages fit
+  a 390 px phone.
 
 The harness (the server, Chromium, waiting) is test_desk_browser.py's.
 Screenshots go to tests/artifacts/desk/ (or $CHAPLINE_DESK_SCREENSHOTS).
@@ -407,6 +408,62 @@ def test_a_draft_reads_as_the_agent_wrote_it(desk: Desk, tab: WebDriver, shots: 
     at_inbox(tab)
     assert recorded(desk, task) == [("decide.approve", ALICE, None)]
     assert desk.coord.snapshot(WS)["tasks"][task]["output"] == POSTMORTEM
+
+
+NESTED = {
+    "plan": {"phase": {"step": {"owner": "ops", "note": "Drain the queue.\nThen switch."}}},
+    "rows": [f"row {n}" for n in range(60)],
+    "title": "Migration plan",
+}
+PLAN = "#draft-read > dl > dd:nth-of-type(1) > details"
+PHASE = f"{PLAN} > dl > dd > details"
+STEP = f"{PHASE} > dl > dd > details"
+ROWS = "#draft-read > dl > dd:nth-of-type(2) > details"
+# Every fold of the draft in page order: what its summary says, and whether it is open.
+FOLDS = """
+return [...document.querySelectorAll('#draft-read details')]
+  .map((d) => [d.querySelector(':scope > summary').textContent, d.open]);
+"""
+
+
+def test_a_nested_draft_folds_deep_and_long_parts(desk: Desk, tab: WebDriver, shots: Path) -> None:
+    task = ask(desk, "plan", NESTED)
+    open_review(tab, desk, task)
+    # The draft itself is never folded; two levels below it are open, the
+    # third, and a list of 60, start folded to what they hold.
+    assert [dt.text for dt in tab.find_elements(By.CSS_SELECTOR, "#draft-read > dl > dt")] == sorted(NESTED)
+    assert tab.execute_script(FOLDS) == [["{1 key}", True], ["{1 key}", True], ["{2 keys}", False],
+                                         ["[60 items]", False]]
+    assert tab.find_element(By.CSS_SELECTOR, f"{STEP} > summary").text == "{2 keys}"
+    assert tab.find_element(By.CSS_SELECTOR, f"{ROWS} > summary").text == "[60 items]"
+    note = tab.find_element(By.CSS_SELECTOR, f"{STEP} > dl > dd")
+    rows = tab.find_elements(By.CSS_SELECTOR, f"{ROWS} > ul > li")
+    assert len(rows) == 60 and not note.is_displayed() and not any(r.is_displayed() for r in rows)
+    tab.save_screenshot(str(shots / "review-folded.png"))
+
+    # A click unfolds the third level: its fields read, newlines as lines.
+    tab.find_element(By.CSS_SELECTOR, f"{STEP} > summary").click()
+    wait(tab, lambda d: note.is_displayed(), "the third level unfolded")
+    assert [dd.text for dd in tab.find_elements(By.CSS_SELECTOR, f"{STEP} > dl > dd")] == [
+        "Drain the queue.\nThen switch.", "ops"]
+    # The keyboard unfolds the long list, every item in order.
+    tab.find_element(By.CSS_SELECTOR, f"{ROWS} > summary").send_keys(Keys.ENTER)
+    wait(tab, lambda d: all(r.is_displayed() for r in rows), "the 60 items unfolded")
+    assert [r.text for r in rows] == NESTED["rows"]
+    # An open level folds away with everything in it.
+    tab.find_element(By.CSS_SELECTOR, f"{PLAN} > summary").click()
+    wait(tab, lambda d: not d.find_element(By.CSS_SELECTOR, PHASE).is_displayed(), "the plan folded")
+    assert not note.is_displayed()
+    assert tab.execute_script(FOLDS) == [["{1 key}", False], ["{1 key}", True], ["{2 keys}", True],
+                                         ["[60 items]", True]]
+    tab.save_screenshot(str(shots / "review-unfolded.png"))
+
+    # Folding is reading only: the draft approved is the agent's.
+    assert enabled(tab, "approve")
+    click(tab, By.ID, "approve")
+    at_inbox(tab)
+    assert recorded(desk, task) == [("decide.approve", ALICE, None)]
+    assert desk.coord.snapshot(WS)["tasks"][task]["output"] == NESTED
 
 
 def test_the_keyboard_clears_a_queue(desk: Desk, tab: WebDriver, shots: Path) -> None:

@@ -9,8 +9,20 @@ function isObject(value) {
   return value !== null && typeof value === "object" && !Array.isArray(value);
 }
 
-// One value as a readable block: text, a list, or a definition list.
-export function readable(value) {
+// How deep nested objects and lists start unfolded, and how many entries one
+// may hold and still start unfolded: past either, a draft would open as a
+// wall of detail, so it starts folded to a line saying what it holds.
+const OPEN_DEPTH = 2;
+const OPEN_ENTRIES = 50;
+
+function count(n, one, many) {
+  return `${n} ${n === 1 ? one : many}`;
+}
+
+// One value as a readable block: text, a list, or a definition list. Each
+// nested list or object folds (<details>: no script, and keyboard and screen
+// readers know it); the value itself (`depth` 0) is always shown.
+export function readable(value, depth = 0) {
   if (typeof value === "string") {
     if (value === "") return h("span", { class: "muted" }, "(empty text)");
     if (!isMarkdown(value)) return h("div", { class: "text" }, value);
@@ -27,14 +39,17 @@ export function readable(value) {
     });
     return h("div", { class: "md" }, toggle, formatted, source);
   }
-  if (Array.isArray(value)) {
-    if (!value.length) return h("span", { class: "muted" }, "(empty list)");
-    return h("ul", { class: "tree" }, value.map((item) => h("li", {}, readable(item))));
-  }
-  if (isObject(value)) {
+  if (Array.isArray(value) || isObject(value)) {
+    const list = Array.isArray(value);
     const keys = Object.keys(value);
-    if (!keys.length) return h("span", { class: "muted" }, "(nothing)");
-    return h("dl", { class: "tree" }, keys.flatMap((key) => [h("dt", {}, key), h("dd", {}, readable(value[key]))]));
+    if (!keys.length) return h("span", { class: "muted" }, list ? "(empty list)" : "(nothing)");
+    const tree = list
+      ? h("ul", { class: "tree" }, value.map((item) => h("li", {}, readable(item, depth + 1))))
+      : h("dl", { class: "tree" }, keys.flatMap((key) => [h("dt", {}, key), h("dd", {}, readable(value[key], depth + 1))]));
+    if (depth === 0) return tree;
+    const holds = list ? `[${count(keys.length, "item", "items")}]` : `{${count(keys.length, "key", "keys")}}`;
+    return h("details", { class: "fold", open: depth <= OPEN_DEPTH && keys.length <= OPEN_ENTRIES },
+      h("summary", {}, holds), tree);
   }
   return h("code", {}, JSON.stringify(value));
 }
