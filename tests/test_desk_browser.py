@@ -257,6 +257,9 @@ def test_a_reviewers_day_in_the_desk(desk: Desk, browser: WebDriver, shots: Path
     draft.send_keys(Keys.CONTROL, "a")
     draft.send_keys(Keys.DELETE)
     draft.send_keys(json.dumps(EDITED, indent=1))
+    # The patch is folded away until asked for; unfolded, it is the edit's.
+    assert not browser.find_element(By.ID, "patch").is_displayed()
+    browser.find_element(By.XPATH, "//summary[.='As JSON Patch']").click()
     wait(browser, lambda d: json.loads(d.find_element(By.ID, "patch").text) == EXPECTED_PATCH,
          "the patch preview of the edit")
     browser.find_element(By.ID, "rationale").send_keys("The ledger says 4.2 percent")

@@ -951,7 +951,7 @@ function renderOpenReview(task) {
         h("section", { class: "panel", "aria-labelledby": "changes-title" },
           h("h2", { id: "changes-title" }, "Your edit"),
           changes,
-          h("details", { open: true }, h("summary", {}, "As JSON Patch"), patchView)))),
+          h("details", {}, h("summary", {}, "As JSON Patch"), patchView)))),
     h("section", { "aria-labelledby": "decide-title" },
       h("h2", { id: "decide-title" }, "Decide"),
       controls,
