@@ -399,10 +399,11 @@ def test_reject_abstain_and_escalate(desk: Desk, browser: WebDriver, shots: Path
     escalated = desk.review({"n": 3}, {"text": "draft three"}, "")
     open_review(browser, desk, escalated)
     browser.find_element(By.CSS_SELECTOR, f"#escalate-to option[value='{BOB}']").click()
+    browser.find_element(By.ID, "escalate-reason").send_keys("Needs a second pair of eyes")
     browser.find_element(By.ID, "escalate").click()
     back_in_inbox(browser, escalated)
     params = entry(desk, "escalate.raise")
-    assert params["original_task_id"] == escalated
+    assert (params["original_task_id"], params["context"]) == (escalated, "Needs a second pair of eyes")
     assert params["new_task"] == {"assignee": BOB, "kind": "report", "input": {"n": 3}}
     tasks = desk.coord.snapshot(WS)["tasks"]
     assert tasks[escalated]["state"] == "escalated"

@@ -3,7 +3,7 @@ import { chap, ChapError, listenShared, read, setToken, signInKey } from "./api.
 import { $, h, table } from "./dom.js";
 import { HELP, installKeys } from "./keys.js";
 import { diff } from "./patch.js";
-import { fieldChanges, readable, title } from "./reading.js";
+import { fieldChanges, firstLine, readable, title } from "./reading.js";
 import { link, parse } from "./route.js";
 
 // Where a sign-in is kept: sessionStorage (this tab, across reloads) or,
@@ -255,6 +255,34 @@ function draftOf(task, asked) {
   return task.pending_artefact ?? asked[task.id]?.artefact ?? null;
 }
 
+// The accepted escalate.raise entry that created a successor task: the one
+// about its original, recorded when the task was created (an original
+// escalated twice has two).
+function escalationOf(task) {
+  return state.snapshot.audit.find((e) => e.envelope?.method === "escalate.raise" && !e.outcome &&
+    e.envelope.params.original_task_id === task.supersedes && e.arrived === task.created_at) ?? null;
+}
+
+// Why it was escalated: the `context` the escalation carried, as CHAP's
+// examples of escalate.raise name it.
+function reasonOf(entry) {
+  const reason = entry?.envelope.params.context;
+  return typeof reason === "string" && reason.trim() ? reason : null;
+}
+
+// An escalated task is named after the draft it was escalated over.
+function escalatedTitle(task, asked) {
+  const original = state.snapshot.tasks[task.supersedes];
+  return title("escalated", original ? draftOf(original, asked) : null);
+}
+
+// A task escalated to this person that is still theirs to do: CHAP lets its
+// assignee complete it from created or in_progress (once in review it is
+// the reviewers').
+function escalatedToMe(task) {
+  return !!task?.supersedes && task.assignee === state.me && ["created", "in_progress"].includes(task.state);
+}
+
 function addressedToMe(task, role) {
   const review = task.review;
   if (!review || task.state !== "review_requested") return false;
@@ -477,7 +505,7 @@ async function drawPage(options, current) {
     // A review being edited is not redrawn under the reviewer's hands while
     // it stays open; once it is decided (here or elsewhere) it is redrawn
     // read-only.
-    if (options.live && state.review && state.review.id === route.task && task?.state === "review_requested") {
+    if (options.live && state.review && state.review.id === route.task && state.review.keeps(task)) {
       state.review.refresh(task);
       return;
     }
@@ -547,6 +575,7 @@ function titleOf(item) {
 function renderInbox(live) {
   const tasks = Object.values(state.snapshot.tasks);
   const reviews = inboxItems();
+  const asked = requests();
   const escalations = tasks.filter((t) => t.supersedes && t.assignee === state.me &&
     ["created", "in_progress", "review_requested"].includes(t.state));
   const whispers = Object.values(state.snapshot.whispers || {}).filter((w) =>
@@ -565,10 +594,16 @@ function renderInbox(live) {
       options.map(([value, text]) => h("option", { value, selected: state.filters[key] === value }, text))));
   const distinct = (values) => [...new Set(values)].sort();
   results.replaceChildren(...reviewResults(reviews, redraw, live ? known : null));
-  const escalationRows = escalations.map((t) => h("tr", {},
-    h("td", {}, h("a", { href: link(state.workspace, "review", t.id) }, t.id)), h("td", {}, String(t.kind)),
-    h("td", {}, h("a", { href: link(state.workspace, "review", t.supersedes) }, t.supersedes)),
-    h("td", {}, t.delegator), h("td", {}, t.state)));
+  const escalationRows = escalations.map((t) => {
+    const reason = reasonOf(escalationOf(t));
+    return h("tr", { "data-escalation": t.id },
+      h("td", {}, h("a", { href: link(state.workspace, "review", t.id) }, escalatedTitle(t, asked)),
+        h("div", { class: "muted small" }, t.id)),
+      h("td", {}, h("a", { href: link(state.workspace, "review", t.supersedes) }, t.supersedes)),
+      h("td", {}, t.delegator),
+      h("td", {}, reason ? firstLine(reason) : h("span", { class: "muted" }, "(no reason given)")),
+      h("td", {}, t.state));
+  });
   settle("Inbox",
     heading("Inbox"),
     h("p", { class: "help" }, "Press ", h("kbd", {}, "?"), " for keyboard shortcuts."),
@@ -590,7 +625,7 @@ function renderInbox(live) {
       results),
     h("section", { "aria-labelledby": "escalations-title" },
       h("h2", { id: "escalations-title" }, `Escalated to you (${escalations.length})`),
-      table("Escalated to you", ["Task", "Kind", "Escalated from", "By", "State"], escalationRows,
+      table("Escalated to you", ["Task", "Escalated from", "By", "Reason", "State"], escalationRows,
         "No escalations.")),
     // Whispers exist once a workspace has used the whisper profile.
     ...(Object.keys(state.snapshot.whispers || {}).length
@@ -717,6 +752,18 @@ function uncarried(value, path = "") {
   return null;
 }
 
+// What a JSON editor holds: {value}, or {why} it cannot be sent.
+function parseJson(text) {
+  let value;
+  try {
+    value = JSON.parse(text);
+  } catch (err) {
+    return { why: `is not valid JSON: ${err.message}` };
+  }
+  const why = uncarried(value);
+  return why ? { why: `cannot be sent: ${why}` } : { value };
+}
+
 function renderReview(id, wasOpen) {
   const task = state.snapshot.tasks[id];
   if (!task) {
@@ -725,6 +772,7 @@ function renderReview(id, wasOpen) {
     return;
   }
   if (task.state === "review_requested") renderOpenReview(task);
+  else if (escalatedToMe(task)) renderEscalated(task);
   else renderClosedReview(task, wasOpen);
 }
 
@@ -762,21 +810,15 @@ function renderOpenReview(task) {
       .map((c) => h("option", { value: c }, c.replaceAll("_", " "))));
   const members = (state.describe.members || []).filter((m) => m.uri !== state.me);
   const assignee = h("select", { id: "escalate-to" }, members.map((m) => h("option", { value: m.uri }, `${m.uri} (${m.role})`)));
+  const escalateReason = h("textarea", { id: "escalate-reason", rows: 3, "aria-describedby": "escalate-help" });
   const controls = h("fieldset", { id: "decide-controls", class: "bare" });
   const notice = h("p", { id: "review-notice", class: "verdict pending", role: "status", hidden: true });
   const approveWhy = h("p", { id: "approve-why", class: "help" });
 
   // The draft as edited: the value, or null with the reason shown.
   function edited() {
-    let value;
-    try {
-      value = JSON.parse(draft.value);
-    } catch (err) {
-      problem.textContent = `The draft is not valid JSON: ${err.message}`;
-      return null;
-    }
-    const why = uncarried(value);
-    problem.textContent = why ? `The draft cannot be sent: ${why}` : "";
+    const { value, why } = parseJson(draft.value);
+    problem.textContent = why ? `The draft ${why}` : "";
     return why ? null : value;
   }
   function currentPatch() {
@@ -799,9 +841,10 @@ function renderOpenReview(task) {
       : ops === null ? "Approve is off: the draft has an error. Fix it, or undo your edit to approve the agent's draft."
         : "Approve is off while the draft differs from the agent's: override with your edit, or undo it.";
     $("reject").disabled = !(declineChoice.checked || reviseChoice.checked) || !rejectReason.value.trim();
+    $("escalate").disabled = !members.length || !escalateReason.value.trim();
   }
   draft.addEventListener("input", update);
-  for (const el of [declineChoice, reviseChoice, rejectReason]) el.addEventListener("input", update);
+  for (const el of [declineChoice, reviseChoice, rejectReason, escalateReason]) el.addEventListener("input", update);
   const tagList = () => tags.value.split(",").map((t) => t.trim()).filter(Boolean);
   const common = () => ({ workspace: state.workspace, from: state.me, task_id: id });
 
@@ -821,6 +864,7 @@ function renderOpenReview(task) {
       notice.textContent = message;
       notice.hidden = false;
     },
+    keeps: (fresh) => fresh?.state === "review_requested",
     refresh(fresh) {
       $("task-state").textContent = fresh.state;
       if (review.held && !review.inFlight) {
@@ -883,6 +927,11 @@ function renderOpenReview(task) {
     }
     act("Overridden", "decide.override", { ...common(), diff: ops, rationale: rationale.value.trim(), tags: tagList() });
   };
+  const escalate = () => {
+    if (!escalateReason.value.trim()) { escalateReason.focus(); return; }
+    act("Escalated", "escalate.raise", { workspace: state.workspace, from: state.me, original_task_id: id,
+      context: escalateReason.value.trim(), new_task: { assignee: assignee.value, kind: task.kind, input: task.input } });
+  };
   const reject = () => {
     const revise = reviseChoice.checked;
     if (!revise && !declineChoice.checked) return;
@@ -921,13 +970,14 @@ function renderOpenReview(task) {
           if (!reason.value.trim()) { $("action-error").textContent = "Say why you abstain."; reason.focus(); return; }
           act("Abstained", "abstain.declare", { ...common(), reason: reason.value.trim(), category: category.value });
         } }, "Abstain"))),
-    h("fieldset", {},
+    h("fieldset", { id: "escalate-box" },
       h("legend", {}, "Escalate"),
+      h("div", { class: "field" }, h("label", { for: "escalate-to" }, "Hand to"), assignee),
+      h("div", { class: "field" }, h("label", { for: "escalate-reason" }, "Reason (required)"), escalateReason,
+        h("p", { id: "escalate-help", class: "help" },
+          "Recorded with the escalation as its context; the person you hand the task to reads it.")),
       h("div", { class: "actions" },
-        h("label", { for: "escalate-to" }, "Hand to"), assignee,
-        h("button", { type: "button", id: "escalate", disabled: !members.length, onclick: () =>
-          act("Escalated", "escalate.raise", { workspace: state.workspace, from: state.me, original_task_id: id,
-            new_task: { assignee: assignee.value, kind: task.kind, input: task.input } }) }, "Escalate"))));
+        h("button", { type: "button", id: "escalate", disabled: true, onclick: escalate }, "Escalate"))));
 
   settle(`Review ${name}`,
     h("p", {}, h("a", { href: link(state.workspace, "inbox") }, "← Inbox")),
@@ -957,6 +1007,122 @@ function renderOpenReview(task) {
       controls,
       h("p", { id: "action-error", class: "error", role: "alert" })));
   update();
+}
+
+// A task escalated to the signed-in person, still theirs to do: where it
+// came from, who escalated it and why (its escalate.raise entry), the
+// original's draft, and an editor prefilled with it whose output they
+// complete the task with (task.complete; if the task requires review, that
+// opens its review instead).
+function renderEscalated(task) {
+  const id = task.id;
+  const asked = requests();
+  const original = state.snapshot.tasks[task.supersedes];
+  const draft = original ? draftOf(original, asked) : null;
+  const raised = escalationOf(task);
+  const reason = reasonOf(raised);
+  const name = escalatedTitle(task, asked);
+  const prefilled = draft === null ? "" : pretty(draft);
+  const output = h("textarea", { id: "output", rows: 14, spellcheck: "false", "aria-describedby": "output-help output-error" });
+  output.value = prefilled;
+  const problem = h("p", { id: "output-error", class: "error", role: "alert" });
+  const complete = h("button", { type: "button", id: "complete", class: "good", onclick: () => send() },
+    "Complete with this output");
+  const controls = h("fieldset", { id: "complete-controls", class: "bare" },
+    h("legend", { class: "skip" }, "Complete"), h("div", { class: "actions" }, complete));
+  const notice = h("p", { id: "review-notice", class: "verdict pending", role: "status", hidden: true });
+  const check = () => {
+    const { why } = parseJson(output.value);
+    problem.textContent = why ? `The output ${why}` : "";
+    complete.disabled = !!why;
+  };
+  output.addEventListener("input", check);
+
+  // The same contract as an open review's (see onEvent and drawPage): one
+  // call at a time, held while the task changes elsewhere, kept on redraws.
+  const page = {
+    id,
+    inFlight: false,
+    held: false,
+    keeps: escalatedToMe,
+    lock(flag) {
+      controls.disabled = flag;
+      output.readOnly = flag;
+    },
+    hold(message) {
+      page.held = true;
+      page.lock(true);
+      notice.textContent = message;
+      notice.hidden = false;
+    },
+    refresh(fresh) {
+      $("task-state").textContent = fresh.state;
+      if (page.held && !page.inFlight) {
+        page.held = false;
+        page.lock(false);
+        notice.hidden = true;
+      }
+    },
+    unsent: () => (output.value !== prefilled ? output.value : null),
+    submit: (target) => target === output && (complete.click() || true),
+    reject: () => false,
+    edit: () => { output.focus(); return true; },
+  };
+  state.review = page;
+
+  async function send() {
+    const { value, why } = parseJson(output.value);
+    if (why !== undefined || page.inFlight || page.held || state.review !== page) return;
+    page.inFlight = true;
+    page.lock(true);
+    $("action-error").textContent = "";
+    let result;
+    try {
+      result = await chap("task.complete", { workspace: state.workspace, from: state.me, task_id: id, output: value });
+    } catch (err) {
+      page.inFlight = false;
+      $("action-error").textContent = `Completing refused: ${errorText(err)}`;
+      say(`Completing refused: ${errorText(err)}`);
+      if (!page.held) page.lock(false);
+      scheduleRefresh();
+      return;
+    }
+    state.review = null;
+    say(`Completed: ${name} is now ${result.state}`);
+    location.hash = link(state.workspace, "inbox");
+  }
+
+  settle(name,
+    h("p", {}, h("a", { href: link(state.workspace, "inbox") }, "← Inbox")),
+    heading(name),
+    taskMeta(task, { from: task.delegator }),
+    h("section", { class: "panel", "aria-labelledby": "escalation-title" },
+      h("h2", { id: "escalation-title" }, "Escalated to you"),
+      h("p", { id: "escalated-from" }, `Escalated to ${task.assignee} by ${task.delegator} from `,
+        h("a", { href: link(state.workspace, "review", task.supersedes) }, task.supersedes),
+        raised ? [" at ", when(raised.arrived)] : null, "."),
+      reason ? h("div", { id: "escalation-reason", class: "text quote" }, reason)
+        : h("p", { class: "muted" }, "No reason was given."),
+      h("p", { class: "help" }, task.review_required
+        ? "It is yours to do: write its output and complete it. It requires review, so completing it asks a reviewer to approve your output."
+        : "It is yours to do: write its output and complete it.")),
+    notice,
+    h("div", { class: "cols" },
+      h("div", { class: "stack" },
+        h("section", { class: "panel", "aria-labelledby": "read-title" },
+          h("h2", { id: "read-title" }, "The original's draft"),
+          draft === null ? h("p", { class: "empty" }, "The original has no draft.")
+            : h("div", { id: "draft-read", class: "reading" }, readable(draft))),
+        h("section", { class: "panel", "aria-labelledby": "input-title" },
+          h("h2", { id: "input-title" }, "Input"), h("div", { id: "input", class: "reading" }, readable(task.input)))),
+      h("section", { class: "panel", "aria-labelledby": "output-title" },
+        h("h2", { id: "output-title" }, h("label", { for: "output" }, "Your output (JSON)")),
+        output,
+        h("p", { id: "output-help", class: "help" }, "Prefilled with the original's draft; Ctrl+Enter completes."),
+        problem,
+        controls)),
+    h("p", { id: "action-error", class: "error", role: "alert" }));
+  check();
 }
 
 const VERBS = {
@@ -995,8 +1161,8 @@ function renderClosedReview(task, wasOpen) {
   state.review = null;
   const items = history.map(({ entry, method, p, draft: before }) => h("li", { class: "decision", "data-method": method },
     h("p", {}, h("strong", {}, VERBS[method](p)), " by ", h("span", { class: "actor" }, p.from), " at ", when(entry.arrived)),
-    p.rationale || p.comment || p.summary || p.reason
-      ? h("div", { class: "text quote" }, p.rationale || p.comment || p.summary || p.reason) : null,
+    p.rationale || p.comment || p.summary || p.reason || p.context
+      ? h("div", { class: "text quote" }, p.rationale || p.comment || p.summary || p.reason || p.context) : null,
     p.tags && p.tags.length ? h("p", {}, "Tags: ", p.tags.map((t) => h("span", { class: "badge" }, t))) : null,
     method === "escalate.raise" ? successors.map((t) => h("p", {}, "Handed to ", t.assignee, " as ",
       h("a", { href: link(state.workspace, "review", t.id), class: "successor" }, t.id), ` (${t.state})`)) : null,

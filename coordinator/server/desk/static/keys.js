@@ -8,7 +8,7 @@ export const HELP = [
   ["a", "approve and open the next review"],
   ["r", "reject: choose decline or send back, then give the reason"],
   ["e", "edit the draft"],
-  ["Ctrl+Enter", "in the draft or rationale: override with the edit; in a reject reason: reject"],
+  ["Ctrl+Enter", "in the draft or rationale: override with the edit; in a reject reason: reject; in an escalated task's output: complete it"],
   ["?", "show or hide these shortcuts"],
 ];
 
