@@ -11,7 +11,6 @@ page draws from the server.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -158,7 +157,9 @@ def test_a_desk_reads_its_workspace_once_and_again_for_what_its_stream_missed(
         first = review(served.base, "Read once")
         act_as(browser, served.base, ALICE)
         wait(browser, lambda d: settled(d) and inbox(d) == [first], "the inbox with the first review")
-        time.sleep(1)  # the catch-up `ready` started (a count, and a read only if short) has run
+        caught_up = wait(browser, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-caught-up"),
+                         "the catch-up `ready` started (a count, and a read only if short)")
+        assert caught_up == "held"
         assert fetched(browser, served.base).count(f"GET /desk/api/snapshot?workspace={WS}") == 1
         base = served.base
     wait(browser, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-live") == "off",

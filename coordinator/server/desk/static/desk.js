@@ -366,21 +366,23 @@ function onEvent(name, data) {
 // The workspace's entry count, read after `ready`, says whether what the desk
 // holds (or is reading) covers it, so a page that has just loaded is not read
 // a second time: for a large workspace, a second read of its whole log.
+// What it decided is left on <body data-caught-up> ("held" or "read again").
 async function catchUp() {
   const workspace = state.workspace;
-  if (!workspace || state.filters.ws === "*" || state.route.page === "workspace") {
-    scheduleRefresh();
-    return;
+  let short = true;
+  if (workspace && state.filters.ws !== "*" && state.route.page !== "workspace") {
+    try {
+      const described = await chap("workspace.describe", { workspace, from: state.me });
+      await state.loading;
+      const held = state.snapshot;
+      short = state.workspace !== workspace || !held || held.id !== workspace ||
+        held.audit.length < described.audit_count;
+    } catch (err) {
+      // Unknown: read again.
+    }
   }
-  try {
-    const described = await chap("workspace.describe", { workspace, from: state.me });
-    await state.loading;
-    const held = state.snapshot;
-    if (state.workspace !== workspace || !held || held.id !== workspace ||
-        held.audit.length < described.audit_count) scheduleRefresh();
-  } catch (err) {
-    scheduleRefresh();
-  }
+  document.body.dataset.caughtUp = short ? "read again" : "held";
+  if (short) scheduleRefresh();
 }
 
 // Calls that change what the desk reads beside the snapshot's objects (the
