@@ -108,7 +108,7 @@ def _scenario(c: Client) -> dict[str, tuple[str, str, list[str]]]:
     c.ok("review.request", frm=BOT, task_id=t2, to=["group:reviewer"], summary="Raise rpm to 300",
          artefact={"rpm": 300})
     escalated = c.ok("escalate.raise", frm=ALICE, original_task_id=t1,
-                     new_task={"assignee": CAROL, "input": {"abstention_reason": "needs legal review"}})
+                     context="needs legal review", new_task={"assignee": CAROL, "input": {}})
     c.ok("whisper.ask", frm=ALICE, to=[BOB], task_id=t2, question="Is rpm 300 safe?",
          deadline_ms=600_000, default_if_lapsed="no")
     return {

@@ -131,7 +131,9 @@ def _escalation(c: Candidate, tasks: Mapping[str, Any]) -> Notice | None:
         return None
     spec = c.params.get("new_task")
     given = _get(spec, "input") if isinstance(spec, dict) else None
-    reason = next((v for v in (c.params.get("reason"), _get(given, "abstention_reason"),
+    # Where clients put it: the desk sends `context` with the call, as CHAP's
+    # examples of escalate.raise do; others put it in the new task's input.
+    reason = next((v for v in (c.params.get("reason"), c.params.get("context"), _get(given, "abstention_reason"),
                                _get(given, "context")) if isinstance(v, str) and v.strip()), "")
     return _notice(c, _get(new, "id"), [_get(new, "assignee")],
                    f"Escalated to you: {_first_line(reason) or original}", {

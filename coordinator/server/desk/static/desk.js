@@ -264,10 +264,14 @@ function escalationOf(task) {
 }
 
 // Why it was escalated: the `context` the escalation carried, as CHAP's
-// examples of escalate.raise name it.
+// examples of escalate.raise name it (and the desk sends), or where other
+// clients put it (as the notifications read it too).
 function reasonOf(entry) {
-  const reason = entry?.envelope.params.context;
-  return typeof reason === "string" && reason.trim() ? reason : null;
+  const p = entry?.envelope.params || {};
+  const input = p.new_task?.input || {};
+  const reason = [p.reason, p.context, input.abstention_reason, input.context]
+    .find((v) => typeof v === "string" && v.trim());
+  return reason ?? null;
 }
 
 // An escalated task is named after the draft it was escalated over.
