@@ -18,10 +18,23 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from test_desk_browser import ALICE, BOB, WS, Desk, click, quiet, sign_in, wait
-from test_desk_review import ask, at_inbox, audit, enabled, open_review, recorded
+from test_desk_review import (
+    HOLD_REDRAWS,
+    another_tab,
+    ask,
+    at_inbox,
+    audit,
+    ctrl,
+    enabled,
+    open_review,
+    recorded,
+    size_of,
+    snap,
+)
 
 # test_desk_review's fixtures: this module gets its own desk, browser and tabs.
-browser, desk, shots, tab = test_desk_review.browser, test_desk_review.desk, test_desk_review.shots, test_desk_review.tab
+browser, desk, shots, size, tab = (test_desk_review.browser, test_desk_review.desk, test_desk_review.shots,
+                                   test_desk_review.size, test_desk_review.tab)
 
 REASON = "The cap is above what I may approve.\nLegal must sign off on anything over 1x fees."
 
@@ -48,7 +61,7 @@ def escalated_to_bob(desk: Desk, draft: Any) -> tuple[str, str]:
 
 
 def as_bob(tab: WebDriver, desk: Desk) -> None:
-    tab.switch_to.new_window("tab")
+    another_tab(tab, size_of(tab))
     sign_in(tab, desk, who=BOB)
 
 
@@ -70,7 +83,7 @@ def test_an_escalation_needs_a_reason_and_records_it(desk: Desk, tab: WebDriver,
     reason.clear()
     reason.send_keys(first, "\n", second)
     wait(tab, lambda d: enabled(d, "escalate"), "Escalate enabled by the reason")
-    tab.save_screenshot(str(shots / "escalate-with-reason.png"))
+    snap(tab, shots, "escalate-with-reason")
     tab.find_element(By.ID, "escalate").click()
     at_inbox(tab)
     assert recorded(desk, task) == [("escalate.raise", ALICE, None)]
@@ -89,7 +102,7 @@ def test_an_escalation_waits_in_its_assignees_inbox_with_its_origin(desk: Desk, 
         assert ALICE in text and "The cap is above what I may approve." in text and "Legal must" not in text
         assert tab.find_element(By.CSS_SELECTOR, f"{row} a[href$='/review/{successor}']")
         assert tab.find_element(By.CSS_SELECTOR, f"{row} a[href$='/review/{original}']")
-        tab.save_screenshot(str(shots / "inbox-escalated.png"))
+        snap(tab, shots, "inbox-escalated")
     finally:
         back_to_alice(tab)
 
@@ -108,7 +121,7 @@ def test_the_assignee_completes_an_escalated_task_from_the_desk(desk: Desk, tab:
         editor = tab.find_element(By.ID, "output")
         assert json.loads(editor.get_attribute("value") or "") == draft
         assert enabled(tab, "complete")
-        assert audit(tab, shots, "escalated") == []  # serious or critical accessibility violations
+        assert audit(tab, shots, f"escalated-{size_of(tab).split('x')[0]}") == []  # serious or critical accessibility violations
 
         mine = {"clause": "Liability capped at 1x fees.", "signed_off_by": "legal"}
         editor.send_keys(Keys.CONTROL, "a")
@@ -118,13 +131,67 @@ def test_the_assignee_completes_an_escalated_task_from_the_desk(desk: Desk, tab:
         editor.clear()
         editor.send_keys(json.dumps(mine, indent=1))
         wait(tab, lambda d: enabled(d, "complete"), "Complete enabled by valid JSON")
-        tab.save_screenshot(str(shots / "escalated-complete.png"))
+        snap(tab, shots, "escalated-complete")
         tab.find_element(By.ID, "complete").click()
         at_inbox(tab)
     finally:
         back_to_alice(tab)
     assert recorded(desk, successor) == [("task.complete", BOB, None)]
-    [p] = [e["envelope"]["params"] for e in desk.log()
-           if e.get("envelope", {}).get("method") == "task.complete" and e["envelope"]["params"]["task_id"] == successor]
-    assert p["output"] == mine
+    assert completed_with(desk, successor) == mine
     assert desk.coord.snapshot(WS)["tasks"][successor]["state"] == "completed"
+
+
+def test_ctrl_enter_completes_an_escalated_task_once(desk: Desk, tab: WebDriver) -> None:
+    original, successor = escalated_to_bob(desk, {"clause": "Liability capped at 4x fees."})
+    as_bob(tab, desk)
+    try:
+        tab.get(f"{tab.current_url.split('#')[0]}#/w/{WS}/review/{successor}")
+        editor = wait(tab, lambda d: d.find_element(By.ID, "output"), "the escalated task's editor")
+        quiet(tab)
+        editor.send_keys(Keys.CONTROL, "a")
+        editor.send_keys(json.dumps({"clause": "Liability capped at 2x fees."}))
+        wait(tab, lambda d: enabled(d, "complete"), "Complete enabled by valid JSON")
+        ctrl(tab, Keys.ENTER)
+        ctrl(tab, Keys.ENTER)  # pressed twice: one call
+        at_inbox(tab)
+    finally:
+        back_to_alice(tab)
+    desk.ok(ALICE, "workspace.describe")  # a read after the keys, so any call they made has landed
+    assert recorded(desk, successor) == [("task.complete", BOB, None)]
+    assert completed_with(desk, successor) == {"clause": "Liability capped at 2x fees."}
+
+
+def test_an_escalated_task_done_elsewhere_holds_then_turns_read_only(desk: Desk, tab: WebDriver) -> None:
+    original, successor = escalated_to_bob(desk, {"clause": "Liability capped at 6x fees."})
+    as_bob(tab, desk)
+    try:
+        tab.get(f"{tab.current_url.split('#')[0]}#/w/{WS}/review/{successor}")
+        editor = wait(tab, lambda d: d.find_element(By.ID, "output"), "the escalated task's editor")
+        quiet(tab)
+        editor.send_keys(Keys.CONTROL, "a")
+        editor.send_keys(json.dumps({"clause": "Mine, never sent."}))
+        wait(tab, lambda d: enabled(d, "complete"), "Complete enabled by valid JSON")
+        # The page will not draw the task's new state until the test lets it.
+        tab.execute_script(HOLD_REDRAWS)
+        desk.ok(BOB, "task.complete", task_id=successor, output={"clause": "Done over HTTP."})  # Bob, elsewhere
+        notice = wait(tab, lambda d: d.find_element(By.ID, "review-notice").is_displayed()
+                      and d.find_element(By.ID, "review-notice").text, "the page held on the change")
+        assert BOB in notice and "updating" in notice
+        assert not enabled(tab, "complete") and tab.find_element(By.ID, "output").get_attribute("readonly")
+        tab.find_element(By.ID, "complete").click()  # disabled: nothing happens
+        ctrl(tab, Keys.ENTER)
+        tab.execute_script("window.__release()")
+        wait(tab, lambda d: d.find_element(By.ID, "decided-elsewhere"), "the read-only page")
+        assert not tab.find_elements(By.ID, "complete") and not tab.find_elements(By.ID, "output")
+        assert "Mine, never sent." in (tab.find_element(By.ID, "unsent").get_attribute("textContent") or "")
+    finally:
+        back_to_alice(tab)
+    desk.ok(ALICE, "workspace.describe")
+    assert recorded(desk, successor) == [("task.complete", BOB, None)]
+    assert completed_with(desk, successor) == {"clause": "Done over HTTP."}
+
+
+def completed_with(desk: Desk, task: str) -> Any:
+    [p] = [e["envelope"]["params"] for e in desk.log()
+           if e.get("envelope", {}).get("method") == "task.complete" and e["envelope"]["params"]["task_id"] == task]
+    return p["output"]

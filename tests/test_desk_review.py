@@ -69,18 +69,63 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
         driver.quit()
 
 
-@pytest.fixture
-def tab(browser: WebDriver, desk: Desk) -> Iterator[WebDriver]:
-    """A new tab signed in as Alice (the sign-in lives in the tab's
-    sessionStorage), closed after the test."""
-    browser.switch_to.new_window("tab")
+# Every flow runs at both sizes the desk is made for: a desktop window and
+# a phone (a device-metrics override, which holds for one tab only).
+SIZES: dict[str, dict[str, Any] | None] = {
+    "1400x900": None,
+    "390x844": {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": True},
+}
+
+
+@pytest.fixture(params=list(SIZES))
+def size(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def another_tab(driver: WebDriver, size: str) -> None:
+    """Switch to a new tab drawn at `size`."""
+    driver.switch_to.new_window("tab")
+    metrics = SIZES[size]
+    if metrics is not None:
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+
+
+def size_of(driver: WebDriver) -> str:
+    return "390x844" if driver.execute_script("return window.innerWidth") < 600 else "1400x900"
+
+
+def signed_in_tab(browser: WebDriver, desk: Desk, size: str) -> Iterator[WebDriver]:
+    another_tab(browser, size)
     try:
         sign_in(browser, desk)
         yield browser
     finally:
-        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
         browser.close()
         browser.switch_to.window(browser.window_handles[0])
+
+
+@pytest.fixture
+def tab(browser: WebDriver, desk: Desk, size: str) -> Iterator[WebDriver]:
+    """A new tab at `size` signed in as Alice (the sign-in lives in the
+    tab's sessionStorage), closed after the test."""
+    yield from signed_in_tab(browser, desk, size)
+
+
+@pytest.fixture
+def desktop_tab(browser: WebDriver, desk: Desk) -> Iterator[WebDriver]:
+    """`tab` at 1400x900 only, for the flows that are the keyboard's alone."""
+    yield from signed_in_tab(browser, desk, "1400x900")
+
+
+def each_size(ws: str, size: str) -> str:
+    """A workspace of its own for each size a test runs at, so the second
+    run meets nothing the first left."""
+    return f"{ws}_{size.split('x')[0]}"
+
+
+def snap(tab: WebDriver, shots: Path, name: str) -> None:
+    """A screenshot kept as an artefact, named with the size it was drawn at."""
+    tab.save_screenshot(str(shots / f"{name}-{size_of(tab)}.png"))
 
 
 def ask(desk: Desk, kind: str, artefact: Any, *, to: list[str] | None = None, summary: str = "",
@@ -132,6 +177,7 @@ def showing(tab: WebDriver, task: str) -> None:
     wait(tab, lambda d: d.current_url.endswith(f"/review/{task}") and d.find_element(By.ID, "task-id").text == task,
          f"the review page of {task}")
     quiet(tab)
+    assert wider(tab) == []
 
 
 def enabled(tab: WebDriver, element_id: str) -> bool:
@@ -158,6 +204,7 @@ def at_inbox(tab: WebDriver, ws: str = WS) -> None:
     wait(tab, lambda d: d.current_url.endswith(f"#/w/{ws}/inbox") and d.find_element(By.ID, "page-title").text == "Inbox",
          "back in the inbox")
     quiet(tab)
+    assert wider(tab) == []
 
 
 WIDER = """
@@ -193,7 +240,7 @@ def test_a_broken_or_edited_draft_is_never_approved(desk: Desk, tab: WebDriver, 
     tab.find_element(By.ID, "approve").click()  # a disabled button: nothing happens
     tab.find_element(By.ID, "page-title").click()
     press(tab, "a")  # nor by keyboard
-    tab.save_screenshot(str(shots / "review-broken-draft.png"))
+    snap(tab, shots, "review-broken-draft")
 
     # A decimal parses but CHAP cannot carry it: caught with the reason.
     type_draft(tab, original.replace('"rpm": 600', '"rpm": 300.5'))
@@ -214,7 +261,7 @@ def test_a_broken_or_edited_draft_is_never_approved(desk: Desk, tab: WebDriver, 
     wait(tab, lambda d: enabled(d, "override"), "override enabled again")
     tab.find_element(By.ID, "rationale").send_keys("600 rpm trips the upstream quota")
     tab.execute_script("document.getElementById('changes-title').scrollIntoView({block: 'center'})")
-    tab.save_screenshot(str(shots / "review-edit.png"))
+    snap(tab, shots, "review-edit")
     tab.find_element(By.ID, "override").click()
     at_inbox(tab)
 
@@ -229,7 +276,7 @@ def test_a_broken_or_edited_draft_is_never_approved(desk: Desk, tab: WebDriver, 
     assert "/rpm" in history
     assert json.dumps(300) in tab.find_element(By.ID, "final-output").text
     assert not tab.find_elements(By.ID, "draft") and not tab.find_elements(By.ID, "approve")
-    tab.save_screenshot(str(shots / "review-closed-history.png"))
+    snap(tab, shots, "review-closed-history")
 
 
 def test_a_double_click_records_one_decision(desk: Desk, tab: WebDriver, shots: Path) -> None:
@@ -302,7 +349,7 @@ def test_a_task_decided_elsewhere_turns_read_only(desk: Desk, tab: WebDriver, sh
     assert "14:07" in (tab.find_element(By.ID, "unsent").get_attribute("textContent") or "")
     assert not tab.find_elements(By.ID, "override") and not tab.find_elements(By.ID, "approve")
     assert f"Approved by {BOB}" in tab.find_element(By.ID, "decision-history").text
-    tab.save_screenshot(str(shots / "review-decided-elsewhere.png"))
+    snap(tab, shots, "review-decided-elsewhere")
     press(tab, "a")
     ctrl(tab, Keys.ENTER)
     # Nothing but Bob's approval is recorded: no override, no refusal.
@@ -310,39 +357,31 @@ def test_a_task_decided_elsewhere_turns_read_only(desk: Desk, tab: WebDriver, sh
     assert recorded(desk, task) == [("decide.approve", BOB, None)]
 
 
-def test_a_link_carries_the_workspace_and_a_reload_lands_on_it(
-    desk: Desk, browser: WebDriver, shots: Path
-) -> None:
+def test_a_link_carries_the_workspace_and_a_reload_lands_on_it(desk: Desk, tab: WebDriver, size: str) -> None:
+    other = each_size(OTHER, size)
     for who, kind in ((ALICE, "human"), (BOT, "agent")):
-        client(desk, who, OTHER).ok("participant.join", type=kind, role="reviewer")
-    task = ask(desk, "summary", "Launch went fine.\nTwo follow-ups.", ws=OTHER)
-    browser.switch_to.new_window("tab")
-    try:
-        sign_in(browser, desk)
-        wait(browser, lambda d: d.current_url.endswith(f"#/w/{WS}/inbox"), "the default workspace's inbox")
-        deep = f"{desk.url}/#/w/{OTHER}/review/{task}"
-        browser.get(deep)
-        browser.refresh()
-        wait(browser, lambda d: d.find_element(By.ID, "task-state").text == "review_requested",
-             "the review after a reload")
-        quiet(browser)
-        assert browser.current_url == deep
-        assert browser.find_element(By.ID, "workspace-select").get_attribute("value") == OTHER
-        assert browser.find_element(By.ID, "page-title").text == "summary: Launch went fine."
-        assert browser.title == f"Review summary: Launch went fine. · {OTHER} · chapline review desk"
-        assert browser.switch_to.active_element.get_attribute("id") == "page-title"
-        icon = browser.find_element(By.CSS_SELECTOR, "link[rel=icon]").get_attribute("href")
-        assert icon is not None and httpx.get(icon).status_code == 200
-        # Text drafts are text: their newlines are lines.
-        assert browser.find_element(By.ID, "draft-read").text == "Launch went fine.\nTwo follow-ups."
-        click(browser, By.ID, "approve")
-        at_inbox(browser, OTHER)
-        assert browser.title == f"Inbox · {OTHER} · chapline review desk"
-        assert browser.switch_to.active_element.get_attribute("id") == "page-title"
-        assert recorded(desk, task, OTHER) == [("decide.approve", ALICE, None)]
-    finally:
-        browser.close()
-        browser.switch_to.window(browser.window_handles[0])
+        client(desk, who, other).ok("participant.join", type=kind, role="reviewer")
+    task = ask(desk, "summary", "Launch went fine.\nTwo follow-ups.", ws=other)
+    wait(tab, lambda d: d.current_url.endswith(f"#/w/{WS}/inbox"), "the default workspace's inbox")
+    deep = f"{desk.url}/#/w/{other}/review/{task}"
+    tab.get(deep)
+    tab.refresh()
+    wait(tab, lambda d: d.find_element(By.ID, "task-state").text == "review_requested", "the review after a reload")
+    quiet(tab)
+    assert tab.current_url == deep
+    assert tab.find_element(By.ID, "workspace-select").get_attribute("value") == other
+    assert tab.find_element(By.ID, "page-title").text == "summary: Launch went fine."
+    assert tab.title == f"Review summary: Launch went fine. · {other} · chapline review desk"
+    assert tab.switch_to.active_element.get_attribute("id") == "page-title"
+    icon = tab.find_element(By.CSS_SELECTOR, "link[rel=icon]").get_attribute("href")
+    assert icon is not None and httpx.get(icon).status_code == 200
+    # Text drafts are text: their newlines are lines.
+    assert tab.find_element(By.ID, "draft-read").text == "Launch went fine.\nTwo follow-ups."
+    click(tab, By.ID, "approve")
+    at_inbox(tab, other)
+    assert tab.title == f"Inbox · {other} · chapline review desk"
+    assert tab.switch_to.active_element.get_attribute("id") == "page-title"
+    assert recorded(desk, task, other) == [("decide.approve", ALICE, None)]
 
 
 def test_reject_is_an_explicit_choice_with_a_reason(desk: Desk, tab: WebDriver, shots: Path) -> None:
@@ -355,7 +394,7 @@ def test_reject_is_an_explicit_choice_with_a_reason(desk: Desk, tab: WebDriver, 
     assert not enabled(tab, "reject")  # a reason but no choice
     tab.find_element(By.ID, "reject-decline").click()
     wait(tab, lambda d: enabled(d, "reject"), "reject enabled")
-    tab.save_screenshot(str(shots / "review-reject.png"))
+    snap(tab, shots, "review-reject")
     tab.find_element(By.ID, "reject").click()
     at_inbox(tab)
     assert recorded(desk, task) == [("decide.reject", ALICE, None)]
@@ -403,7 +442,7 @@ def test_a_draft_reads_as_the_agent_wrote_it(desk: Desk, tab: WebDriver, shots: 
     editor = tab.find_element(By.ID, "draft").get_attribute("value")
     assert editor is not None
     assert [k for k, _ in json.loads(editor, object_pairs_hook=list)] == sorted(POSTMORTEM)
-    tab.save_screenshot(str(shots / "review-postmortem.png"))
+    snap(tab, shots, "review-postmortem")
     click(tab, By.ID, "approve")
     at_inbox(tab)
     assert recorded(desk, task) == [("decide.approve", ALICE, None)]
@@ -439,7 +478,7 @@ def test_a_nested_draft_folds_deep_and_long_parts(desk: Desk, tab: WebDriver, sh
     note = tab.find_element(By.CSS_SELECTOR, f"{STEP} > dl > dd")
     rows = tab.find_elements(By.CSS_SELECTOR, f"{ROWS} > ul > li")
     assert len(rows) == 60 and not note.is_displayed() and not any(r.is_displayed() for r in rows)
-    tab.save_screenshot(str(shots / "review-folded.png"))
+    snap(tab, shots, "review-folded")
 
     # A click unfolds the third level: its fields read, newlines as lines.
     tab.find_element(By.CSS_SELECTOR, f"{STEP} > summary").click()
@@ -456,7 +495,7 @@ def test_a_nested_draft_folds_deep_and_long_parts(desk: Desk, tab: WebDriver, sh
     assert not note.is_displayed()
     assert tab.execute_script(FOLDS) == [["{1 key}", False], ["{1 key}", True], ["{2 keys}", True],
                                          ["[60 items]", True]]
-    tab.save_screenshot(str(shots / "review-unfolded.png"))
+    snap(tab, shots, "review-unfolded")
 
     # Folding is reading only: the draft approved is the agent's.
     assert enabled(tab, "approve")
@@ -477,7 +516,7 @@ def test_the_keyboard_clears_a_queue(desk: Desk, tab: WebDriver, shots: Path) ->
     quiet(tab)
     press(tab, "?")
     wait(tab, lambda d: d.find_element(By.ID, "keys-help").get_attribute("open") is not None, "the shortcuts")
-    tab.save_screenshot(str(shots / "inbox-shortcuts.png"))
+    snap(tab, shots, "inbox-shortcuts")
     press(tab, Keys.ESCAPE)
     wait(tab, lambda d: d.find_element(By.ID, "keys-help").get_attribute("open") is None, "shortcuts closed")
     press(tab, "j")
@@ -519,30 +558,30 @@ def test_the_keyboard_clears_a_queue(desk: Desk, tab: WebDriver, shots: Path) ->
                                            "Three retries time out under load.")
 
 
-def test_a_phone_reviews_without_sideways_scrolling(desk: Desk, tab: WebDriver, shots: Path) -> None:
-    tab.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                        {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": True})
+def test_no_page_scrolls_sideways(desk: Desk, tab: WebDriver, shots: Path) -> None:
+    """At 390 px the inbox lists cards; at either size no page is wider
+    than the window, whatever a draft holds."""
     task = ask(desk, "postmortem", POSTMORTEM, summary="A long rationale that has to wrap on a phone screen")
     tab.get(f"{desk.url}/#/w/{WS}/inbox")
     wait(tab, lambda d: d.find_elements(By.CSS_SELECTOR, f"a[data-task='{task}']"), "the review as a card")
     quiet(tab)
     assert wider(tab) == []
-    tab.save_screenshot(str(shots / "phone-inbox.png"))
+    snap(tab, shots, "cards-inbox")
     open_review(tab, desk, task)
     assert wider(tab) == []
-    tab.save_screenshot(str(shots / "phone-review.png"))
+    snap(tab, shots, "cards-review")
     click(tab, By.ID, "approve")
     at_inbox(tab)
     assert recorded(desk, task) == [("decide.approve", ALICE, None)]
     tab.get(f"{desk.url}/#/w/{WS}/review/{task}")
     wait(tab, lambda d: d.find_element(By.ID, "decision-history"), "the history")
     assert wider(tab) == []
-    tab.save_screenshot(str(shots / "phone-history.png"))
+    snap(tab, shots, "cards-history")
     click(tab, By.ID, "nav-workspace")
     wait(tab, lambda d: d.find_element(By.ID, "verdict"), "the workspace page")
     quiet(tab)
     assert wider(tab) == []
-    tab.save_screenshot(str(shots / "phone-workspace.png"))
+    snap(tab, shots, "cards-workspace")
 
 
 RUN_AXE = """
@@ -594,10 +633,10 @@ def test_the_desk_passes_an_accessibility_audit(desk: Desk, browser: WebDriver, 
         browser.switch_to.window(browser.window_handles[0])
 
 
-def test_a_sign_in_is_kept_across_tabs_only_when_asked(desk: Desk, browser: WebDriver, shots: Path) -> None:
+def test_a_sign_in_is_kept_across_tabs_only_when_asked(desk: Desk, browser: WebDriver, size: str) -> None:
     task = ask(desk, "report", {"title": "Signed in twice", "body": "Approve from the second tab."})
     first = browser.current_window_handle
-    browser.switch_to.new_window("tab")
+    another_tab(browser, size)
     one = browser.current_window_handle
     try:
         browser.get(desk.url + "/")
@@ -608,7 +647,7 @@ def test_a_sign_in_is_kept_across_tabs_only_when_asked(desk: Desk, browser: WebD
         field.send_keys(desk.token[ALICE], Keys.ENTER)
         wait(browser, lambda d: d.find_element(By.ID, "principal").text == ALICE, "signed in")
 
-        browser.switch_to.new_window("tab")
+        another_tab(browser, size)
         two = browser.current_window_handle
         browser.get(f"{desk.url}/#/w/{WS}/review/{task}")  # no sign-in asked
         wait(browser, lambda d: d.find_element(By.ID, "task-state").text == "review_requested", "the review")
@@ -626,7 +665,7 @@ def test_a_sign_in_is_kept_across_tabs_only_when_asked(desk: Desk, browser: WebD
         browser.switch_to.window(two)
         browser.close()
         browser.switch_to.window(one)
-        browser.switch_to.new_window("tab")
+        another_tab(browser, size)
         browser.get(desk.url + "/")
         wait(browser, lambda d: d.find_element(By.ID, "token").is_displayed(), "a new tab asking to sign in")
 
@@ -639,7 +678,7 @@ def test_a_sign_in_is_kept_across_tabs_only_when_asked(desk: Desk, browser: WebD
         # end on the revocation and sign every tab out (dropping the kept
         # token, `signedOutBy`) before a new tab could read it.
         signed_in = browser.current_window_handle
-        browser.switch_to.new_window("tab")
+        another_tab(browser, size)
         fresh = browser.current_window_handle
         browser.switch_to.window(signed_in)
         browser.close()
@@ -657,10 +696,10 @@ def test_a_sign_in_is_kept_across_tabs_only_when_asked(desk: Desk, browser: WebD
         browser.switch_to.window(first)
 
 
-def test_the_inbox_searches_filters_sorts_and_pages(desk: Desk, tab: WebDriver, shots: Path) -> None:
-    ws = "wsp_queue"
+def test_the_inbox_searches_filters_sorts_and_pages(desk: Desk, tab: WebDriver, shots: Path, size: str) -> None:
+    ws = each_size("wsp_queue", size)
     summariser = "agent:summariser"
-    desk.token[summariser] = desk.tokens.create(summariser, Grant.everything())[0]
+    desk.token.setdefault(summariser, desk.tokens.create(summariser, Grant.everything())[0])
     for who, kind in ((ALICE, "human"), (BOT, "agent"), (summariser, "agent")):
         client(desk, who, ws).ok("participant.join", type=kind, role="reviewer" if kind == "human" else "drafter")
 
@@ -702,7 +741,7 @@ def test_the_inbox_searches_filters_sorts_and_pages(desk: Desk, tab: WebDriver, 
     tab.find_element(By.CSS_SELECTOR, "#filter-kind option[value='memo']").click()
     tab.find_element(By.CSS_SELECTOR, "#inbox-sort option[value='newest']").click()
     wait(tab, lambda d: listed(d) == memos[::-1][:100], "the memos, newest first")
-    tab.save_screenshot(str(shots / "inbox-filtered.png"))
+    snap(tab, shots, "inbox-filtered")
 
     # "Approve & next" follows the filtered, sorted queue.
     tab.find_element(By.ID, "page-title").click()
@@ -724,7 +763,7 @@ def test_an_escalation_leads_to_its_history(desk: Desk, tab: WebDriver, shots: P
     assert recorded(desk, task) == [("escalate.raise", ALICE, None)]
     [successor] = [t["id"] for t in desk.coord.snapshot(WS)["tasks"].values() if t.get("supersedes") == task]
 
-    tab.switch_to.new_window("tab")
+    another_tab(tab, size_of(tab))
     try:
         sign_in(tab, desk, who=BOB)
         click(tab, By.CSS_SELECTOR, f"a[href$='/review/{task}']")  # the escalation's "from" in Bob's inbox
@@ -736,7 +775,7 @@ def test_an_escalation_leads_to_its_history(desk: Desk, tab: WebDriver, shots: P
         note = wait(tab, lambda d: d.find_element(By.ID, "escalated-from").text, "the successor's page")
         assert note.startswith(f"Escalated to {BOB} by {ALICE} from {task} at ")
         assert tab.find_element(By.ID, "task-state").text == "created"
-        tab.save_screenshot(str(shots / "escalation-successor.png"))
+        snap(tab, shots, "escalation-successor")
     finally:
         tab.close()
         tab.switch_to.window(tab.window_handles[-1])
@@ -751,7 +790,8 @@ def edited(n: int, draft: Any) -> tuple[Any, list[dict[str, Any]]]:
     return {**draft, "retries": 0}, [{"op": "replace", "path": "/retries", "value": 0}]
 
 
-def test_fifty_mixed_reviews_are_cleared_by_keyboard_alone(desk: Desk, tab: WebDriver, shots: Path) -> None:
+def test_fifty_mixed_reviews_are_cleared_by_keyboard_alone(desk: Desk, desktop_tab: WebDriver, shots: Path) -> None:
+    tab = desktop_tab
     ws = "wsp_fifty"
     for who, kind in ((ALICE, "human"), (BOT, "agent")):
         client(desk, who, ws).ok("participant.join", type=kind, role="reviewer" if kind == "human" else "drafter")
@@ -785,7 +825,7 @@ def test_fifty_mixed_reviews_are_cleared_by_keyboard_alone(desk: Desk, tab: WebD
         at_inbox(tab, ws)
         press(tab, Keys.ENTER)  # the oldest review left
     wait(tab, lambda d: "Nothing waits for your review." in d.find_element(By.ID, "view").text, "an empty inbox")
-    tab.save_screenshot(str(shots / "queue-cleared.png"))
+    snap(tab, shots, "queue-cleared")
 
     for n, task in enumerate(tasks):
         assert recorded(desk, task, ws) == [(plan[task], ALICE, None)], n
@@ -834,8 +874,8 @@ def test_the_page_locks_as_soon_as_the_task_changes_elsewhere(desk: Desk, tab: W
     assert recorded(desk, task) == [("decide.approve", BOB, None)]
 
 
-def test_a_whisper_is_answered_once_with_what_it_needs(desk: Desk, tab: WebDriver, shots: Path) -> None:
-    ws = "wsp_whisper"
+def test_a_whisper_is_answered_once_with_what_it_needs(desk: Desk, tab: WebDriver, shots: Path, size: str) -> None:
+    ws = each_size("wsp_whisper", size)
     alice, bot = client(desk, ALICE, ws), client(desk, BOT, ws)
     alice.ok("workspace.create", profiles=["core/1.0", "review/1.0", "whisper/1.0"])
     alice.ok("participant.join", type="human", role="reviewer")
@@ -852,7 +892,7 @@ def test_a_whisper_is_answered_once_with_what_it_needs(desk: Desk, tab: WebDrive
     assert "high urgency" in text and "Refund the shipping too?" in text and f"Asked by {BOT} about refund" in text
     assert "lapses at" in text and "if it lapses: No" in text
     assert "The parcel arrived late.\nThe customer asked twice." in text
-    tab.save_screenshot(str(shots / "inbox-whisper.png"))
+    snap(tab, shots, "inbox-whisper")
     yes = f"[data-whisper='{whisper}'] button[data-option='\"y\"']"
     wait(tab, lambda d: ActionChains(d).double_click(d.find_element(By.CSS_SELECTOR, yes)).perform() or True,
          "double-clicking Yes")
@@ -863,8 +903,10 @@ def test_a_whisper_is_answered_once_with_what_it_needs(desk: Desk, tab: WebDrive
             for e in answers] == [(ALICE, "y", None)]
 
 
-def test_one_inbox_across_the_workspaces_a_person_belongs_to(desk: Desk, tab: WebDriver, shots: Path) -> None:
-    north, south = "wsp_north", "wsp_south"
+def test_one_inbox_across_the_workspaces_a_person_belongs_to(
+    desk: Desk, tab: WebDriver, shots: Path, size: str
+) -> None:
+    north, south = each_size("wsp_north", size), each_size("wsp_south", size)
     for ws in (north, south):
         for who, kind in ((ALICE, "human"), (BOT, "agent")):
             client(desk, who, ws).ok("participant.join", type=kind, role="reviewer" if kind == "human" else "drafter")
@@ -886,7 +928,7 @@ def test_one_inbox_across_the_workspaces_a_person_belongs_to(desk: Desk, tab: We
 
     wait(tab, lambda d: crossing(d) == [(north, first), (south, second), (north, third)], "every workspace's reviews")
     assert "Workspace" in tab.find_element(By.CSS_SELECTOR, "#review-results thead").get_attribute("textContent")
-    tab.save_screenshot(str(shots / "inbox-all-workspaces.png"))
+    snap(tab, shots, "inbox-all-workspaces")
     tab.find_element(By.ID, "page-title").click()
     press(tab, Keys.ENTER)
     showing(tab, first)

@@ -1142,7 +1142,10 @@ const VERBS = {
   "task.cancel": () => "Cancelled",
 };
 
-const DECISIONS = new Set(["decide.approve", "decide.override", "decide.reject", "abstain.declare", "escalate.raise", "task.cancel"]);
+// The calls that take a task out of the hands of the page that had it open:
+// a review's decisions, and an escalated task's completion.
+const ENDINGS = new Set(["decide.approve", "decide.override", "decide.reject", "abstain.declare", "escalate.raise",
+  "task.complete", "task.cancel"]);
 
 // A task no longer waiting for review: what was decided, by whom, when and
 // why, read-only. Reached from a link, or live when the task was decided
@@ -1161,7 +1164,7 @@ function renderClosedReview(task, wasOpen) {
   }
   draft = draftOf(task, asked) ?? draft;
   const name = title(task.kind, draft);
-  const last = [...history].reverse().find((d) => DECISIONS.has(d.method));
+  const last = [...history].reverse().find((d) => ENDINGS.has(d.method));
   const unsent = wasOpen ? wasOpen.unsent() : null;
   const successors = Object.values(state.snapshot.tasks).filter((t) => t.supersedes === id);
   state.review = null;
