@@ -6,10 +6,12 @@ an SMTP server (aiosmtpd) keeping every message."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import socket
 import threading
+from collections.abc import Callable
 from email import message_from_bytes
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,7 +31,9 @@ class WebhookReceiver:
     """POSTs to http://127.0.0.1:PORT/<path>, kept in `deliveries` (those
     answered 2xx) once `fail_first` requests have been answered 500.
     `answer` is the status of the others (a 3xx redirects to /elsewhere);
-    every request's path is in `paths`."""
+    every request's path is in `paths`. `before_answer`, when set, is called
+    with each delivery once it is kept and before it is answered (a test
+    kills the sender there); a sender gone before its answer is no error."""
 
     def __init__(self, secret: str, *, fail_first: int = 0, port: int = 0) -> None:
         self.secret = secret
@@ -38,6 +42,7 @@ class WebhookReceiver:
         self.answer = 204
         self.paths: list[str] = []
         self.deliveries: list[Delivery] = []
+        self.before_answer: Callable[[Delivery], None] | None = None
         self.lock = threading.Lock()
         self.server: ThreadingHTTPServer | None = None
         self.port = port
@@ -50,18 +55,24 @@ class WebhookReceiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 (http.server's name)
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                delivery = None
                 with receiver.lock:
                     receiver.requests += 1
                     receiver.paths.append(self.path)
                     status = 500 if receiver.requests <= receiver.fail_first else receiver.answer
                     if 200 <= status < 300:
-                        receiver.deliveries.append(Delivery(
+                        delivery = Delivery(
                             self.path, self.headers.get("Idempotency-Key", ""), body,
-                            receiver.signed(self.headers.get("Chapline-Signature", ""), body)))
-                self.send_response(status)
-                if 300 <= status < 400:
-                    self.send_header("Location", "/elsewhere")
-                self.end_headers()
+                            receiver.signed(self.headers.get("Chapline-Signature", ""), body))
+                        receiver.deliveries.append(delivery)
+                    hook = receiver.before_answer
+                if delivery is not None and hook is not None:
+                    hook(delivery)
+                with contextlib.suppress(ConnectionError):  # the sender may be gone (killed)
+                    self.send_response(status)
+                    if 300 <= status < 400:
+                        self.send_header("Location", "/elsewhere")
+                    self.end_headers()
 
             def log_message(self, *args: Any) -> None:
                 pass

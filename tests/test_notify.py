@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 import pytest
 from client import Client, Http
-from notify_receivers import SmtpReceiver, WebhookReceiver
+from notify_receivers import Delivery, SmtpReceiver, WebhookReceiver
 from servers import Serve, env
 from support import eventually
 
@@ -473,6 +473,12 @@ def test_serve_delivers_every_notice_through_a_killed_receiver_and_a_killed_serv
         reviews(first, 8)
     finally:
         first.stop(signal.SIGKILL)
+    # A kill that lands during a send leaves that row claimed for the lease
+    # (300 s): end it as its passing would, so the wait below need not outlast
+    # it. Rows waiting out a backoff wait far less than 200 s here.
+    now = time.time()
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        conn.execute("UPDATE notify_outbox SET next_at = ? WHERE state = 'pending' AND next_at > ?", (now, now + 200))
     receiver.start()
     with Serve(db, *options) as second:
         reviews(second, 4)
@@ -495,6 +501,127 @@ def test_serve_delivers_every_notice_through_a_killed_receiver_and_a_killed_serv
     assert told == sorted((t, (BOB,)) for t in asked)
     log = _cli("deliveries", "--db", str(db), "--limit", "1000")
     assert log.returncode == 0 and "failed: HTTP 500" in log.stdout and log.stdout.count(" ok: HTTP 204") >= 20
+
+
+def test_a_notice_sent_but_not_recorded_before_a_crash_is_sent_again_with_its_key(tmp_path: Path) -> None:
+    """The window at-least-once delivery is for: the receiver has a notice
+    and answers 2xx, but the server dies (SIGKILLed by the receiver itself,
+    before its answer) before it records the delivery. A server restarted on
+    the database sends that notice again, same key and same body, so that
+    the receiver, deduplicating by key, has every notice exactly once; the
+    delivery log has it delivered once acknowledged, and nothing else is
+    sent twice. The crash leaves the row claimed for the claim's lease (300 s
+    of wall clock, SPECIFICATION.md, "Notifications"): the test ends the
+    lease, as its passing would, instead of waiting five minutes."""
+    db = tmp_path / "chap.db"
+    receiver = WebhookReceiver(SECRET)
+    added = _cli("add-webhook", receiver.url + "/hook", "--workspace", WS, "--secret", SECRET, "--db", str(db))
+    assert added.returncode == 0, added.stderr
+    sub_id = added.stdout.strip()
+    # Asked before any server runs: the first server decides these notices as
+    # it catches up, so no call of the test is in flight when it is killed.
+    expected: set[tuple[str, str, tuple[str, ...]]] = set()  # (type, task, to)
+    coord = Coordinator(open_store(str(db)), default_profiles=PROFILES)
+    try:
+        c = Client(coord, WS)
+        _members(c)
+        for n in range(3):
+            t = c.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={})["task_id"]
+            c.ok("task.update", frm=BOT, task_id=t, state="in_progress")
+            c.ok("review.request", frm=BOT, task_id=t, to=[BOB], artefact={"n": n})
+            expected.add(("review.requested", t, (BOB,)))
+        c.ok("whisper.ask", frm=ALICE, to=[CAROL], task_id=t, question="Ship it?", deadline_ms=600_000,
+             default_if_lapsed="no")
+        expected.add(("whisper.asked", t, (CAROL,)))
+    finally:
+        coord.close()
+
+    options = ("--projection", f"notifications={db}", "--desk-url", DESK)
+    started = threading.Event()
+    servers: list[Serve] = []
+    crashed: list[Delivery] = []
+
+    def crash(delivery: Delivery) -> None:
+        """The first delivery: its sender killed before it hears the answer."""
+        if crashed:
+            return
+        crashed.append(delivery)
+        assert started.wait(60), "serve did not start"
+        servers[0].proc.kill()
+        servers[0].proc.wait()
+
+    receiver.before_answer = crash
+    try:
+        first = Serve(db, *options)
+        servers.append(first)
+        started.set()
+        try:
+            eventually(lambda: crashed and first.proc.returncode is not None, "the server killed mid-delivery")
+        finally:
+            first.stop(signal.SIGKILL)  # reaped already, unless the wait above failed
+        receiver.before_answer = None
+        assert first.proc.returncode == -signal.SIGKILL
+        [sent] = crashed
+        assert receiver.requests == 1  # one delivery at a time: nothing else was sent
+
+        with contextlib.closing(sqlite3.connect(db)) as conn:
+            outbox = {notice: (state, attempts, next_at) for notice, sub, state, attempts, next_at in conn.execute(
+                "SELECT notice, subscription, state, attempts, next_at FROM notify_outbox") if sub == sub_id}
+            # Claimed (its attempt counted, held for the lease), never recorded:
+            # the server died between the receiver's 2xx and its record.
+            assert len(outbox) == len(expected) and sent.key in outbox
+            state, attempts, lease_end = outbox[sent.key]
+            assert (state, attempts) == ("pending", 1) and lease_end > time.time() + 60
+            assert {key: row[:2] for key, row in outbox.items() if key != sent.key} == {
+                key: ("pending", 0) for key in outbox if key != sent.key}
+            assert conn.execute("SELECT count(*) FROM notify_attempts").fetchone() == (0,)
+            with conn:  # the lease over, as 300 s would end it
+                ended = conn.execute("UPDATE notify_outbox SET next_at = ? WHERE notice = ? AND subscription = ?",
+                                     (time.time(), sent.key, sub_id))
+                assert ended.rowcount == 1
+
+        def all_recorded() -> bool:
+            with contextlib.closing(sqlite3.connect(db)) as conn:
+                [(delivered,)] = conn.execute("SELECT count(*) FROM notify_outbox WHERE state = 'delivered'")
+            return bool(delivered == len(expected))
+
+        with Serve(db, *options) as second:
+            with httpx.Client(base_url=second.base, timeout=60) as http:  # and a live one, after the restart
+                c = Client(Http(http), WS)
+                t = c.ok("task.create", frm=ALICE, assignee=BOT, kind="k", input={})["task_id"]
+                c.ok("task.update", frm=BOT, task_id=t, state="in_progress")
+                c.ok("review.request", frm=BOT, task_id=t, to=[CAROL], artefact={"n": "live"})
+                expected.add(("review.requested", t, (CAROL,)))
+            eventually(all_recorded, "every notice delivered and recorded")
+    finally:
+        if receiver.server is not None:
+            receiver.stop()
+
+    # At the receiver: the killed delivery's notice twice, same key and body;
+    # every other once; deduplicated by key, exactly the notices asked for.
+    assert receiver.requests == len(receiver.deliveries)  # every request answered 2xx
+    assert all(d.signed and d.path == "/hook" for d in receiver.deliveries)
+    times: dict[str, int] = {}
+    bodies: dict[str, set[bytes]] = {}
+    for d in receiver.deliveries:
+        times[d.key] = times.get(d.key, 0) + 1
+        bodies.setdefault(d.key, set()).add(d.body)
+    assert times == {key: 2 if key == sent.key else 1 for key in times}
+    assert all(len(same) == 1 for same in bodies.values())  # the resend is the same notice
+    notices = {key: json.loads(body) for key, [body] in ((k, list(v)) for k, v in bodies.items())}
+    assert all(notice["id"] == key for key, notice in notices.items())
+    told = {(n["type"], n["task_id"], tuple(n["to"])) for n in notices.values()}
+    assert told == expected and len(notices) == len(expected)
+
+    # In the delivery log: each row delivered; the killed notice's first
+    # attempt (the claim the crash ended) counted but without a record, its
+    # second acknowledged; every other delivered on its first attempt.
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        outbox_rows = conn.execute("SELECT notice, subscription, state, attempts FROM notify_outbox").fetchall()
+        logged = conn.execute("SELECT notice, subscription, attempt, ok, outcome FROM notify_attempts").fetchall()
+    first_ok = {key: 2 if key == sent.key else 1 for key in notices}
+    assert sorted(outbox_rows) == sorted((key, sub_id, "delivered", n) for key, n in first_ok.items())
+    assert sorted(logged) == sorted((key, sub_id, n, 1, "HTTP 204") for key, n in first_ok.items())
 
 
 def test_serve_tells_a_review_by_webhook_slack_and_email_without_the_desk(
