@@ -874,6 +874,29 @@ def test_the_page_locks_as_soon_as_the_task_changes_elsewhere(desk: Desk, tab: W
     assert recorded(desk, task) == [("decide.approve", BOB, None)]
 
 
+def test_the_timeline_says_why_a_call_was_refused_and_opens_its_task(desk: Desk, tab: WebDriver, shots: Path) -> None:
+    task = ask(desk, "report", {"title": "On the timeline", "body": "An agent tried to approve it."})
+    answer = desk.call(BOT, "decide.approve", task_id=task)  # an agent may not decide its own draft
+    assert answer["error"]["code"] == -32011
+    # The log keeps a refusal's code only (CHAP's `outcome: {status, code}`),
+    # so the timeline says what the code means: -32011 is NOT_AUTHORISED.
+    [entry] = [e for e in desk.log() if e.get("outcome") and e["request"]["params"].get("task_id") == task]
+    assert entry["outcome"] == {"status": "refused", "code": -32011}
+    tab.get(f"{desk.url}/#/w/{WS}/workspace")
+    row = f"tr[data-seq='{entry['seq']}']"
+    text = wait(tab, lambda d: d.find_element(By.CSS_SELECTOR, row).text, "the refusal on the timeline")
+    quiet(tab)
+    assert "refused -32011: not authorised" in " ".join(text.split()) and BOT in text
+    tab.execute_script("arguments[0].scrollIntoView({block: 'center'})", tab.find_element(By.CSS_SELECTOR, row))
+    snap(tab, shots, "timeline-refusal")
+    click(tab, By.CSS_SELECTOR, f"{row} a[href$='/review/{task}']")
+    showing(tab, task)
+    assert tab.find_element(By.ID, "task-state").text == "review_requested"
+    click(tab, By.ID, "approve")
+    at_inbox(tab)
+    assert recorded(desk, task) == [("decide.approve", BOT, -32011), ("decide.approve", ALICE, None)]
+
+
 def test_a_whisper_is_answered_once_with_what_it_needs(desk: Desk, tab: WebDriver, shots: Path, size: str) -> None:
     ws = each_size("wsp_whisper", size)
     alice, bot = client(desk, ALICE, ws), client(desk, BOT, ws)

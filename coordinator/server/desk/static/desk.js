@@ -4,6 +4,7 @@ import { $, h, table } from "./dom.js";
 import { HELP, installKeys } from "./keys.js";
 import { diff } from "./patch.js";
 import { fieldChanges, firstLine, readable, title } from "./reading.js";
+import { refusalMeaning } from "./refusals.js";
 import { link, parse } from "./route.js";
 
 // Where a sign-in is kept: sessionStorage (this tab, across reloads) or,
@@ -1264,7 +1265,8 @@ async function renderWorkspace(current) {
       h("td", {}, call.params?.from ?? ""),
       h("td", {}, taskLink(call.params?.task_id ?? call.params?.original_task_id)),
       h("td", {}, refused
-        ? [h("span", { class: "badge refused" }, "refused"), ` ${e.outcome.code} ${e.outcome.message ?? ""}`]
+        ? [h("span", { class: "badge refused" }, "refused"), ` ${e.outcome.code}: `,
+          h("span", { class: "refusal" }, refusalMeaning(e.outcome.code))]
         : h("span", { class: "badge accepted" }, "accepted")),
       h("td", { class: "hash", title: e.prev_hash || "" }, (e.prev_hash || "").slice(7, 19)));
   });
