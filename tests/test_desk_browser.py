@@ -7,7 +7,9 @@ is then read back from the log), approves another, and opens the workspace
 page, where the chain is verified. Screenshots of each page are saved to
 $CHAPLINE_DESK_SCREENSHOTS (default: tests/artifacts/desk/, git-ignored, printed).
 
-Chromium missing is a failure, not a skip: `.ci/run` installs it.
+Every test here runs twice, in a browser at 1400x900 and in one emulating a
+390x844 phone (each with its own desk). Chromium missing is a failure, not
+a skip: `.ci/run` installs it.
 """
 
 from __future__ import annotations
@@ -124,8 +126,31 @@ class Desk:
         self.coord.close()
 
 
+# The two sizes the desk is made for, a desktop window and a phone: every
+# flow runs at both (here a browser and a desk for each; test_desk_review
+# draws each of its tabs at either).
+SIZES: dict[str, dict[str, Any] | None] = {
+    "1400x900": None,
+    "390x844": {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": True},
+}
+
+
+def size_of(driver: WebDriver) -> str:
+    return "390x844" if driver.execute_script("return window.innerWidth") < 600 else "1400x900"
+
+
+def snap(driver: WebDriver, shots: Path, name: str) -> None:
+    """A screenshot kept as an artefact, named with the size it was drawn at."""
+    driver.save_screenshot(str(shots / f"{name}-{size_of(driver)}.png"))
+
+
+@pytest.fixture(scope="module", params=list(SIZES))
+def size(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
-def desk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Desk]:
+def desk(tmp_path_factory: pytest.TempPathFactory, size: str) -> Iterator[Desk]:
     d = Desk(tmp_path_factory.mktemp("desk") / "chap.db")
     try:
         d.ok(ALICE, "participant.join", type="human", role="reviewer", display_name="Alice")
@@ -135,24 +160,29 @@ def desk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Desk]:
         d.close()
 
 
-def chromium(profile: Path, *extra: str, network_log: bool = False) -> WebDriver:
-    """Headless Chromium at 1400x900 with its own profile directory, `extra`
-    arguments, and with `network_log` DevTools' network events in its
-    "performance" log (what a page sent, which the page cannot always see)."""
+def chromium(profile: Path, *extra: str, network_log: bool = False, size: str = "1400x900") -> WebDriver:
+    """Headless Chromium with its own profile directory, `extra` arguments,
+    and with `network_log` DevTools' network events in its "performance"
+    log (what a page sent, which the page cannot always see); every tab at
+    `size`, a phone's emulated by chromedriver."""
     options = webdriver.ChromeOptions()
     options.binary_location = _binary("chromium")
     for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
                 "--disable-dev-shm-usage", "--window-size=1400,900", f"--user-data-dir={profile}", *extra):
         options.add_argument(arg)
+    metrics = SIZES[size]
+    if metrics is not None:
+        options.add_experimental_option("mobileEmulation", {"deviceMetrics": {
+            "width": metrics["width"], "height": metrics["height"], "pixelRatio": 1.0, "mobile": True}})
     if network_log:
         options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
     return webdriver.Chrome(options=options, service=Service(executable_path=_binary("chromedriver")))
 
 
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
-    driver = chromium(tmp_path_factory.mktemp("chromium-profile"))
+def browser(tmp_path_factory: pytest.TempPathFactory, size: str) -> Iterator[WebDriver]:
+    driver = chromium(tmp_path_factory.mktemp("chromium-profile"), size=size)
     try:
         yield driver
     finally:
@@ -212,7 +242,7 @@ def sign_in(driver: WebDriver, desk: Desk, shots: Path | None = None, who: str =
     field = wait(driver, lambda d: d.find_element(By.ID, "token").is_displayed()
                  and d.find_element(By.ID, "token"), "the sign-in form")
     if shots is not None:
-        driver.save_screenshot(str(shots / "1-sign-in.png"))
+        snap(driver, shots, "1-sign-in")
     field.send_keys(desk.token[who], Keys.ENTER)
     wait(driver, lambda d: d.find_element(By.ID, "principal").text == who, f"signed in as {who}")
     wait(driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-live") == "on",
@@ -241,7 +271,7 @@ def test_a_reviewers_day_in_the_desk(desk: Desk, browser: WebDriver, shots: Path
     row = wait(browser, lambda d: d.find_element(By.CSS_SELECTOR, f"tr[data-task='{task}']").text,
                "the row's text")
     assert "report" in row and BOT in row and "Figures from the ledger export" in row
-    browser.save_screenshot(str(shots / "2-inbox.png"))
+    snap(browser, shots, "2-inbox")
     browser.switch_to.window(second_tab)
     wait(browser, lambda d: inbox_rows(d) == [task], "the new review in the second tab")
     browser.switch_to.window(first_tab)
@@ -265,7 +295,7 @@ def test_a_reviewers_day_in_the_desk(desk: Desk, browser: WebDriver, shots: Path
     browser.find_element(By.ID, "rationale").send_keys("The ledger says 4.2 percent")
     browser.find_element(By.ID, "tags").send_keys("accuracy, figures")
     browser.execute_script("window.scrollTo(0, 0)")
-    browser.save_screenshot(str(shots / "3-review.png"))
+    snap(browser, shots, "3-review")
     browser.find_element(By.ID, "override").click()
     wait(browser, lambda d: d.current_url.endswith("/inbox") and inbox_rows(d) == [],
          "back to an empty inbox")
@@ -321,7 +351,7 @@ def test_a_reviewers_day_in_the_desk(desk: Desk, browser: WebDriver, shots: Path
     assert "refused -32011" in refusal and BOT in refusal
     assert task in shown["completed"] and second in shown["completed"]
     assert ALICE in shown["view"] and BOT in shown["view"]
-    browser.save_screenshot(str(shots / "4-workspace.png"))
+    snap(browser, shots, "4-workspace")
 
     # A new entry shows up on the timeline live, and the verdict follows it.
     third = desk.review({"quarter": "Q1"}, {"title": "Next"}, "")
@@ -416,7 +446,7 @@ def test_reject_abstain_and_escalate(desk: Desk, browser: WebDriver, shots: Path
          "the escalation in Bob's inbox")
     wait(browser, lambda d: "Escalated to you (1)" in d.find_element(By.ID, "view").text,
          "the escalation count")
-    browser.save_screenshot(str(shots / "5-escalated-inbox.png"))
+    snap(browser, shots, "5-escalated-inbox")
 
 
 def test_without_auth_the_desk_asks_whom_to_act_as(

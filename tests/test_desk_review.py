@@ -32,7 +32,21 @@ from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
-from test_desk_browser import ALICE, BOB, BOT, WS, Desk, chromium, click, quiet, sign_in, wait
+from test_desk_browser import (
+    ALICE,
+    BOB,
+    BOT,
+    SIZES,
+    WS,
+    Desk,
+    chromium,
+    click,
+    quiet,
+    sign_in,
+    size_of,
+    snap,
+    wait,
+)
 
 from coordinator.server.scopes import Grant
 
@@ -69,14 +83,8 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
         driver.quit()
 
 
-# Every flow runs at both sizes the desk is made for: a desktop window and
-# a phone (a device-metrics override, which holds for one tab only).
-SIZES: dict[str, dict[str, Any] | None] = {
-    "1400x900": None,
-    "390x844": {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": True},
-}
-
-
+# Every flow runs at both sizes the desk is made for, here as a
+# device-metrics override, which holds for one tab only.
 @pytest.fixture(params=list(SIZES))
 def size(request: pytest.FixtureRequest) -> str:
     return str(request.param)
@@ -88,10 +96,6 @@ def another_tab(driver: WebDriver, size: str) -> None:
     metrics = SIZES[size]
     if metrics is not None:
         driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
-
-
-def size_of(driver: WebDriver) -> str:
-    return "390x844" if driver.execute_script("return window.innerWidth") < 600 else "1400x900"
 
 
 def signed_in_tab(browser: WebDriver, desk: Desk, size: str) -> Iterator[WebDriver]:
@@ -121,11 +125,6 @@ def each_size(ws: str, size: str) -> str:
     """A workspace of its own for each size a test runs at, so the second
     run meets nothing the first left."""
     return f"{ws}_{size.split('x')[0]}"
-
-
-def snap(tab: WebDriver, shots: Path, name: str) -> None:
-    """A screenshot kept as an artefact, named with the size it was drawn at."""
-    tab.save_screenshot(str(shots / f"{name}-{size_of(tab)}.png"))
 
 
 def ask(desk: Desk, kind: str, artefact: Any, *, to: list[str] | None = None, summary: str = "",
