@@ -9,8 +9,13 @@ the person made (SPECIFICATION.md, "Review desk"):
 - a task decided elsewhere while the page is open turns read-only;
 - links carry the workspace, closed tasks show their decision history,
   reject is an explicit choice with a reason, drafts read as the agent wrote
-  them (nested parts folding), the keyboard clears a queue, and the pages fit
-  a 390 px phone.
+  them (nested parts folding), the keyboard clears a queue, and no page
+  scrolls sideways.
+
+Every test runs in a tab at 1400x900 and in one at 390x844 (a phone: the
+inbox's rows become cards), but for the fifty-review queue, cleared by
+keyboard alone at 1400x900, and the accessibility audit, which audits each
+page at both sizes in one run.
 
 The harness (the server, Chromium, waiting) is test_desk_browser.py's.
 Screenshots go to tests/artifacts/desk/ (or $CHAPLINE_DESK_SCREENSHOTS).
@@ -698,7 +703,8 @@ def test_a_sign_in_is_kept_across_tabs_only_when_asked(desk: Desk, browser: WebD
 def test_the_inbox_searches_filters_sorts_and_pages(desk: Desk, tab: WebDriver, shots: Path, size: str) -> None:
     ws = each_size("wsp_queue", size)
     summariser = "agent:summariser"
-    desk.token.setdefault(summariser, desk.tokens.create(summariser, Grant.everything())[0])
+    if summariser not in desk.token:  # the test's other size made one
+        desk.token[summariser] = desk.tokens.create(summariser, Grant.everything())[0]
     for who, kind in ((ALICE, "human"), (BOT, "agent"), (summariser, "agent")):
         client(desk, who, ws).ok("participant.join", type=kind, role="reviewer" if kind == "human" else "drafter")
 
