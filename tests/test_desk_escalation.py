@@ -142,10 +142,10 @@ def test_the_assignee_completes_an_escalated_task_from_the_desk(desk: Desk, tab:
 
 
 def test_ctrl_enter_completes_an_escalated_task_once(desk: Desk, tab: WebDriver) -> None:
-    original, successor = escalated_to_bob(desk, {"clause": "Liability capped at 4x fees."})
+    _, successor = escalated_to_bob(desk, {"clause": "Liability capped at 4x fees."})
     as_bob(tab, desk)
     try:
-        tab.get(f"{tab.current_url.split('#')[0]}#/w/{WS}/review/{successor}")
+        tab.get(f"{desk.url}/#/w/{WS}/review/{successor}")
         editor = wait(tab, lambda d: d.find_element(By.ID, "output"), "the escalated task's editor")
         quiet(tab)
         editor.send_keys(Keys.CONTROL, "a")
@@ -162,10 +162,10 @@ def test_ctrl_enter_completes_an_escalated_task_once(desk: Desk, tab: WebDriver)
 
 
 def test_an_escalated_task_done_elsewhere_holds_then_turns_read_only(desk: Desk, tab: WebDriver) -> None:
-    original, successor = escalated_to_bob(desk, {"clause": "Liability capped at 6x fees."})
+    _, successor = escalated_to_bob(desk, {"clause": "Liability capped at 6x fees."})
     as_bob(tab, desk)
     try:
-        tab.get(f"{tab.current_url.split('#')[0]}#/w/{WS}/review/{successor}")
+        tab.get(f"{desk.url}/#/w/{WS}/review/{successor}")
         editor = wait(tab, lambda d: d.find_element(By.ID, "output"), "the escalated task's editor")
         quiet(tab)
         editor.send_keys(Keys.CONTROL, "a")
