@@ -21,7 +21,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from support import eventually
-from test_desk_browser import act_as, browser, click, inbox_rows, quiet, wait  # noqa: F401
+from test_desk_browser import act_as, browser, click, inbox_rows, quiet, size, wait  # noqa: F401 (fixtures: at both sizes)
 from test_remote import SeenPaths, Server
 
 from coordinator import Decision, RemoteCoordinator

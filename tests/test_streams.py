@@ -47,7 +47,7 @@ from coordinator.server.sessions import SessionLimits
 from storage import SqliteStore
 
 # The desk's browser harness (Debian's Chromium through Selenium), for the last test.
-browser = desk_browser.browser
+browser, size = desk_browser.browser, desk_browser.size  # at both sizes
 wait = desk_browser.wait
 
 WS = "wsp_streams"
