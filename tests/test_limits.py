@@ -333,6 +333,38 @@ def test_audit_read_answers_at_least_one_entry_however_small_the_budget() -> Non
     assert [e["seq"] for e in page["entries"]] == [0] and page["next_seq"] == 1
 
 
+class _CountedReads(SqliteStore):
+    """A store that counts the log reads a call makes."""
+
+    reads = 0
+
+    def read_entries(self, *args: Any, **kwargs: Any) -> Any:
+        self.reads += 1
+        return super().read_entries(*args, **kwargs)
+
+
+def test_a_filtered_read_of_a_long_log_reads_it_in_few_chunks(tmp_path: Path) -> None:
+    """A filter that matches nothing for a long stretch grows the chunks it
+    reads (twice the last), instead of reading the stretch 16 entries at a
+    time: a handful of reads, whatever the log's length."""
+    store = _CountedReads(tmp_path / "chap.db")
+    coord = Coordinator(store=store)
+    _dispatch(coord, "workspace.create", workspace="wsp_long", **{"from": ALICE})
+    _dispatch(coord, "participant.join", workspace="wsp_long", type="human", **{"from": ALICE})
+    for _ in range(3000):
+        _dispatch(coord, "task.create", workspace="wsp_long", assignee=ALICE, kind="k", input={}, **{"from": ALICE})
+    last = _dispatch(coord, "task.create", workspace="wsp_long", assignee=ALICE, kind="last", input={},
+                     **{"from": ALICE})["task_id"]
+    _dispatch(coord, "task.update", workspace="wsp_long", task_id=last, state="in_progress", **{"from": ALICE})
+    store.reads = 0
+    page = _dispatch(coord, "audit.read", workspace="wsp_long", filter={"task_id": last})
+    assert [(e["seq"], e["envelope"]["method"]) for e in page["entries"]] == [(3003, "task.update")]
+    assert page["next_seq"] == 3004
+    # 3,004 entries in chunks of 16, 32, 64, ...: 8 reads (16 at a time: 188).
+    assert store.reads <= 8
+    coord.close()
+
+
 # -- the desk's snapshot ----------------------------------------------------------
 
 

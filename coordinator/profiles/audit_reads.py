@@ -118,13 +118,20 @@ def _read_within(
 ) -> tuple[list[dict[str, Any]], int]:
     """`_within` over the log read in chunks sized by what the entries so far
     weighed, so a log of large entries is never read whole to answer a page
-    of it (SPECIFICATION.md, "Bounds on memory and time")."""
+    of it (SPECIFICATION.md, "Bounds on memory and time"). Until an entry
+    is kept (a filter that matches nothing yet) each chunk is twice the
+    last, so a filtered read of a long log takes a few reads, not one per
+    `_FIRST_CHUNK` entries."""
     out: list[dict[str, Any]] = []
     used = 0
     at = start
+    blind = _FIRST_CHUNK
     while at < stop:
         average = used // len(out) if out else 0
-        size = (budget - used) // average + 1 if average else _FIRST_CHUNK
+        if average:
+            size = (budget - used) // average + 1
+        else:
+            size, blind = blind, blind * 2
         upto = min(stop, at + max(1, min(size, _MAX_CHUNK)))
         for entry in call.log.entries(at, upto, where):
             used += len(_encode(entry))
