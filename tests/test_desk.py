@@ -48,7 +48,8 @@ def test_the_desk_page_and_its_modules_are_served(served: tuple[httpx.Client, Co
     page = http.get("/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert '<script type="module" src="/desk/static/desk.js">' in page.text
-    for name in ("desk.js", "api.js", "dom.js", "keys.js", "markdown.js", "patch.js", "reading.js", "route.js", "desk.css",
+    for name in ("desk.js", "api.js", "dom.js", "keys.js", "markdown.js", "patch.js", "reading.js", "refusals.js", "route.js",
+                 "desk.css",
                  "favicon.svg"):
         reply = http.get(f"/desk/static/{name}")
         assert reply.status_code == 200, name

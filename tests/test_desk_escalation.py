@@ -19,6 +19,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from test_desk_browser import ALICE, BOB, WS, Desk, click, quiet, sign_in, wait
 from test_desk_review import (
+    HOLD,
     HOLD_REDRAWS,
     another_tab,
     ask,
@@ -151,8 +152,14 @@ def test_ctrl_enter_completes_an_escalated_task_once(desk: Desk, tab: WebDriver)
         editor.send_keys(Keys.CONTROL, "a")
         editor.send_keys(json.dumps({"clause": "Liability capped at 2x fees."}))
         wait(tab, lambda d: enabled(d, "complete"), "Complete enabled by valid JSON")
+        # The page's own fetch holds task.complete until released, so the
+        # second press comes while the first call is in flight.
+        tab.execute_script(HOLD.replace('"decide.', '"task.complete'))
         ctrl(tab, Keys.ENTER)
-        ctrl(tab, Keys.ENTER)  # pressed twice: one call
+        wait(tab, lambda d: d.execute_script("return window.__held") == 1, "the first call held")
+        ctrl(tab, Keys.ENTER)  # pressed again while it is in flight: no second call
+        assert tab.execute_script("return window.__held") == 1
+        tab.execute_script("window.__release()")
         at_inbox(tab)
     finally:
         back_to_alice(tab)
@@ -179,9 +186,11 @@ def test_an_escalated_task_done_elsewhere_holds_then_turns_read_only(desk: Desk,
         assert BOB in notice and "updating" in notice
         assert not enabled(tab, "complete") and tab.find_element(By.ID, "output").get_attribute("readonly")
         tab.find_element(By.ID, "complete").click()  # disabled: nothing happens
-        ctrl(tab, Keys.ENTER)
+        tab.find_element(By.ID, "output").click()
+        ctrl(tab, Keys.ENTER)  # from the editor, where Ctrl+Enter completes: nothing either
         tab.execute_script("window.__release()")
-        wait(tab, lambda d: d.find_element(By.ID, "decided-elsewhere"), "the read-only page")
+        ended = wait(tab, lambda d: d.find_element(By.ID, "decided-elsewhere").text, "the read-only page")
+        assert f"completed by {BOB}" in ended and "Nothing you entered was sent" in ended
         assert not tab.find_elements(By.ID, "complete") and not tab.find_elements(By.ID, "output")
         assert "Mine, never sent." in (tab.find_element(By.ID, "unsent").get_attribute("textContent") or "")
     finally:

@@ -14,8 +14,8 @@ the person made (SPECIFICATION.md, "Review desk"):
 
 Every test runs in a tab at 1400x900 and in one at 390x844 (a phone: the
 inbox's rows become cards), but for the fifty-review queue, cleared by
-keyboard alone at 1400x900, and the accessibility audit, which audits each
-page at both sizes in one run.
+keyboard alone at 1400x900, and the accessibility audit, which audits the
+sign-in page once and each other page at both sizes in one run.
 
 The harness (the server, Chromium, waiting) is test_desk_browser.py's.
 Screenshots go to tests/artifacts/desk/ (or $CHAPLINE_DESK_SCREENSHOTS).
@@ -563,8 +563,8 @@ def test_the_keyboard_clears_a_queue(desk: Desk, tab: WebDriver, shots: Path) ->
 
 
 def test_no_page_scrolls_sideways(desk: Desk, tab: WebDriver, shots: Path) -> None:
-    """At 390 px the inbox lists cards; at either size no page is wider
-    than the window, whatever a draft holds."""
+    """At either size no page is wider than the window, whatever a draft
+    holds (at 390 px the inbox's rows are drawn as cards)."""
     task = ask(desk, "postmortem", POSTMORTEM, summary="A long rationale that has to wrap on a phone screen")
     tab.get(f"{desk.url}/#/w/{WS}/inbox")
     wait(tab, lambda d: d.find_elements(By.CSS_SELECTOR, f"a[data-task='{task}']"), "the review as a card")
@@ -881,7 +881,7 @@ def test_the_page_locks_as_soon_as_the_task_changes_elsewhere(desk: Desk, tab: W
 
 def test_the_timeline_says_why_a_call_was_refused_and_opens_its_task(desk: Desk, tab: WebDriver, shots: Path) -> None:
     task = ask(desk, "report", {"title": "On the timeline", "body": "An agent tried to approve it."})
-    refused(desk.call(BOT, "decide.approve", task_id=task), -32011)  # an agent may not decide its own draft
+    refused(desk.call(BOT, "decide.approve", task_id=task), -32011)  # not among the reviewers it asked (to=[ALICE])
     # The log keeps a refusal's code only (CHAP's `outcome: {status, code}`),
     # so the timeline says what the code means: -32011 is NOT_AUTHORISED.
     [entry] = [e for e in desk.log() if e.get("outcome") and e["request"]["params"].get("task_id") == task]

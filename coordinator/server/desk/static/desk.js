@@ -1140,13 +1140,13 @@ const VERBS = {
   "abstain.declare": () => "Abstained",
   "escalate.raise": () => "Escalated",
   "task.complete": () => "Completed",
-  "task.cancel": () => "Cancelled",
+  "control.cancel": () => "Cancelled",
 };
 
 // The calls that take a task out of the hands of the page that had it open:
-// a review's decisions, and an escalated task's completion.
+// a review's decisions, a cancellation, and an escalated task's completion.
 const ENDINGS = new Set(["decide.approve", "decide.override", "decide.reject", "abstain.declare", "escalate.raise",
-  "task.complete", "task.cancel"]);
+  "task.complete", "control.cancel"]);
 
 // A task no longer waiting for review: what was decided, by whom, when and
 // why, read-only. Reached from a link, or live when the task was decided
@@ -1165,7 +1165,12 @@ function renderClosedReview(task, wasOpen) {
   }
   draft = draftOf(task, asked) ?? draft;
   const name = title(task.kind, draft);
-  const last = [...history].reverse().find((d) => ENDINGS.has(d.method));
+  // What ended it is the task's last recorded call, if that is an ending (a
+  // task.complete only when it completed the task: one that opened a review
+  // ended nothing); an older round's decision is not shown as this one's.
+  const final = history.at(-1);
+  const last = final && ENDINGS.has(final.method) && (final.method !== "task.complete" || task.state === "completed")
+    ? final : undefined;
   const unsent = wasOpen ? wasOpen.unsent() : null;
   const successors = Object.values(state.snapshot.tasks).filter((t) => t.supersedes === id);
   state.review = null;
