@@ -142,16 +142,21 @@ def test_the_assignee_completes_an_escalated_task_from_the_desk(desk: Desk, tab:
     assert desk.coord.snapshot(WS)["tasks"][successor]["state"] == "completed"
 
 
+def with_output(tab: WebDriver, desk: Desk, task: str, output: Any) -> None:
+    """The escalated task's page, its editor holding `output` (Complete on)."""
+    tab.get(f"{desk.url}/#/w/{WS}/review/{task}")
+    editor = wait(tab, lambda d: d.find_element(By.ID, "output"), "the escalated task's editor")
+    quiet(tab)
+    editor.send_keys(Keys.CONTROL, "a")
+    editor.send_keys(json.dumps(output))
+    wait(tab, lambda d: enabled(d, "complete"), "Complete enabled by valid JSON")
+
+
 def test_ctrl_enter_completes_an_escalated_task_once(desk: Desk, tab: WebDriver) -> None:
     _, successor = escalated_to_bob(desk, {"clause": "Liability capped at 4x fees."})
     as_bob(tab, desk)
     try:
-        tab.get(f"{desk.url}/#/w/{WS}/review/{successor}")
-        editor = wait(tab, lambda d: d.find_element(By.ID, "output"), "the escalated task's editor")
-        quiet(tab)
-        editor.send_keys(Keys.CONTROL, "a")
-        editor.send_keys(json.dumps({"clause": "Liability capped at 2x fees."}))
-        wait(tab, lambda d: enabled(d, "complete"), "Complete enabled by valid JSON")
+        with_output(tab, desk, successor, {"clause": "Liability capped at 2x fees."})
         # The page's own fetch holds task.complete until released, so the
         # second press comes while the first call is in flight.
         tab.execute_script(HOLD.replace('"decide.', '"task.complete'))
@@ -172,12 +177,7 @@ def test_an_escalated_task_done_elsewhere_holds_then_turns_read_only(desk: Desk,
     _, successor = escalated_to_bob(desk, {"clause": "Liability capped at 6x fees."})
     as_bob(tab, desk)
     try:
-        tab.get(f"{desk.url}/#/w/{WS}/review/{successor}")
-        editor = wait(tab, lambda d: d.find_element(By.ID, "output"), "the escalated task's editor")
-        quiet(tab)
-        editor.send_keys(Keys.CONTROL, "a")
-        editor.send_keys(json.dumps({"clause": "Mine, never sent."}))
-        wait(tab, lambda d: enabled(d, "complete"), "Complete enabled by valid JSON")
+        with_output(tab, desk, successor, {"clause": "Mine, never sent."})
         # The page will not draw the task's new state until the test lets it.
         tab.execute_script(HOLD_REDRAWS)
         desk.ok(BOB, "task.complete", task_id=successor, output={"clause": "Done over HTTP."})  # Bob, elsewhere
