@@ -21,7 +21,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -837,3 +837,82 @@ def test_the_module_help_runs_without_a_server() -> None:
     )
     assert done.returncode == 0
     assert "--db" in done.stdout and "--profiles" in done.stdout
+
+
+# -- the shortcut: a call with a declared length skips the Starlette stack --
+
+def _chunked(body: bytes) -> Iterator[bytes]:
+    """A body httpx sends chunked (no Content-Length): the full stack's path."""
+    yield body
+
+
+SAME_EITHER_WAY = {
+    "a read": b'{"jsonrpc":"2.0","id":"r1","method":"audit.read","params":{"workspace":"w","from":"%s"}}'
+              % ALICE.encode(),
+    "no such method": b'{"jsonrpc":"2.0","id":"m1","method":"task.nothing","params":{"workspace":"w"}}',
+    "not JSON": b'{"jsonrpc":"2.0","id":',
+    "not an object": b'[1, 2]',
+    "empty": b"",
+    "a stranger's call": b'{"jsonrpc":"2.0","id":"s1","method":"audit.read","params":{"workspace":"w",'
+                         b'"from":"human:nobody@example.org"}}',
+}
+
+
+@pytest.mark.parametrize("name", list(SAME_EITHER_WAY))
+def test_a_call_is_answered_alike_with_a_declared_length_or_chunked(
+    served: tuple[str, Coordinator], name: str
+) -> None:
+    """The shortcut (a declared Content-Length) and the full stack (a chunked
+    body) give the same status, headers and body for the same request."""
+    url, _ = served
+    with httpx.Client(base_url=url, timeout=60) as http:
+        Client(Http(http), "w").call("participant.join", **{"from": ALICE}, type="human")
+        body = SAME_EITHER_WAY[name]
+        headers = {"Content-Type": "application/json"}
+        declared = http.post("/chap", content=body, headers=headers)
+        chunked = http.post("/chap", content=_chunked(body), headers=headers)
+    assert "content-length" in declared.request.headers and "content-length" not in chunked.request.headers
+    assert declared.status_code == chunked.status_code
+    # The log grows between the two reads, so compare what a read answers by shape.
+    if name == "a read":
+        assert declared.status_code == 200
+        assert declared.json()["result"].keys() == chunked.json()["result"].keys()
+    else:
+        assert declared.json() == chunked.json()
+    skip = {"date", "content-length"}
+    assert ({k: v for k, v in declared.headers.items() if k not in skip}
+            == {k: v for k, v in chunked.headers.items() if k not in skip})
+    assert int(declared.headers["content-length"]) == len(declared.content)
+
+
+class _BrokenAuth:
+    """An authenticator whose check raises: a defect before the coordinator."""
+
+    def admission(self, header: str | None, body: bytes) -> Any:
+        raise RuntimeError("the token check broke on /srv/secret/tokens.db")
+
+    def principal(self, header: str | None) -> str:
+        raise RuntimeError("the token check broke on /srv/secret/tokens.db")
+
+
+def test_a_defect_on_the_shortcut_is_500_with_a_log_id_and_the_browser_headers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    coord = Coordinator(store=MemoryStore())
+    server = LiveServer(create_app(coord, auth=cast(Any, _BrokenAuth())))
+    try:
+        reply = _post(server.url, _call("participant.join", **{"from": ALICE}, type="human"))
+        # The same defect on the full stack's path answers alike.
+        with httpx.Client(base_url=server.url, timeout=60) as http:
+            stacked = http.post("/chap", content=_chunked(reply.request.content),
+                                headers={"Content-Type": "application/json"})
+    finally:
+        server.stop()
+        coord.close()
+    for answer in (reply, stacked):
+        body = _refused_over_http(answer, 500, -32603)
+        log_id = body["error"]["data"]["log_id"]
+        assert log_id in body["error"]["message"] and "secret" not in answer.text
+        assert any(log_id in r.getMessage() for r in caplog.records)
+        assert answer.headers["x-content-type-options"] == "nosniff"
+    assert not coord.workspace_ids()  # nothing reached the coordinator

@@ -103,9 +103,10 @@ class SerialDispatcher:
             if self._closed:
                 raise DispatcherClosed("the dispatcher is closed; no more calls are taken")
             self._queue.put((job, loop, future))
-        # shield: a client that disconnects cancels its request task, but the
-        # call is already queued and will run; only the waiting is abandoned.
-        return await asyncio.shield(future)
+        # A client that disconnects cancels its request task, and with it
+        # this future; the call is already queued and still runs, and its
+        # answer is dropped (`_settle` skips a future that is done).
+        return await future
 
     def close(self) -> None:
         """Stop taking calls, finish the queued ones, and join the thread."""
@@ -175,8 +176,15 @@ class SerialDispatcher:
             except Exception as exc:
                 error = internal_error(log, "group commit failed; answering -32603 to the whole group", exc)
                 responses = [error_response(None, error) for _ in group]
+        # One wake-up of each waiting loop for the whole group.
+        answers: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
         for (_, loop, future), response in zip(group, responses, strict=True):
-            _post(loop, future, (response, None))
+            answers.setdefault(loop, []).append((future, response))
+        for loop, settled in answers.items():
+            try:
+                loop.call_soon_threadsafe(_answer_all, settled)
+            except RuntimeError:
+                pass  # the loop is already closed: nobody is waiting for these answers
 
     def _dispatch(self, request: _Body) -> dict[str, Any]:
         body, authorise = request
@@ -216,6 +224,12 @@ def _post(
     except RuntimeError:
         # The loop is already closed: nobody is waiting for this answer.
         pass
+
+
+def _answer_all(settled: list[tuple[asyncio.Future[Any], Any]]) -> None:
+    for future, response in settled:
+        if not future.done():
+            future.set_result(response)
 
 
 def _settle(future: asyncio.Future[Any], outcome: tuple[Any, BaseException | None]) -> None:

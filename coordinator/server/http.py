@@ -31,21 +31,15 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from coordinator.engine.incidents import internal_error
-from coordinator.engine.wire import (
-    INTERNAL_ERROR,
-    INVALID_REQUEST,
-    STORE_CONFLICT,
-    STORE_WRITE_FAILED,
-    STORED_OBJECT_UNREADABLE,
-    error_response,
-)
-from coordinator.errors import DispatcherClosed, LimitError, RpcError
+from coordinator.engine.wire import INVALID_REQUEST, error_response
+from coordinator.errors import LimitError, RpcError
 from coordinator.extras import installed, needs
 from coordinator.profiles import REGISTRY
 from coordinator.server.auth import Authenticator
-from coordinator.server.authz import Gatekeeper, authoriser
+from coordinator.server.authz import Gatekeeper
 from coordinator.server.body import BodyLimit
 from coordinator.server.browser import DEFAULT_POLICY, BrowserGuard, BrowserPolicy
+from coordinator.server.chap_route import PATHS, ChapEndpoint, ChapShortcut, status_of
 from coordinator.server.desk import DeskTarget, EventHub, desk_routes
 from coordinator.server.dispatcher import SerialDispatcher, sweep_every
 from coordinator.server.drain import Draining, settle
@@ -71,28 +65,9 @@ __all__ = ["MAX_BODY_BYTES", "MCP_PATH", "AppServer", "create_app", "status_of"]
 
 log = logging.getLogger(__name__)
 
-PATHS = ("/chap", "/")
 MCP_PATH = "/mcp"
 
 _encoder = msgspec.json.Encoder()
-
-# Errors that are not the caller's to fix. A defect, or a stored row the
-# operator must repair: 500. The store down or out-raced twice: nothing was
-# applied and the same call may succeed later, so 503.
-_SERVER_SIDE = {
-    INTERNAL_ERROR: 500,
-    STORED_OBJECT_UNREADABLE: 500,
-    STORE_WRITE_FAILED: 503,
-    STORE_CONFLICT: 503,
-}
-
-
-def status_of(response: dict[str, Any]) -> int:
-    """The HTTP status of a coordinator's JSON-RPC response."""
-    error = response.get("error")
-    if error is None:
-        return 200
-    return _SERVER_SIDE.get(error.get("code"), 400)
 
 
 def create_app(
@@ -202,35 +177,7 @@ def create_app(
 
         agents += a2a_routes(gate, methods, public_url + A2A_PATH, auth)
 
-    async def chap(request: Request) -> Response:
-        if request.method == "OPTIONS":
-            return Response(status_code=204)
-        body = await request.body()  # at most max_body_bytes (BodyLimit)
-        # Without a token where one is needed, the answer (401) is the same here.
-        if (affinity is not None and not affinity.passed_on(request.scope)
-                and (auth is None or "authorization" in request.headers)):
-            elsewhere = affinity.elsewhere(body)
-            if elsewhere is not None:
-                answer = await affinity.forward(elsewhere, request.scope["raw_path"], request.headers.raw, body)
-                if answer is not None:
-                    return Response(answer.body, answer.status, headers={
-                        name.decode("latin-1"): value.decode("latin-1") for name, value in answer.headers
-                    })
-        authorise = None
-        if auth is not None:
-            admission = auth.admission(request.headers.get("authorization"), body)
-            if admission.refusal is not None:
-                status, request_id, error = admission.refusal
-                if status == 401:
-                    return _unauthenticated(error)
-                return _json(status, error_response(request_id, error))
-            assert admission.identity is not None
-            authorise = authoriser(admission.identity)
-        try:
-            response = await gate(body, authorise)
-        except DispatcherClosed:
-            return _rpc_error(503, INTERNAL_ERROR, "The server is shutting down; retry elsewhere")
-        return _json(status_of(response), response)
+    endpoint = ChapEndpoint(gate, auth, affinity)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -257,7 +204,7 @@ def create_app(
             # already queued, off the loop, so their writes reach the store.
             await asyncio.to_thread(dispatcher.close)
 
-    routes: list[BaseRoute] = [Route(path, chap, methods=["POST", "OPTIONS"]) for path in PATHS]
+    routes: list[BaseRoute] = [Route(path, endpoint, methods=["POST", "OPTIONS"]) for path in PATHS]
     routes += agents
     if watch is not None:
         watch.watch(hub.credentials, hub.end_credential)
@@ -267,6 +214,7 @@ def create_app(
     routes += desk_routes(target, dispatcher, auth, hub, opened=opened)
     app = _Guarded(
         browser,
+        lambda stack: ChapShortcut(stack, endpoint, max_body_bytes),
         routes=routes,
         lifespan=lifespan,
         # Every route's body is bounded before the route sees it (server/body.py).
@@ -286,14 +234,17 @@ def create_app(
 
 class _Guarded(Starlette):
     """Starlette with the browser guard outside everything, so that every
-    answer, a defect's 500 included, carries its headers."""
+    answer, a defect's 500 included, carries its headers; inside it, the
+    shortcut that answers an ordinary call without the stack
+    (server/chap_route.py)."""
 
-    def __init__(self, policy: BrowserPolicy, **kwargs: Any) -> None:
+    def __init__(self, policy: BrowserPolicy, shortcut: Callable[[ASGIApp], ASGIApp], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.policy = policy
+        self.shortcut = shortcut
 
     def build_middleware_stack(self) -> ASGIApp:
-        return BrowserGuard(super().build_middleware_stack(), self.policy)
+        return BrowserGuard(self.shortcut(super().build_middleware_stack()), self.policy)
 
 
 class AppServer(uvicorn.Server):
@@ -346,12 +297,6 @@ def _json(status: int, payload: dict[str, Any]) -> Response:
         status_code=status,
         media_type="application/json",
     )
-
-
-def _unauthenticated(err: RpcError) -> Response:
-    response = _json(401, error_response(None, err))
-    response.headers["WWW-Authenticate"] = 'Bearer realm="chap"'
-    return response
 
 
 def _rpc_error(status: int, code: int, message: str) -> Response:
