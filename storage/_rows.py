@@ -52,6 +52,12 @@ class Dialect(msgspec.Struct, frozen=True, kw_only=True):
     # the SQL only narrows, every row returned is checked with entry_matches.
     filters: Mapping[str, str]
     refused: str  # true for a recorded refusal, false for an accepted call
+    # A table of each entry's filter fields (a column per `filters` name, and
+    # `refused`) kept behind the log, where the store has one (SQLite): a
+    # filtered read takes the entries it lists and scans the entries past
+    # its last by the expressions. None: the expressions are indexed.
+    keys: str | None = None
+    keys_index: str = ""  # the prefix of the keys table's index names, before a column's
 
 
 class _Unreadable(Exception):
@@ -204,6 +210,10 @@ def _skip(log: logging.Logger, source: str, wid: str, exc: Exception) -> None:
     )
 
 
+# The keys columns, the one usually matching fewest entries first.
+_SELECTIVE = ("task_id", "sender", "method", "refused")
+
+
 def entries_query(
     d: Dialect,
     columns: str,
@@ -217,20 +227,44 @@ def entries_query(
     comparisons are pushed down (SQL makes them as Python does); anything
     else is left to entry_matches."""
     p = d.param
-    sql = f"SELECT {columns} FROM chap_entries WHERE workspace = {p} AND seq >= {p}"
-    args: list[Any] = [workspace, max(start, 0)]
-    if stop is not None:
-        sql += f" AND seq < {p}"
-        args.append(stop)
+    pushed: list[tuple[str, str, Any]] = []  # (keys column, expression, value)
     if where is not None:
         for name, expr in d.filters.items():
             value = getattr(where, name)
             if isinstance(value, str):
-                sql += f" AND {expr} = {p}"
-                args.append(value)
+                pushed.append((name, expr, value))
         if where.outcome in ("accepted", "refused"):
-            sql += f" AND {d.refused} = {p}"
-            args.append(where.outcome == "refused")  # SQLite binds a bool as 0/1
+            # SQLite binds a bool as 0/1
+            pushed.append(("refused", d.refused, where.outcome == "refused"))
+    bounds = f"workspace = {p} AND seq >= {p}" + ("" if stop is None else f" AND seq < {p}")
+    bound_args: list[Any] = [workspace, max(start, 0)] + ([] if stop is None else [stop])
+    if pushed and d.keys is not None:
+        # The seqs the keys list, and those of the tail past them that
+        # match; the entries are then fetched by seq, not by range.
+        # Through the index of the most selective field given, whatever the
+        # planner would guess without statistics.
+        column = min(pushed, key=lambda c: _SELECTIVE.index(c[0]))[0]
+        keyed = f"SELECT seq FROM {d.keys} INDEXED BY {d.keys_index}{column} WHERE {bounds}"
+        # One lower bound, so the scan starts past the keys (or at `start`).
+        tail = (f"SELECT seq FROM chap_entries WHERE workspace = {p} AND seq > "
+                f"(SELECT max(coalesce(max(seq), -1), {p}) FROM {d.keys} WHERE workspace = {p})"
+                + ("" if stop is None else f" AND seq < {p}"))
+        keyed_args = [*bound_args]
+        tail_args = [workspace, max(start, 0) - 1, workspace] + ([] if stop is None else [stop])
+        for column, expr, value in pushed:
+            keyed += f" AND {column} = {p}"
+            tail += f" AND {expr} = {p}"
+            keyed_args.append(value)
+            tail_args.append(value)
+        sql = (f"SELECT {columns} FROM chap_entries WHERE workspace = {p} "
+               f"AND seq IN ({keyed} UNION ALL {tail})")
+        args = [workspace, *keyed_args, *tail_args]
+    else:
+        sql = f"SELECT {columns} FROM chap_entries WHERE {bounds}"
+        args = bound_args
+        for _, expr, value in pushed:
+            sql += f" AND {expr} = {p}"
+            args.append(value)
     return sql + " ORDER BY seq", args
 
 

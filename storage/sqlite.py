@@ -65,24 +65,28 @@ CREATE TABLE IF NOT EXISTS chap_objects (
 """
 
 
-def _call_field(path: str) -> str:
-    """SQL for a field of the recorded call: the accepted `envelope`, else the
-    refused `request`. The json_valid guard keeps one malformed row (written
-    by anyone) from failing index maintenance for the whole table."""
+def _call_field(path: str, data: str = "data") -> str:
+    """SQL for a field of the recorded call in the entry text `data`: the
+    accepted `envelope`, else the refused `request`. The json_valid guard
+    keeps one malformed row (written by anyone) from failing a write."""
     return (
-        "CASE WHEN json_valid(data) THEN coalesce("
-        f"json_extract(data, '$.envelope.{path}'), "
-        f"json_extract(data, '$.request.{path}')) END"
+        f"CASE WHEN json_valid({data}) THEN coalesce("
+        f"json_extract({data}, '$.envelope.{path}'), "
+        f"json_extract({data}, '$.request.{path}')) END"
     )
 
 
-# 1 for a refusal (no usable `envelope`), 0 for an accepted call.
-_REFUSED = (
-    "CASE WHEN json_valid(data) THEN "
-    "coalesce(json_type(data, '$.envelope'), 'null') = 'null' END"
-)
+def _refused(data: str = "data") -> str:
+    """1 for a refusal (no usable `envelope`), 0 for an accepted call."""
+    return (
+        f"CASE WHEN json_valid({data}) THEN "
+        f"coalesce(json_type({data}, '$.envelope'), 'null') = 'null' END"
+    )
 
-# EntryFilter field -> the indexed SQL expression that narrows candidates.
+
+_REFUSED = _refused()
+
+# EntryFilter field -> the SQL expression that narrows candidates.
 # The SQL only narrows: every row it returns is checked again with
 # entry_matches, the one definition of the filter's meaning.
 _FILTER_SQL = {
@@ -91,11 +95,55 @@ _FILTER_SQL = {
     "task_id": _call_field("params.task_id"),
 }
 
-_INDEXES = [
-    f"CREATE INDEX IF NOT EXISTS chapline_entries_{name} "
-    f"ON chap_entries (workspace, {expr}, seq)"
-    for name, expr in [*_FILTER_SQL.items(), ("outcome", _REFUSED)]
+# The filter index (SPECIFICATION.md, "SQLite layout"): each entry's filter
+# fields, one row per entry, kept behind the log. Expression indexes on
+# chap_entries parsed every entry's JSON a dozen times and touched four more
+# pages in every commit; this table is written a group of entries at a time,
+# once KEYS_LAG entries are unindexed, and a filtered read scans the
+# unindexed tail by the same expressions. Its columns have no type, so a
+# value compares exactly as the expression's would.
+_KEYS = "chapline_entry_keys"
+_KEYS_INDEX = "chapline_keys_"  # + a column: that column's index
+KEYS_LAG = 64
+
+
+def _key_values(data: str) -> str:
+    return ", ".join([*(_call_field(p, data) for p in ("method", "params.from", "params.task_id")),
+                      _refused(data)])
+
+
+_KEY_COLUMNS = ("method", "sender", "task_id", "refused")
+_KEYS_SCHEMA = [
+    f"CREATE TABLE IF NOT EXISTS {_KEYS} (workspace TEXT NOT NULL, seq INTEGER NOT NULL, "
+    f"{', '.join(_KEY_COLUMNS)}, PRIMARY KEY (workspace, seq)) WITHOUT ROWID",
+    *(f"CREATE INDEX IF NOT EXISTS {_KEYS_INDEX}{c} ON {_KEYS} (workspace, {c}, seq)"
+      for c in _KEY_COLUMNS),
+    # Every entry at or below a workspace's highest keyed seq has its keys,
+    # whoever writes the table: an entry removed takes its keys along, and
+    # one rewritten, or inserted below that seq, drops the keys from its seq
+    # on (the next catch-up writes them again; reads scan them meanwhile).
+    f"CREATE TRIGGER IF NOT EXISTS chapline_entry_deleted AFTER DELETE ON chap_entries "
+    f"BEGIN DELETE FROM {_KEYS} WHERE workspace = old.workspace AND seq = old.seq; END",
+    f"CREATE TRIGGER IF NOT EXISTS chapline_entry_rewritten AFTER UPDATE ON chap_entries BEGIN "
+    f"DELETE FROM {_KEYS} WHERE workspace = old.workspace AND seq >= old.seq; "
+    f"DELETE FROM {_KEYS} WHERE workspace = new.workspace AND seq >= new.seq; END",
+    f"CREATE TRIGGER IF NOT EXISTS chapline_entry_inserted_below AFTER INSERT ON chap_entries "
+    f"WHEN new.seq <= (SELECT max(seq) FROM {_KEYS} WHERE workspace = new.workspace) "
+    f"BEGIN DELETE FROM {_KEYS} WHERE workspace = new.workspace AND seq >= new.seq; END",
 ]
+# The expression indexes of earlier versions, replaced by the table above.
+_OLD_INDEXES = [f"chapline_entries_{name}" for name in ("method", "sender", "task_id", "outcome")]
+# Keys for one workspace's entries after a seq; for every workspace's.
+_CATCH_UP = (
+    f"INSERT INTO {_KEYS} (workspace, seq, {', '.join(_KEY_COLUMNS)}) "
+    f"SELECT workspace, seq, {_key_values('data')} FROM chap_entries WHERE workspace = ? AND seq > ?"
+)
+_CATCH_UP_ALL = (
+    f"INSERT INTO {_KEYS} (workspace, seq, {', '.join(_KEY_COLUMNS)}) "
+    f"SELECT e.workspace, e.seq, {_key_values('e.data')} FROM chap_meta AS m "
+    f"JOIN chap_entries AS e ON e.workspace = m.workspace AND e.seq > "
+    f"coalesce((SELECT max(seq) FROM {_KEYS} AS k WHERE k.workspace = m.workspace), -1)"
+)
 
 # CAST: the driver returns the JSON text as the bytes stored, undecoded.
 _DIALECT = _rows.Dialect(
@@ -105,6 +153,8 @@ _DIALECT = _rows.Dialect(
     inserted="rowid",
     filters=_FILTER_SQL,
     refused=_REFUSED,
+    keys=_KEYS,
+    keys_index=_KEYS_INDEX,
 )
 
 
@@ -209,10 +259,14 @@ class SqliteStore(Store):
             for statement in _TABLES.split(";"):
                 if statement.strip():
                     self._db.execute(statement)
+            for name in _OLD_INDEXES:
+                self._db.execute(f"DROP INDEX IF EXISTS {name}")
+            for statement in _KEYS_SCHEMA:
+                self._db.execute(statement)
             if kind is not None and kind[0] == "table":
                 self._migrate()
-            for statement in _INDEXES:
-                self._db.execute(statement)
+            # What other writers (or an older chapline) left unindexed.
+            self._db.execute(_CATCH_UP_ALL)
             self._db.execute(_view_sql())
 
     def _migrate(self) -> None:
@@ -367,6 +421,10 @@ class SqliteStore(Store):
                 "INSERT INTO chap_entries (workspace, seq, data) VALUES (?, ?, ?)",
                 [(wid, base + i, text.decode()) for i, text in enumerate(encoded.entries)],
             )
+            (keyed,) = db.execute(f"SELECT max(seq) FROM {_KEYS} WHERE workspace = ?", (wid,)).fetchone()
+            keyed = -1 if keyed is None else keyed
+            if base + len(encoded.entries) - 1 - keyed >= KEYS_LAG:
+                db.execute(_CATCH_UP, (wid, keyed))
         gone = [(wid, c, k) for c, k, text in encoded.objects if text is None]
         kept = [(wid, c, k, text.decode()) for c, k, text in encoded.objects if text is not None]
         if gone:

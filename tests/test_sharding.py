@@ -34,7 +34,7 @@ from storage.postgres import PostgresStore
 
 TABLES = ("chap_meta", "chap_entries", "chap_objects")
 ALPHA, BETA = "wsp_alpha", "wsp_beta"
-_TABLE = re.compile(r"\b(?:chap_meta|chap_entries|chap_objects)\b")
+_TABLE = re.compile(r"\b(?:chap_meta|chap_entries|chap_objects|chapline_entry_keys)\b")
 # What names no table: transaction control, session settings (psycopg drops
 # its prepared statements after a rollback), notification.
 _CONTROL = re.compile(
@@ -54,7 +54,7 @@ def test_every_key_and_index_of_the_sqlite_tables_begins_with_the_workspace(tmp_
     SqliteStore(tmp_path / "s.db").close()
     db = sqlite3.connect(tmp_path / "s.db")
     try:
-        for table in TABLES:
+        for table in (*TABLES, "chapline_entry_keys"):
             pk = [name for _, name, *_, at in sorted(
                 db.execute(f"PRAGMA table_info({table})"), key=lambda c: c[-1]) if at]
             assert pk[0] == "workspace", (table, pk)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing
+import re
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,8 +20,10 @@ from storage import (
     StoreConflictError,
     StoreError,
 )
+from storage._rows import entries_query
 from storage.contract import COLLECTIONS, IDEMPOTENCY_KEYS, change, entry
-from storage.sqlite import _FILTER_SQL, _REFUSED
+from storage.match import entry_matches
+from storage.sqlite import _DIALECT, _FILTER_SQL, _REFUSED, KEYS_LAG
 
 SHARED_TABLES = {
     "chap_meta": [("workspace", "TEXT", 0, 1), ("data", "TEXT", 1, 0),
@@ -49,8 +53,12 @@ def test_schema_is_the_shared_one(tmp_path: Path) -> None:
     assert kinds["chap_workspaces"] == "view"
     assert [r[1] for r in db.execute("PRAGMA table_info(chap_workspaces)")] == [
         "id", "data", "version", "updated_at"]
-    ours = {n for n, k in kinds.items() if k == "index" and not n.startswith("sqlite_autoindex")}
-    assert ours == {f"chapline_entries_{n}" for n in ("method", "sender", "task_id", "outcome")}
+    ours = {n: k for n, k in kinds.items() if not n.startswith(("sqlite_autoindex", "chap_"))}
+    assert ours == {
+        "chapline_entry_keys": "table",
+        **{f"chapline_keys_{c}": "index" for c in ("method", "sender", "task_id", "refused")},
+        **{f"chapline_entry_{t}": "trigger" for t in ("deleted", "rewritten", "inserted_below")},
+    }
     assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 
@@ -64,18 +72,148 @@ def test_durable_settings(tmp_path: Path) -> None:
     assert db.execute("PRAGMA journal_mode").fetchone() == ("delete",)
 
 
-@pytest.mark.parametrize("field", ["method", "sender", "task_id", "outcome"])
-def test_filtered_reads_use_an_index(tmp_path: Path, field: str) -> None:
+FILTERS = {
+    "method": EntryFilter(method="task.create"),
+    "sender": EntryFilter(sender="human:alice"),
+    "task_id": EntryFilter(task_id="T1"),
+    "refused": EntryFilter(outcome="refused"),
+}
+
+
+@pytest.mark.parametrize("field", list(FILTERS))
+@pytest.mark.parametrize("stop", [None, 10])
+def test_filtered_reads_use_an_index(tmp_path: Path, field: str, stop: int | None) -> None:
+    """The keyed entries come from the field's index, the tail is scanned
+    from past the keys, and the entries are fetched by seq: no read scans
+    the workspace's log."""
     store = SqliteStore(tmp_path / "a.db")
     store.apply(change("w", 0, 3))
     store.close()
-    expr = _REFUSED if field == "outcome" else _FILTER_SQL[field]
+    sql, args = entries_query(_DIALECT, "seq, data", "w", 0, stop, FILTERS[field])
     db = sqlite3.connect(tmp_path / "a.db")
-    plan = db.execute(
-        f"EXPLAIN QUERY PLAN SELECT seq, data FROM chap_entries WHERE workspace = ? "
-        f"AND seq >= ? AND seq < ? AND {expr} = ? ORDER BY seq", ("w", 0, 10, "x")
-    ).fetchall()
-    assert f"USING INDEX chapline_entries_{field}" in plan[0][3]
+    plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + sql, args)]
+    assert plan[0] == "SEARCH chap_entries USING INDEX sqlite_autoindex_chap_entries_1 (workspace=? AND seq=?)"
+    assert any(re.fullmatch(f"SEARCH chapline_entry_keys USING (COVERING )?INDEX chapline_keys_{field} "
+                            rf"\(workspace=\? AND {field}=\? AND seq>\?( AND seq<\?)?\)", step)
+               for step in plan), plan
+    bound = "(workspace=? AND seq>?)" if stop is None else "(workspace=? AND seq>? AND seq<?)"
+    tail = [step for step in plan if step.startswith("SEARCH chap_entries USING INDEX") and "seq=?" not in step]
+    assert tail == [f"SEARCH chap_entries USING INDEX sqlite_autoindex_chap_entries_1 {bound}"]
+    # The tail's one lower bound is past the keys: its scan parses no keyed entry.
+    assert "max(coalesce(max(seq), -1), ?)" in sql
+
+
+def keyed(path: Path, workspace: str = "w") -> int:
+    """How many of the workspace's entries the filter index holds."""
+    db = sqlite3.connect(path)
+    try:
+        (n,) = db.execute("SELECT count(*) FROM chapline_entry_keys WHERE workspace = ?", (workspace,)).fetchone()
+        return int(n)
+    finally:
+        db.close()
+
+
+def test_the_filter_index_is_written_a_group_of_entries_at_a_time(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    store = SqliteStore(path)
+    seen = []
+    for seq in range(3 * KEYS_LAG):
+        store.apply(change("w", seq))
+        seen.append(keyed(path))
+    # Nothing is indexed until KEYS_LAG entries are unindexed; then all of them are.
+    assert seen[: KEYS_LAG - 1] == [0] * (KEYS_LAG - 1)
+    assert seen[KEYS_LAG - 1] == KEYS_LAG
+    assert all(n - k < KEYS_LAG for n, k in enumerate(seen, 1))
+    assert set(seen) == {0, KEYS_LAG, 2 * KEYS_LAG, 3 * KEYS_LAG}
+    store.close()
+    # Opening indexes whatever is left.
+    SqliteStore(path).close()
+    assert keyed(path) == 3 * KEYS_LAG
+
+
+def foreign(path: Path, *statements: tuple[str, tuple]) -> None:
+    """Statements run by another program on the file (no chapline)."""
+    db = sqlite3.connect(path)
+    for sql, args in statements:
+        db.execute(sql, args)
+    db.commit()
+    db.close()
+
+
+def insert(seq: int, **fields: Any) -> tuple[str, tuple]:
+    return ("INSERT INTO chap_entries (workspace, seq, data) VALUES ('w', ?, ?)",
+            (seq, json.dumps(entry(seq, **fields), sort_keys=True)))
+
+
+def filtered(store: SqliteStore, where: EntryFilter, start: int = 0, stop: int | None = None) -> list[int]:
+    return [e["seq"] for e in store.read_entries("w", start, stop, where)]
+
+
+def expected(store: SqliteStore, where: EntryFilter, start: int = 0, stop: int | None = None) -> list[int]:
+    """The oracle: the whole log read unfiltered, filtered in Python."""
+    return [e["seq"] for e in store.read_entries("w", start, stop) if entry_matches(e, where)]
+
+
+def test_entries_another_program_appends_are_found_before_and_after_they_are_indexed(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    store = SqliteStore(path)
+    store.apply(change("w", 0, KEYS_LAG))
+    assert keyed(path) == KEYS_LAG
+    # Another program appends more than a group, none of it indexed.
+    foreign(path, *(insert(seq, method="task.claim" if seq % 3 else "task.create", task=f"T{seq % 5}")
+                    for seq in range(KEYS_LAG, 3 * KEYS_LAG)))
+    for where in [*FILTERS.values(), EntryFilter(method="task.claim", task_id="T2")]:
+        assert filtered(store, where) == expected(store, where)
+        assert filtered(store, where, KEYS_LAG + 7, 2 * KEYS_LAG + 3) == expected(
+            store, where, KEYS_LAG + 7, 2 * KEYS_LAG + 3)
+    assert keyed(path) == KEYS_LAG
+    # Our next write indexes them all.
+    store.apply(change("w", 3 * KEYS_LAG))
+    assert keyed(path) == 3 * KEYS_LAG + 1
+    for where in FILTERS.values():
+        assert filtered(store, where) == expected(store, where)
+    store.close()
+
+
+def test_entries_another_program_rewrites_deletes_or_reinserts_are_found_as_they_are_now(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    store = SqliteStore(path)
+    store.apply(change("w", 0, 2 * KEYS_LAG))
+    assert keyed(path) == 2 * KEYS_LAG
+    claim = EntryFilter(method="task.claim")
+    foreign(path, ("UPDATE chap_entries SET data = ? WHERE workspace = 'w' AND seq = 10",
+                   (json.dumps(entry(10, method="task.claim"), sort_keys=True),)))
+    assert filtered(store, claim) == expected(store, claim) == [10]
+    foreign(path, ("DELETE FROM chap_entries WHERE workspace = 'w' AND seq = 20", ()))
+    assert 20 not in filtered(store, FILTERS["method"])
+    foreign(path, insert(20, method="task.claim"))
+    assert filtered(store, claim) == expected(store, claim) == [10, 20]
+    # The whole workspace replaced by another program: its keys go with it.
+    foreign(path, ("DELETE FROM chap_entries WHERE workspace = 'w'", ()),
+            *(insert(seq, method="task.claim") for seq in range(5)))
+    assert keyed(path) == 0
+    assert filtered(store, claim) == expected(store, claim) == [0, 1, 2, 3, 4]
+    assert filtered(store, FILTERS["method"]) == []
+    store.close()
+
+
+def test_a_file_with_the_old_expression_indexes_drops_them_and_indexes_its_log(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    store = SqliteStore(path)
+    store.apply(change("w", 0, 5))
+    store.close()
+    db = sqlite3.connect(path)
+    db.execute("DROP TABLE chapline_entry_keys")
+    for name, expr in [*_FILTER_SQL.items(), ("outcome", _REFUSED)]:
+        db.execute(f"CREATE INDEX chapline_entries_{name} ON chap_entries (workspace, {expr}, seq)")
+    db.commit()
+    db.close()
+    store = SqliteStore(path)
+    kinds = objects_of(sqlite3.connect(path))
+    assert not [n for n in kinds if n.startswith("chapline_entries_")]
+    assert keyed(path) == 5
+    assert filtered(store, FILTERS["task_id"]) == [0, 1, 2, 3, 4]
+    store.close()
 
 
 def damaged_file(path: Path) -> None:
