@@ -133,6 +133,9 @@ _KEYS_SCHEMA = [
 ]
 # The expression indexes of earlier versions, replaced by the table above.
 _OLD_INDEXES = [f"chapline_entries_{name}" for name in ("method", "sender", "task_id", "outcome")]
+_KEYED = f"SELECT max(seq) FROM {_KEYS} WHERE workspace = ?"
+# A workspace's last entry and last keyed entry, in one statement.
+_TOPS = f"SELECT (SELECT max(seq) FROM chap_entries WHERE workspace = ?), ({_KEYED})"
 # Keys for one workspace's entries after a seq; for every workspace's.
 _CATCH_UP = (
     f"INSERT INTO {_KEYS} (workspace, seq, {', '.join(_KEY_COLUMNS)}) "
@@ -380,10 +383,10 @@ class SqliteStore(Store):
         return results
 
     def _apply_encoded(self, change: StoreChange, encoded: EncodedChange) -> None:
+        keyed = None
         if not change.replace:
-            (top,) = self._db.execute(
-                "SELECT MAX(seq) FROM chap_entries WHERE workspace = ?", (change.id,)
-            ).fetchone()
+            top, last_keyed = self._db.execute(_TOPS, (change.id, change.id)).fetchone()
+            keyed = -1 if last_keyed is None else last_keyed
             held = 0 if top is None else top + 1
             if encoded.create and self._db.execute(
                 "SELECT 1 FROM chap_meta WHERE workspace = ?", (change.id,)
@@ -393,7 +396,7 @@ class SqliteStore(Store):
                 raise StoreConflictError(change.id, held, change.base)
         base = 0 if change.replace else change.base
         self._write_change(
-            change.id, base, change.version, change.updated_at, encoded, change.replace
+            change.id, base, change.version, change.updated_at, encoded, change.replace, keyed
         )
 
     def _write_change(
@@ -404,7 +407,10 @@ class SqliteStore(Store):
         updated_at: str,
         encoded: EncodedChange,
         replace: bool,
+        keyed: int | None = None,
     ) -> None:
+        """Write one change; `keyed` is the workspace's last keyed seq (-1:
+        none) when already read in this transaction, else None."""
         db = self._db
         if replace:
             for table in ("chap_entries", "chap_objects", "chap_meta"):
@@ -421,8 +427,9 @@ class SqliteStore(Store):
                 "INSERT INTO chap_entries (workspace, seq, data) VALUES (?, ?, ?)",
                 [(wid, base + i, text.decode()) for i, text in enumerate(encoded.entries)],
             )
-            (keyed,) = db.execute(f"SELECT max(seq) FROM {_KEYS} WHERE workspace = ?", (wid,)).fetchone()
-            keyed = -1 if keyed is None else keyed
+            if keyed is None or replace:
+                (last_keyed,) = db.execute(_KEYED, (wid,)).fetchone()
+                keyed = -1 if last_keyed is None else last_keyed
             if base + len(encoded.entries) - 1 - keyed >= KEYS_LAG:
                 db.execute(_CATCH_UP, (wid, keyed))
         gone = [(wid, c, k) for c, k, text in encoded.objects if text is None]

@@ -285,3 +285,35 @@ def test_a_coordinator_sees_another_writers_change_before_its_next_call(target: 
     finally:
         for coord in (watching, blind, other):
             coord.close()
+
+
+def test_a_batch_asks_what_changed_once_and_starts_from_the_fresh_state(target: str) -> None:
+    """A watching coordinator's batch (a server's group commit) asks the
+    store what others changed once, as it opens, not before each of its
+    calls; its calls chain on what another process wrote before it opened."""
+    _set_up(target, [SHARED])
+    store = open_store(target, watch=True)
+    asked = 0
+    ask = store.changed
+
+    def counted() -> Any:
+        nonlocal asked
+        asked += 1
+        return ask()
+
+    store.changed = counted  # type: ignore[method-assign]
+    watching = Coordinator(store)
+    other = Coordinator(open_store(target))
+    try:
+        before = watching.dispatch(_call(SHARED, "d", "workspace.describe"))["result"]["audit_count"]
+        assert "result" in other.dispatch(_task(SHARED, "x1"))
+        asked = 0
+        with watching.batch():
+            answers = [watching.dispatch(_task(SHARED, f"b{k}")) for k in range(3)]
+        assert asked == 1
+        assert all("result" in a for a in answers), answers
+        verdict = watching.dispatch(_call(SHARED, "v", "audit.verify_chain"))["result"]
+        assert verdict["status"] == "verified" and verdict["entries_total"] == before + 4
+    finally:
+        watching.close()
+        other.close()

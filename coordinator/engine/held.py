@@ -204,6 +204,10 @@ class HeldWorkspaces:
         if self.batch is not None:
             yield  # nested: the outer batch writes
             return
+        # What other writers changed, asked once for the batch's calls: a
+        # hint, as for one call (the CAS guards each write, and a conflict
+        # runs the workspace's calls again).
+        self.note_changes()
         self.batch = batch = WorkspaceBatch()
         try:
             yield

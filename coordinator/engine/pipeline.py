@@ -147,7 +147,8 @@ class Pipeline:
         batch = self._held.batch
         if batch is not None:
             batch.current = None
-        self._held.note_changes()
+        else:  # a batch asks the store once, as it opens
+            self._held.note_changes()
         response = self._dispatch_safe(envelope, True, authorise)
         if batch is not None and batch.current is not None:
             # Anything answered from a workspace the batch changed depends on
