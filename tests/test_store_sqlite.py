@@ -8,10 +8,14 @@ import logging
 import multiprocessing
 import re
 import sqlite3
+import tempfile
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from storage import (
     EntryFilter,
@@ -20,6 +24,7 @@ from storage import (
     StoreConflictError,
     StoreError,
 )
+from storage import sqlite as sqlite_store
 from storage._rows import entries_query
 from storage.contract import COLLECTIONS, IDEMPOTENCY_KEYS, change, entry
 from storage.match import entry_matches
@@ -195,6 +200,70 @@ def test_entries_another_program_rewrites_deletes_or_reinserts_are_found_as_they
     assert filtered(store, claim) == expected(store, claim) == [0, 1, 2, 3, 4]
     assert filtered(store, FILTERS["method"]) == []
     store.close()
+
+
+_FIELDS = st.fixed_dictionaries({
+    "method": st.sampled_from(["task.create", "task.claim", "review.decide"]),
+    "task": st.sampled_from(["T1", "T2", 7, None]),
+    "sender": st.sampled_from(["human:alice", "agent:bot", None]),
+    "refused": st.booleans(),
+})
+_OPS = st.one_of(
+    st.tuples(st.just("ours"), st.lists(_FIELDS, min_size=1, max_size=40)),
+    st.tuples(st.just("append"), st.lists(_FIELDS, min_size=1, max_size=40)),
+    st.tuples(st.just("rewrite"), st.floats(0, 1), _FIELDS),
+    st.tuples(st.just("delete"), st.floats(0, 1)),
+    st.tuples(st.just("refill"), st.floats(0, 1), _FIELDS),
+)
+_WHERE = st.builds(
+    EntryFilter,
+    method=st.sampled_from([None, "task.create", "task.claim", "review.decide"]),
+    sender=st.sampled_from([None, "human:alice", "agent:bot"]),
+    task_id=st.sampled_from([None, "T1", "T2"]),
+    outcome=st.sampled_from([None, "accepted", "refused"]),
+)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=st.lists(_OPS, min_size=1, max_size=12), reads=st.lists(
+    st.tuples(_WHERE, st.one_of(st.just(0), st.integers(0, 120)), st.one_of(st.none(), st.integers(0, 160))),
+    min_size=1, max_size=6),
+    lag=st.sampled_from([1, 5, KEYS_LAG]))
+def test_a_filtered_read_is_the_log_filtered_whoever_wrote_it(ops: list, reads: list, lag: int) -> None:
+    """Against an oracle that reads the whole range unfiltered and filters in
+    Python: chapline's writes (keyed a group at a time; `lag` entries, so
+    that keys are often written) mixed with another program's appends,
+    rewrites, deletions and re-insertions into the gaps."""
+    with tempfile.TemporaryDirectory() as tmp, mock.patch.object(sqlite_store, "KEYS_LAG", lag):
+        path = Path(tmp, "a.db")
+        store = SqliteStore(path)
+        try:
+            for op in ops:
+                db = sqlite3.connect(path)
+                seqs = [seq for (seq,) in db.execute("SELECT seq FROM chap_entries WHERE workspace = 'w' ORDER BY seq")]
+                top = seqs[-1] + 1 if seqs else 0
+                gaps = sorted(set(range(top)) - set(seqs))
+                db.close()
+                kind = op[0]
+                if kind == "ours":
+                    store.apply(StoreChange(
+                        id="w", base=top, version=top + len(op[1]), updated_at="t", meta={"id": "w"},
+                        entries=[entry(top + i, **f) for i, f in enumerate(op[1])]))
+                elif kind == "append":
+                    foreign(path, *(insert(top + i, **f) for i, f in enumerate(op[1])))
+                elif kind in ("rewrite", "delete") and seqs:
+                    seq = seqs[min(int(op[1] * len(seqs)), len(seqs) - 1)]
+                    if kind == "delete":
+                        foreign(path, ("DELETE FROM chap_entries WHERE workspace = 'w' AND seq = ?", (seq,)))
+                    else:
+                        foreign(path, ("UPDATE chap_entries SET data = ? WHERE workspace = 'w' AND seq = ?",
+                                       (json.dumps(entry(seq, **op[2]), sort_keys=True), seq)))
+                elif kind == "refill" and gaps:
+                    foreign(path, insert(gaps[min(int(op[1] * len(gaps)), len(gaps) - 1)], **op[2]))
+                for where, start, stop in reads:
+                    assert filtered(store, where, start, stop) == expected(store, where, start, stop)
+        finally:
+            store.close()
 
 
 def test_a_file_with_the_old_expression_indexes_drops_them_and_indexes_its_log(tmp_path: Path) -> None:
