@@ -186,12 +186,16 @@ def test_entries_another_program_rewrites_deletes_or_reinserts_are_found_as_they
     store.apply(change("w", 0, 2 * KEYS_LAG))
     assert keyed(path) == 2 * KEYS_LAG
     claim = EntryFilter(method="task.claim")
-    foreign(path, ("UPDATE chap_entries SET data = ? WHERE workspace = 'w' AND seq = 10",
-                   (json.dumps(entry(10, method="task.claim"), sort_keys=True),)))
-    assert filtered(store, claim) == expected(store, claim) == [10]
+    # Deleted, then inserted again below the last keyed seq.
     foreign(path, ("DELETE FROM chap_entries WHERE workspace = 'w' AND seq = 20", ()))
+    assert keyed(path) == 2 * KEYS_LAG - 1
     assert 20 not in filtered(store, FILTERS["method"])
     foreign(path, insert(20, method="task.claim"))
+    assert filtered(store, claim) == expected(store, claim) == [20]
+    # Rewritten in place.
+    store.apply(change("w", 2 * KEYS_LAG))  # keys the log again
+    foreign(path, ("UPDATE chap_entries SET data = ? WHERE workspace = 'w' AND seq = 10",
+                   (json.dumps(entry(10, method="task.claim"), sort_keys=True),)))
     assert filtered(store, claim) == expected(store, claim) == [10, 20]
     # The whole workspace replaced by another program: its keys go with it.
     foreign(path, ("DELETE FROM chap_entries WHERE workspace = 'w'", ()),
