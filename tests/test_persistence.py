@@ -627,6 +627,32 @@ def test_mutating_responses_and_listener_entries_changes_nothing_held():
     assert c.ok("audit.verify_chain")["status"] == "verified"
 
 
+def test_mutating_the_callers_envelope_after_the_call_changes_nothing_held():
+    """A caller's dict is copied before the pipeline keeps any part of it:
+    changing its nested dicts and lists afterwards reaches neither the held
+    state nor the log."""
+    coord = make()
+    c = Client(coord)
+    s0(c)
+    join = {"jsonrpc": "2.0", "id": "j", "method": "participant.join",
+            "params": {"workspace": WS, "from": BOB, "type": "human", "capabilities": {"kinds": ["k"]}}}
+    create = {"jsonrpc": "2.0", "id": "t", "method": "task.create",
+              "params": {"workspace": WS, "from": ALICE, "assignee": BOT, "kind": "k",
+                         "input": {"doc": {"lines": ["a", "b"]}, "n": 1}}}
+    assert "result" in coord.dispatch(join)
+    task = coord.dispatch(create)["result"]["task_id"]
+    before = visible(coord)
+    join["params"]["capabilities"]["kinds"].append("forged")
+    join["params"]["type"] = "agent"
+    create["params"]["input"]["doc"]["lines"][0] = "forged"
+    create["params"]["input"]["n"] = 2
+    assert visible(coord) == before
+    assert coord.snapshot(WS)["tasks"][task]["input"] == {"doc": {"lines": ["a", "b"]}, "n": 1}
+    logged = [e["envelope"]["params"] for e in c.log() if e["envelope"]["method"] == "task.create"]
+    assert logged[-1]["input"] == {"doc": {"lines": ["a", "b"]}, "n": 1}
+    assert c.ok("audit.verify_chain")["status"] == "verified"
+
+
 class _CountingSqlite(SqliteStore):
     def __init__(self, path):
         super().__init__(path)

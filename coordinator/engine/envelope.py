@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
-
 from coordinator.engine.canonical import canonical_bytes, inspect
 from coordinator.engine.hints import empty_body, invalid_request, unknown_method
 from coordinator.engine.registry import Method, Registry
@@ -14,10 +12,6 @@ from coordinator.engine.wire import INVALID_PARAMS, INVALID_REQUEST, MAX_DEPTH, 
 from coordinator.errors import Rejected, RpcError
 
 __all__ = ["MAX_DEPTH", "Request", "read_envelope"]
-
-_decode = msgspec.json.decode
-_encode = msgspec.json.encode
-
 
 class Request:
     """A checked request: the pipeline's own copy of the envelope (decoded
@@ -94,11 +88,11 @@ def read_envelope(envelope: Any, registry: Registry, max_bytes: int) -> Request:
         raise Rejected(req_id, RpcError(INVALID_PARAMS, str(shape.error)))
     # From here on the pipeline works on its own copy, in the caller's key
     # order (hint names are answered in it, as 0.3.3 answers them): a body
-    # parsed here is one already; a caller's dict is copied.
-    if shape.needs_copy:
-        own = _integral(envelope)
-    elif parsed:
+    # parsed here is one already; a caller's dict is copied, its dicts and
+    # lists new and its scalars (immutable) shared, which the walk above
+    # has checked are all JSON.
+    if parsed and not shape.needs_copy:
         own = envelope
     else:
-        own = _decode(_encode(envelope))
+        own = _integral(envelope)
     return Request(own, raw, own.get("params") or {}, method)
