@@ -1,4 +1,6 @@
-"""The one definition of which entries an `EntryFilter` keeps."""
+"""The one definition of which entries an `EntryFilter` keeps, and the index
+keys an entry is filed under. Compiled (pyproject.toml): MemoryStore files
+every entry through it; the Structs it decodes with live in storage/_calls.py."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ from typing import Any
 
 import msgspec
 
+from storage._calls import read_call, read_keyed
 from storage.types import EntryFilter
 
 __all__ = ["entry_key", "entry_matches", "indexed_keys", "struct_keys", "text_keys"]
@@ -59,34 +62,13 @@ def entry_key(entry: dict[str, Any], field: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-class _Params(msgspec.Struct):
-    sender: Any = msgspec.field(default=None, name="from")
-    task_id: Any = None
-
-
-class _Call(msgspec.Struct):
-    method: Any = None
-    params: _Params | None = None
-
-
-class _Keyed(msgspec.Struct):
-    """The parts of an entry `entry_key` reads; the rest of the text is skipped."""
-
-    envelope: _Call | None = None
-    request: _Call | None = None
-
-
-_read_keyed = msgspec.json.Decoder(_Keyed).decode
-_read_call = msgspec.json.Decoder(_Call).decode
-
-
 def text_keys(text: bytes, fields: list[str]) -> list[str | None]:
     """`entry_key(decoded text, field)` for each of `fields`, reading only the
     call's method and params from the text (indexing an entry costs a
     fraction of decoding it). An entry of another shape is decoded whole and
     given to `entry_key`, so the keys are always the same."""
     try:
-        keyed = _read_keyed(text)
+        keyed = read_keyed(text)
     except (msgspec.ValidationError, msgspec.DecodeError):
         entry = msgspec.json.decode(text)
         return [entry_key(entry, field) for field in fields]
@@ -119,13 +101,13 @@ def struct_keys(entry: msgspec.Struct, fields: list[str]) -> list[str | None]:
         call = fields_of.request if envelope is None else envelope
         if type(call) is msgspec.Raw:
             try:
-                return _keys(_read_call(call), envelope is None, fields)
+                return _keys(read_call(call), envelope is None, fields)
             except (msgspec.ValidationError, msgspec.DecodeError):
                 pass
     return text_keys(msgspec.json.encode(entry), fields)
 
 
-def _keys(call: _Call | None, refused: bool, fields: list[str]) -> list[str | None]:
+def _keys(call: Any, refused: bool, fields: list[str]) -> list[str | None]:
     out: list[str | None] = []
     for field in fields:
         if field == "outcome":
