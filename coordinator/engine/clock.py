@@ -38,6 +38,8 @@ class StepClock:
 # calls within one millisecond share the text (a busy coordinator answers
 # several), within one second its first part, and formatting a date (~5 µs)
 # happens once a day. Tuples replaced whole, so threads never see a torn pair.
+# "000" to "999": a call's clock fields written by lookup, not by format().
+_DIGITS = [f"{n:03d}" for n in range(1000)]
 _last_ms: tuple[int, str] = (-1, "")
 _last_second: tuple[int, str] = (-1, "")
 _last_day: tuple[int, str] = (-1, "")
@@ -59,9 +61,9 @@ def iso_ms(epoch_ms: int) -> str:
             _last_day = (day, date)
         minutes, s = divmod(second_of_day, 60)
         h, m = divmod(minutes, 60)
-        text = f"{date}T{h:02d}:{m:02d}:{s:02d}"
+        text = date + "T" + _DIGITS[h][1:] + ":" + _DIGITS[m][1:] + ":" + _DIGITS[s][1:]
         _last_second = (second, text)
-    stamp = f"{text}.{ms:03d}Z"
+    stamp = text + "." + _DIGITS[ms] + "Z"
     _last_ms = (epoch_ms, stamp)
     return stamp
 
