@@ -86,16 +86,14 @@ def _refused(data: str = "data") -> str:
 
 _REFUSED = _refused()
 
+# EntryFilter field -> where the recorded call holds it.
+_FIELD_PATHS = {"method": "method", "sender": "params.from", "task_id": "params.task_id"}
 # EntryFilter field -> the SQL expression that narrows candidates.
 # The SQL only narrows: every row it returns is checked again with
 # entry_matches, the one definition of the filter's meaning.
-_FILTER_SQL = {
-    "method": _call_field("method"),
-    "sender": _call_field("params.from"),
-    "task_id": _call_field("params.task_id"),
-}
+_FILTER_SQL = {name: _call_field(path) for name, path in _FIELD_PATHS.items()}
 
-# The filter index (SPECIFICATION.md, "SQLite layout"): each entry's filter
+# The filter index (SPECIFICATION.md, "SQLite file layout"): each entry's filter
 # fields, one row per entry, kept behind the log. Expression indexes on
 # chap_entries parsed every entry's JSON a dozen times and touched four more
 # pages in every commit; this table is written a group of entries at a time,
@@ -108,18 +106,18 @@ KEYS_LAG = 64
 
 
 def _key_values(data: str) -> str:
-    return ", ".join([*(_call_field(p, data) for p in ("method", "params.from", "params.task_id")),
-                      _refused(data)])
+    """The keys columns' values for the entry text `data`, in column order."""
+    return ", ".join([*(_call_field(path, data) for path in _FIELD_PATHS.values()), _refused(data)])
 
 
-_KEY_COLUMNS = ("method", "sender", "task_id", "refused")
+_KEY_COLUMNS = (*_FIELD_PATHS, "refused")
 _KEYS_SCHEMA = [
     f"CREATE TABLE IF NOT EXISTS {_KEYS} (workspace TEXT NOT NULL, seq INTEGER NOT NULL, "
     f"{', '.join(_KEY_COLUMNS)}, PRIMARY KEY (workspace, seq)) WITHOUT ROWID",
     *(f"CREATE INDEX IF NOT EXISTS {_KEYS_INDEX}{c} ON {_KEYS} (workspace, {c}, seq)"
       for c in _KEY_COLUMNS),
     # Every entry at or below a workspace's highest keyed seq has its keys,
-    # whoever writes the table: an entry removed takes its keys along, and
+    # whoever writes chap_entries: an entry removed takes its keys along, and
     # one rewritten, or inserted below that seq, drops the keys from its seq
     # on (the next catch-up writes them again; reads scan them meanwhile).
     f"CREATE TRIGGER IF NOT EXISTS chapline_entry_deleted AFTER DELETE ON chap_entries "

@@ -40,7 +40,7 @@ with needs("server"):
 if TYPE_CHECKING:
     from coordinator.server.affinity import Affinity
 
-__all__ = ["PATHS", "ChapEndpoint", "ChapShortcut", "json_answer", "status_of"]
+__all__ = ["PATHS", "ChapEndpoint", "ChapShortcut", "status_of"]
 
 log = logging.getLogger(__name__)
 
