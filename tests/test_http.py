@@ -916,3 +916,90 @@ def test_a_defect_on_the_shortcut_is_500_with_a_log_id_and_the_browser_headers(
         assert any(log_id in r.getMessage() for r in caplog.records)
         assert answer.headers["x-content-type-options"] == "nosniff"
     assert not coord.workspace_ids()  # nothing reached the coordinator
+
+
+class _Recorded:
+    """An app's own middleware, added after create_app: records each request."""
+
+    seen: list[tuple[str, str]] = []
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            _Recorded.seen.append((scope["method"], scope["path"]))
+        await self.app(scope, receive, send)
+
+
+def test_middleware_added_to_the_app_sees_every_call() -> None:
+    """With middleware of the app's own (an instrumentation's, say), the
+    shortcut is off: an ordinary call goes through it as every request does."""
+    coord = Coordinator(store=MemoryStore())
+    app = create_app(coord)
+    app.add_middleware(_Recorded)
+    _Recorded.seen = []
+    server = LiveServer(app)
+    try:
+        reply = _post(server.url, _call("participant.join", **{"from": ALICE}, type="human"))
+    finally:
+        server.stop()
+        coord.close()
+    assert reply.status_code == 200 and "result" in reply.json()
+    assert "content-length" in reply.request.headers
+    assert ("POST", "/chap") in _Recorded.seen
+    assert [wid for wid in coord.workspace_ids()] == ["w"]
+
+
+class _Answering:
+    """A stand-in for ChapEndpoint: answers every call it is given."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+
+    async def answer(self, scope: Any, body: bytes) -> Any:
+        self.bodies.append(body)
+        return 200, b"{}", [(b"content-length", b"2"), (b"content-type", b"application/json")]
+
+
+def _through_shortcut(method: str, path: str, headers: list[tuple[bytes, bytes]]) -> tuple[list[str], list[bytes]]:
+    """Send one request to a ChapShortcut (limit 100 bytes) over a stack that
+    records what reaches it; (what reached the stack, bodies the endpoint got)."""
+    from coordinator.server.chap_route import ChapShortcut
+
+    reached: list[str] = []
+
+    async def stack(scope: Any, receive: Any, send: Any) -> None:
+        reached.append(scope["path"])
+
+    endpoint = _Answering()
+    shortcut = ChapShortcut(stack, cast(Any, endpoint), 100)
+    scope = {"type": "http", "method": method, "path": path, "headers": headers}
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    async def send(message: Any) -> None:
+        pass
+
+    asyncio.run(shortcut(scope, receive, send))
+    return reached, endpoint.bodies
+
+
+@pytest.mark.parametrize(("method", "path", "headers", "taken"), [
+    ("POST", "/chap", [(b"content-length", b"2")], True),
+    ("POST", "/", [(b"content-length", b"100")], True),
+    ("POST", "/chap", [(b"content-length", b"101")], False),  # over the limit: BodyLimit refuses it
+    ("POST", "/chap", [(b"transfer-encoding", b"chunked")], False),
+    ("POST", "/chap", [(b"content-length", b"2"), (b"transfer-encoding", b"chunked")], False),
+    ("POST", "/chap", [(b"content-length", b"+2")], False),
+    ("POST", "/chap", [], False),  # no length
+    ("OPTIONS", "/chap", [(b"content-length", b"2")], False),
+    ("POST", "/mcp", [(b"content-length", b"2")], False),
+    ("POST", "/chap/", [(b"content-length", b"2")], False),
+])
+def test_the_shortcut_takes_only_an_ordinary_call(
+    method: str, path: str, headers: list[tuple[bytes, bytes]], taken: bool
+) -> None:
+    reached, answered = _through_shortcut(method, path, headers)
+    assert (answered, reached) == (([b"{}"], []) if taken else ([], [path]))

@@ -236,15 +236,21 @@ class _Guarded(Starlette):
     """Starlette with the browser guard outside everything, so that every
     answer, a defect's 500 included, carries its headers; inside it, the
     shortcut that answers an ordinary call without the stack
-    (server/chap_route.py)."""
+    (server/chap_route.py), unless middleware was added to the app since
+    (`app.add_middleware`, as an instrumentation does): then every request
+    takes the stack, so that middleware sees each call."""
 
     def __init__(self, policy: BrowserPolicy, shortcut: Callable[[ASGIApp], ASGIApp], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.policy = policy
         self.shortcut = shortcut
+        self._own_middleware = len(kwargs.get("middleware") or ())
 
     def build_middleware_stack(self) -> ASGIApp:
-        return BrowserGuard(self.shortcut(super().build_middleware_stack()), self.policy)
+        stack = super().build_middleware_stack()
+        if len(self.user_middleware) == self._own_middleware:
+            stack = self.shortcut(stack)
+        return BrowserGuard(stack, self.policy)
 
 
 class AppServer(uvicorn.Server):
