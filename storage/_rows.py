@@ -243,8 +243,8 @@ def entries_query(
         # match; the entries are then fetched by seq, not by range.
         # Through the index of the most selective field given, whatever the
         # planner would guess without statistics.
-        column = min(pushed, key=lambda c: _SELECTIVE.index(c[0]))[0]
-        keyed = f"SELECT seq FROM {d.keys} INDEXED BY {d.keys_index}{column} WHERE {bounds}"
+        selective = min(pushed, key=lambda c: _SELECTIVE.index(c[0]))[0]
+        keyed = f"SELECT seq FROM {d.keys} INDEXED BY {d.keys_index}{selective} WHERE {bounds}"
         # One lower bound, so the scan starts past the keys (or at `start`).
         tail = (f"SELECT seq FROM chap_entries WHERE workspace = {p} AND seq > "
                 f"(SELECT max(coalesce(max(seq), -1), {p}) FROM {d.keys} WHERE workspace = {p})"

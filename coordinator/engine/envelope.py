@@ -14,8 +14,8 @@ from coordinator.errors import Rejected, RpcError
 __all__ = ["MAX_DEPTH", "Request", "read_envelope"]
 
 class Request:
-    """A checked request: the pipeline's own copy of the envelope (decoded
-    from `raw`, its canonical bytes), its params object and its method.
+    """A checked request: the pipeline's own copy of the envelope, its
+    canonical bytes (`raw`), its params object and its method.
     (A plain class, not a Struct: this module is compiled, setup.py.)"""
 
     __slots__ = ("envelope", "raw", "params", "method")

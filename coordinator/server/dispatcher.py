@@ -105,7 +105,8 @@ class SerialDispatcher:
             self._queue.put((job, loop, future))
         # A client that disconnects cancels its request task, and with it
         # this future; the call is already queued and still runs, and its
-        # answer is dropped (`_settle` skips a future that is done).
+        # answer is dropped (`_answer_all` and `_settle` skip a future that
+        # is done).
         return await future
 
     def close(self) -> None:
