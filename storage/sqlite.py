@@ -131,7 +131,8 @@ _KEYS_SCHEMA = [
 ]
 # The expression indexes of earlier versions, replaced by the table above.
 _OLD_INDEXES = [f"chapline_entries_{name}" for name in ("method", "sender", "task_id", "outcome")]
-_KEYED = f"SELECT max(seq) FROM {_KEYS} WHERE workspace = ?"
+# A workspace's last keyed seq, -1 when none is.
+_KEYED = f"SELECT coalesce(max(seq), -1) FROM {_KEYS} WHERE workspace = ?"
 # A workspace's last entry and last keyed entry, in one statement.
 _TOPS = f"SELECT (SELECT max(seq) FROM chap_entries WHERE workspace = ?), ({_KEYED})"
 # Keys for one workspace's entries after a seq; for every workspace's.
@@ -383,8 +384,7 @@ class SqliteStore(Store):
     def _apply_encoded(self, change: StoreChange, encoded: EncodedChange) -> None:
         keyed = None
         if not change.replace:
-            top, last_keyed = self._db.execute(_TOPS, (change.id, change.id)).fetchone()
-            keyed = -1 if last_keyed is None else last_keyed
+            top, keyed = self._db.execute(_TOPS, (change.id, change.id)).fetchone()
             held = 0 if top is None else top + 1
             if encoded.create and self._db.execute(
                 "SELECT 1 FROM chap_meta WHERE workspace = ?", (change.id,)
@@ -425,9 +425,8 @@ class SqliteStore(Store):
                 "INSERT INTO chap_entries (workspace, seq, data) VALUES (?, ?, ?)",
                 [(wid, base + i, text.decode()) for i, text in enumerate(encoded.entries)],
             )
-            if keyed is None or replace:
-                (last_keyed,) = db.execute(_KEYED, (wid,)).fetchone()
-                keyed = -1 if last_keyed is None else last_keyed
+            if keyed is None:
+                (keyed,) = db.execute(_KEYED, (wid,)).fetchone()
             if base + len(encoded.entries) - 1 - keyed >= KEYS_LAG:
                 db.execute(_CATCH_UP, (wid, keyed))
         gone = [(wid, c, k) for c, k, text in encoded.objects if text is None]
