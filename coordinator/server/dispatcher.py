@@ -53,6 +53,8 @@ _Body = tuple[bytes, CallCheck | None]
 # awaiting its answer.
 _Job = tuple[_Body | Callable[[], Any], asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
 _Call = tuple[_Body, asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
+# A future and its outcome: (result, None), or (None, the exception).
+_Settled = tuple["asyncio.Future[Any]", tuple[Any, BaseException | None]]
 _STOP = None
 _T = TypeVar("_T")
 
@@ -105,8 +107,7 @@ class SerialDispatcher:
             self._queue.put((job, loop, future))
         # A client that disconnects cancels its request task, and with it
         # this future; the call is already queued and still runs, and its
-        # answer is dropped (`_answer_all` and `_settle` skip a future that
-        # is done).
+        # answer is dropped (`_settle` skips a future that is done).
         return await future
 
     def close(self) -> None:
@@ -161,7 +162,7 @@ class SerialDispatcher:
                 outcome: tuple[Any, BaseException | None] = (read(), None)
             except Exception as exc:
                 outcome = (None, exc)
-            _post(loop, future, outcome)
+            _post(loop, [(future, outcome)])
 
     def _run_calls(self, group: list[_Call]) -> None:
         if len(group) == 1:
@@ -178,14 +179,11 @@ class SerialDispatcher:
                 error = internal_error(log, "group commit failed; answering -32603 to the whole group", exc)
                 responses = [error_response(None, error) for _ in group]
         # One wake-up of each waiting loop for the whole group.
-        answers: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
+        answers: dict[asyncio.AbstractEventLoop, list[_Settled]] = {}
         for (_, loop, future), response in zip(group, responses, strict=True):
-            answers.setdefault(loop, []).append((future, response))
+            answers.setdefault(loop, []).append((future, (response, None)))
         for loop, settled in answers.items():
-            try:
-                loop.call_soon_threadsafe(_answer_all, settled)
-            except RuntimeError:
-                pass  # the loop is already closed: nobody is waiting for these answers
+            _post(loop, settled)
 
     def _dispatch(self, request: _Body) -> dict[str, Any]:
         body, authorise = request
@@ -215,29 +213,20 @@ async def sweep_every(dispatcher: SerialDispatcher, sweep: Callable[[], object],
             log.exception("the timed sweep failed; it runs again in %s s", seconds)
 
 
-def _post(
-    loop: asyncio.AbstractEventLoop,
-    future: asyncio.Future[Any],
-    outcome: tuple[Any, BaseException | None],
-) -> None:
+def _post(loop: asyncio.AbstractEventLoop, settled: list[_Settled]) -> None:
+    """Settle the futures of `loop` with their outcomes, in one wake-up of it."""
     try:
-        loop.call_soon_threadsafe(_settle, future, outcome)
+        loop.call_soon_threadsafe(_settle, settled)
     except RuntimeError:
-        # The loop is already closed: nobody is waiting for this answer.
+        # The loop is already closed: nobody is waiting for these answers.
         pass
 
 
-def _answer_all(settled: list[tuple[asyncio.Future[Any], Any]]) -> None:
-    for future, response in settled:
-        if not future.done():
-            future.set_result(response)
-
-
-def _settle(future: asyncio.Future[Any], outcome: tuple[Any, BaseException | None]) -> None:
-    if future.done():
-        return
-    result, error = outcome
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
+def _settle(settled: list[_Settled]) -> None:
+    for future, (result, error) in settled:
+        if future.done():
+            continue  # its caller stopped waiting
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
