@@ -1,9 +1,10 @@
 """`chapline serve` against the bound its HTTP stack sets: the same POSTs
-answered by the same stack with a fixed JSON body.
+answered by the same stack with a fixed JSON body, and by the same stack
+committing each body durably before it answers.
 
     .venv/bin/python -m bench.http_bound [--clients 16] [--calls 200] [--reps 5] [--db file|memory]
 
-Starts two servers on free loopback ports, one process each:
+Starts three servers on free loopback ports, one process each:
 
 - `chapline serve --workers 1` (bench/served.py) on a SQLite file in the
   temp dir (`--db memory`: SQLite's `:memory:`, no disk);
@@ -12,7 +13,14 @@ Starts two servers on free loopback ports, one process each:
   installed, as for serve), serving a Starlette app whose one route reads
   the request's body and answers a fixed task.create result. No JSON is
   parsed and no coordinator runs: what is left is the cost of the HTTP
-  stack, which no coordinator behind it can beat.
+  stack, which no coordinator behind it can beat;
+- the durable bound: the same app, whose route hands the body to one
+  writer thread and answers once it is committed. The thread takes every
+  body queued since its last commit, inserts them into a SQLite file in
+  the temp dir in one transaction (WAL, synchronous=FULL, as chapline
+  commits) and wakes the event loop once for the group: chapline's group
+  commit with no coordinator, no JSON and one row per call. With
+  `--db memory` it commits to `:memory:` too, as chapline does.
 
 Then `--clients` client processes, started before the clock, send `--calls`
 task.create calls each to one workspace over a keep-alive connection of
@@ -20,20 +28,23 @@ their own (bench/serve_table.py's client loop), first once untimed to warm
 both servers, then `--reps` timed rounds alternating between them. Any
 answer that is not a result fails the run. Prints calls/s (median
 [min–max]), the p99 of the calls' round trips, and chapline's calls/s as a
-share of the bound's.
+share of each bound's.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import multiprocessing
 import os
 import shutil
 import socket
+import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -46,27 +57,87 @@ WORKSPACE = "wsp_bound"
 FIXED = b'{"jsonrpc":"2.0","id":1,"result":{"task_id":"tsk_01JFB0UND00000000000000000","state":"created"}}'
 
 
-def _bound_app() -> Any:
+class GroupCommit:
+    """One writer thread that commits every body queued since its last
+    commit in one SQLite transaction, then wakes the event loop once to
+    release the group's callers."""
+
+    def __init__(self, path: str) -> None:
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        if path != ":memory:":
+            self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS calls (seq INTEGER PRIMARY KEY, body BLOB NOT NULL)")
+        self._queue: list[tuple[bytes, asyncio.Future[None]]] = []
+        self._ready = threading.Condition()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        threading.Thread(target=self._run, name="durable-bound", daemon=True).start()
+
+    async def commit(self, body: bytes) -> None:
+        self._loop = loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        with self._ready:
+            self._queue.append((body, done))
+            self._ready.notify()
+        await done
+
+    def _run(self) -> None:
+        while True:
+            with self._ready:
+                while not self._queue:
+                    self._ready.wait()
+                group, self._queue = self._queue, []
+            failed: sqlite3.Error | None = None
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                self._db.executemany("INSERT INTO calls (body) VALUES (?)", [(body,) for body, _ in group])
+                self._db.execute("COMMIT")
+            except sqlite3.Error as exc:  # the callers' answers say so, and the run fails
+                failed = exc
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(_release, [done for _, done in group], failed)
+
+
+def _release(group: list[asyncio.Future[None]], failed: sqlite3.Error | None) -> None:
+    for done in group:
+        if done.done():
+            continue
+        if failed is None:
+            done.set_result(None)
+        else:
+            done.set_exception(failed)
+
+
+def _bound_app(durable: str | None = None) -> Any:
+    """The bound's app; with `durable` (a SQLite path), each body is
+    committed there before the answer."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import Response
     from starlette.routing import Route
 
+    writer = GroupCommit(durable) if durable is not None else None
+
     async def chap(request: Request) -> Response:
-        await request.body()  # read, as any server of the calls must
+        body = await request.body()  # read, as any server of the calls must
+        if writer is not None:
+            await writer.commit(body)
         return Response(FIXED, media_type="application/json")
 
     return Starlette(routes=[Route("/chap", chap, methods=["POST"])])
 
 
-def _serve_bound() -> int:
-    """The bound's server process: prints its URL, as `chapline serve` does
+def _serve_bound(durable: str | None = None) -> int:
+    """A bound's server process: prints its URL, as `chapline serve` does
     its start-up line, then serves until SIGTERM."""
     import uvicorn
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(_bound_app(), http="httptools", log_level="warning", access_log=False, lifespan="off")
+    app = _bound_app(durable)
+    config = uvicorn.Config(app, http="httptools", log_level="warning", access_log=False, lifespan="off")
     print(f"http://127.0.0.1:{sock.getsockname()[1]}/chap", flush=True)
     uvicorn.Server(config).run(sockets=[sock])
     return 0
@@ -74,6 +145,11 @@ def _serve_bound() -> int:
 
 def _start_bound() -> tuple[subprocess.Popen[str], int]:
     return start_server([sys.executable, "-m", "bench.http_bound", "--bound-server"], "the bound's server")
+
+
+def _start_durable(db: str) -> tuple[subprocess.Popen[str], int]:
+    argv = [sys.executable, "-m", "bench.http_bound", "--durable-server", db]
+    return start_server(argv, "the durable bound's server")
 
 
 def _round(pool: Any, port: int, clients: int, calls: int) -> dict[str, float]:
@@ -98,15 +174,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--db", choices=["file", "memory"], default="file",
                     help="chapline serve's database: a SQLite file in the temp dir, or ':memory:'")
     ap.add_argument("--bound-server", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--durable-server", metavar="DB", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.bound_server:
         return _serve_bound()
+    if args.durable_server:
+        return _serve_bound(args.durable_server)
     tmp = tempfile.mkdtemp(prefix="chapline-bench-bound-")
-    db = os.path.join(tmp, "chap.db") if args.db == "file" else ":memory:"
+    db, durable = (
+        (os.path.join(tmp, "chap.db"), os.path.join(tmp, "bound.db")) if args.db == "file" else (":memory:", ":memory:")
+    )
     seats: list[tuple[str, Callable[[], tuple[subprocess.Popen[str], int]]]] = [
         (f"chapline serve --workers 1 ({'SQLite file' if args.db == 'file' else 'SQLite :memory:'})",
          lambda: start_serve(db, "--workers", "1")),
         ("HTTP bound (uvicorn + Starlette, fixed answer)", _start_bound),
+        (f"durable bound (the same, each body committed first, {'SQLite file' if args.db == 'file' else 'SQLite :memory:'})",
+         lambda: _start_durable(durable)),
     ]  # fmt: skip
     servers: list[tuple[str, subprocess.Popen[str], int]] = []
     try:
@@ -133,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"| {statistics.median(r['p99_ms'] for r in runs):.1f} |")
         print(f"chapline serve / HTTP bound: {medians[0] / medians[1]:.2f} "
               f"(chapline at {100 * medians[0] / medians[1]:.0f}% of the bound)")
+        print(f"chapline serve / durable bound: {medians[0] / medians[2]:.2f} "
+              f"(chapline at {100 * medians[0] / medians[2]:.0f}% of the durable bound; "
+              f"the durable bound at {100 * medians[2] / medians[1]:.0f}% of the HTTP bound)")
         print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end")
     finally:
         for _, server, _ in servers:

@@ -5,13 +5,17 @@ benchmark sends are answered as a review workflow expects (results, states,
 filtered reads), so that a benchmark figure never measures error answers.
 bench is reached through its public entry points only: the workload
 (`bench.workload`), the two implementations (`bench.impls`), the workload
-as exported for the TypeScript coordinator (`bench.typescript`) and the
-`main` of each `python -m bench.<name>`.
+as exported for the TypeScript coordinator (`bench.typescript`), the
+durable bound's writer (`bench.http_bound.GroupCommit`) and the `main` of
+each `python -m bench.<name>`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import sqlite3
 from typing import Any
 
 import pytest
@@ -136,15 +140,44 @@ def test_work_bench_calls_are_legal(capsys: pytest.CaptureFixture[str]) -> None:
         ]  # 60 tasks - 5 waiting - 10 held are ready
 
 
-def test_http_bound_runs_both_servers(capsys: pytest.CaptureFixture[str]) -> None:
-    """`python -m bench.http_bound` at a small size: chapline serve and the
-    bare HTTP stack both answer every call with a result (it fails the run
-    otherwise), and each gets its row and the ratio its line."""
+def test_http_bound_runs_every_server(capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m bench.http_bound` at a small size: chapline serve, the
+    bare HTTP stack and the durable bound all answer every call with a
+    result (it fails the run otherwise), and each gets its row and each
+    ratio its line."""
     assert http_bound.main(["--clients", "2", "--calls", "5", "--reps", "1", "--db", "memory"]) == 0
     out = capsys.readouterr().out
     assert "| chapline serve --workers 1 (SQLite :memory:) |" in out
     assert "| HTTP bound (uvicorn + Starlette, fixed answer) |" in out
+    assert "| durable bound (the same, each body committed first, SQLite :memory:) |" in out
     assert "chapline serve / HTTP bound: " in out
+    assert "chapline serve / durable bound: " in out
+
+
+def test_the_durable_bound_answers_only_what_it_has_committed(tmp_path: Any) -> None:
+    """The durable bound's writer: each caller is released once its body is
+    in the file, read back by another connection, whether it came alone or
+    in a group with others."""
+    path = str(tmp_path / "bound.db")
+    writer = http_bound.GroupCommit(path)
+
+    def held() -> list[bytes]:
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            return [body for (body,) in db.execute("SELECT body FROM calls ORDER BY seq")]
+
+    async def one(body: bytes) -> list[bytes]:
+        await writer.commit(body)
+        return held()
+
+    async def calls() -> None:
+        assert await one(b"alone") == [b"alone"]
+        bodies = [f"call {i}".encode() for i in range(40)]
+        seen = await asyncio.gather(*(one(body) for body in bodies))
+        for body, rows in zip(bodies, seen, strict=True):
+            assert body in rows
+        assert sorted(held()) == sorted([b"alone", *bodies])
+
+    asyncio.run(calls())
 
 
 def test_mcp_tools_lists_each_session(capsys: pytest.CaptureFixture[str]) -> None:
