@@ -10,7 +10,7 @@ MemoryStore keeps frozen Structs as they are and text for everything else
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, Generic, TypeVar
 
 import msgspec
 
@@ -27,14 +27,22 @@ Held = bytes | msgspec.Struct
 V = TypeVar("V", bytes, Held)
 
 
-class Prepared(NamedTuple, Generic[V]):
-    """A change ready to be written: what the store keeps of each part."""
+class Prepared(Generic[V]):
+    """A change ready to be written: what the store keeps of each part.
 
-    meta: V
-    entries: list[V]
-    # (collection, key, value as kept or None to delete), in the change's order.
-    objects: list[tuple[str, str, V | None]]
-    create: bool
+    A plain class, not a NamedTuple: compiled, building one is a C call
+    (every write builds one)."""
+
+    __slots__ = ("meta", "entries", "objects", "create")
+
+    def __init__(
+        self, meta: V, entries: list[V], objects: list[tuple[str, str, V | None]], create: bool
+    ) -> None:
+        self.meta: V = meta
+        self.entries: list[V] = entries
+        # (collection, key, value as kept or None to delete), in the change's order.
+        self.objects: list[tuple[str, str, V | None]] = objects
+        self.create = create
 
 
 # What the SQL stores write: everything as JSON text.
