@@ -25,7 +25,7 @@ Starts three servers on free loopback ports, one process each:
 Then `--clients` client processes, started before the clock, send `--calls`
 task.create calls each to one workspace over a keep-alive connection of
 their own (bench/serve_table.py's client loop), first once untimed to warm
-both servers, then `--reps` timed rounds alternating between them. Any
+each server, then `--reps` timed rounds taking the servers in turn. Any
 answer that is not a result fails the run. Prints calls/s (median
 [min–max]), the p99 of the calls' round trips, and chapline's calls/s as a
 share of each bound's.
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import multiprocessing
 import os
 import shutil
@@ -59,8 +60,8 @@ FIXED = b'{"jsonrpc":"2.0","id":1,"result":{"task_id":"tsk_01JFB0UND000000000000
 
 class GroupCommit:
     """One writer thread that commits every body queued since its last
-    commit in one SQLite transaction, then wakes the event loop once to
-    release the group's callers."""
+    commit in one SQLite transaction, then wakes each waiting event loop
+    once to release the group's callers."""
 
     def __init__(self, path: str) -> None:
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -70,37 +71,54 @@ class GroupCommit:
         self._db.execute("CREATE TABLE IF NOT EXISTS calls (seq INTEGER PRIMARY KEY, body BLOB NOT NULL)")
         self._queue: list[tuple[bytes, asyncio.Future[None]]] = []
         self._ready = threading.Condition()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        threading.Thread(target=self._run, name="durable-bound", daemon=True).start()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="durable-bound", daemon=True)
+        self._thread.start()
 
     async def commit(self, body: bytes) -> None:
-        self._loop = loop = asyncio.get_running_loop()
-        done = loop.create_future()
+        done = asyncio.get_running_loop().create_future()
         with self._ready:
+            if self._closed:
+                raise RuntimeError("the durable bound's writer is closed")
             self._queue.append((body, done))
             self._ready.notify()
         await done
 
+    def close(self) -> None:
+        """Commit what is queued, then stop the thread and close the file."""
+        with self._ready:
+            self._closed = True
+            self._ready.notify()
+        self._thread.join()
+        self._db.close()
+
     def _run(self) -> None:
         while True:
             with self._ready:
-                while not self._queue:
+                while not self._queue and not self._closed:
                     self._ready.wait()
                 group, self._queue = self._queue, []
-            failed: sqlite3.Error | None = None
+            if not group:
+                return  # closed, and nothing left to commit
+            failed: BaseException | None = None
             try:
                 self._db.execute("BEGIN IMMEDIATE")
                 self._db.executemany("INSERT INTO calls (body) VALUES (?)", [(body,) for body, _ in group])
                 self._db.execute("COMMIT")
-            except sqlite3.Error as exc:  # the callers' answers say so, and the run fails
+            except BaseException as exc:  # the callers' answers say so, and the run fails
                 failed = exc
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-            assert self._loop is not None
-            self._loop.call_soon_threadsafe(_release, [done for _, done in group], failed)
+                with contextlib.suppress(sqlite3.Error):
+                    if self._db.in_transaction:
+                        self._db.execute("ROLLBACK")
+            by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+            for _, done in group:
+                by_loop.setdefault(done.get_loop(), []).append(done)
+            for loop, futures in by_loop.items():
+                with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits
+                    loop.call_soon_threadsafe(_release, futures, failed)
 
 
-def _release(group: list[asyncio.Future[None]], failed: sqlite3.Error | None) -> None:
+def _release(group: list[asyncio.Future[None]], failed: BaseException | None) -> None:
     for done in group:
         if done.done():
             continue
@@ -172,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=200, help="task.create calls per client and round")
     ap.add_argument("--reps", type=int, default=5, help="timed rounds per server")
     ap.add_argument("--db", choices=["file", "memory"], default="file",
-                    help="chapline serve's database: a SQLite file in the temp dir, or ':memory:'")
+                    help="the database of chapline serve and of the durable bound: "
+                         "SQLite files in the temp dir, or ':memory:'")
     ap.add_argument("--bound-server", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--durable-server", metavar="DB", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

@@ -177,7 +177,10 @@ def test_the_durable_bound_answers_only_what_it_has_committed(tmp_path: Any) -> 
             assert body in rows
         assert sorted(held()) == sorted([b"alone", *bodies])
 
-    asyncio.run(calls())
+    try:
+        asyncio.run(calls())
+    finally:
+        writer.close()
 
 
 def test_mcp_tools_lists_each_session(capsys: pytest.CaptureFixture[str]) -> None:
