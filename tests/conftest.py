@@ -75,8 +75,9 @@ for _name in [name for name in os.environ if name.startswith("PG")]:
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
-    """One PostgreSQL server for the whole run, removed at the end. Fails
-    (does not skip) when it cannot start: see tests/pgserver.py."""
+    """One PostgreSQL server for the whole run of this process (each pytest-xdist
+    worker starts its own), removed at the end. Fails (does not skip) when it
+    cannot start: see tests/pgserver.py."""
     stop_stale_servers()
     server = PgServer()
     try:

@@ -364,6 +364,8 @@ def test_export_downloads_the_snapshot(desk: Desk, browser: WebDriver, tmp_path:
     browser.execute_cdp_cmd(
         "Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(tmp_path)}
     )
+    browser.switch_to.new_window("tab")  # a sign-in of its own: a tab's session is the tab's
+    sign_in(browser, desk)
     browser.get(desk.url + "/#/workspace")
     wait(browser, lambda d: d.find_element(By.ID, "export"), "the export button")
     click(browser, By.ID, "export")
