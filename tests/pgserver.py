@@ -104,6 +104,7 @@ class PgServer:
         if len(self.socket_dir) + len("/.s.PGSQL.65535") >= 107:
             raise PgServerError(f"the socket path under {self.socket_dir} would exceed 107 bytes")
         self.port = _free_port()
+        self._started = False
         self._initdb()
 
     # -- running the tools as the server's user ----------------------------
@@ -149,17 +150,28 @@ class PgServer:
         the server, never the machine, and every commit still reaches the OS
         before it is acknowledged, which is all an immediate stop (or a killed
         server) can observe. Benchmarks want `durable`: a sync per commit."""
-        options = (
-            f"-c listen_addresses=127.0.0.1 -c port={self.port} "
-            f"-c unix_socket_directories={self.socket_dir} "
-            "-c max_connections=200 -c shared_buffers=64MB"
-        )
-        if not durable:
-            options += " -c fsync=off -c full_page_writes=off"
-        self._run(
-            "pg_ctl", "start", "-w", "-t", "60", "-D", str(self.data),
-            "-l", str(self.dir / "server.log"), "-o", options,
-        )
+        for attempt in range(3):
+            options = (
+                f"-c listen_addresses=127.0.0.1 -c port={self.port} "
+                f"-c unix_socket_directories={self.socket_dir} "
+                "-c max_connections=200 -c shared_buffers=64MB"
+            )
+            if not durable:
+                options += " -c fsync=off -c full_page_writes=off"
+            try:
+                self._run(
+                    "pg_ctl", "start", "-w", "-t", "60", "-D", str(self.data),
+                    "-l", str(self.dir / "server.log"), "-o", options,
+                )
+                break
+            except PgServerError as exc:
+                # The port was free when picked; another process (a parallel
+                # test worker) may have taken it since. Only a first start
+                # moves: a restarted server keeps the port its clients know.
+                if self._started or attempt == 2 or "Address already in use" not in str(exc):
+                    raise
+                self.port = _free_port()
+        self._started = True
 
     def stop(self, mode: str = "fast") -> None:
         self._run("pg_ctl", "stop", "-w", "-t", "60", "-D", str(self.data), "-m", mode, check=False)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,7 +20,7 @@ import pytest
 from client import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pgserver import PgServer
+from pgserver import PgServer, PgServerError
 from support import ALICE, BOT, eventually, make, s0
 from test_store_contract import PostgresFactory
 
@@ -61,6 +62,31 @@ def test_a_broken_connection_is_replaced_without_an_error(pg_dsn: str) -> None:
         assert store.load()[0].version == 3
     finally:
         store.close()
+
+
+def test_a_first_start_moves_off_a_port_taken_since_it_was_picked() -> None:
+    """Parallel test workers pick free ports at about the same time: a
+    server whose port another process took before it started listens on
+    another, and a restart keeps the port its clients know."""
+    server = PgServer()
+    try:
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", server.port))
+            taken.listen()
+            server.start()
+            assert server.port != taken.getsockname()[1]
+        with psycopg.connect(server.uri(), connect_timeout=10) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        port = server.port
+        server.stop()
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", port))
+            taken.listen()
+            with pytest.raises(PgServerError, match="Address already in use"):
+                server.start()
+        assert server.port == port
+    finally:
+        server.remove()
 
 
 def test_server_restart_fails_calls_during_the_outage_then_recovers(own_server: PgServer) -> None:
