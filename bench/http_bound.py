@@ -27,8 +27,9 @@ task.create calls each to one workspace over a keep-alive connection of
 their own (bench/serve_table.py's client loop), first once untimed to warm
 each server, then `--reps` timed rounds taking the servers in turn. Any
 answer that is not a result fails the run. Prints calls/s (median
-[min–max]), the p99 of the calls' round trips, and chapline's calls/s as a
-share of each bound's.
+[min–max]), the p99 of the calls' round trips, each server's CPU time per
+call over its timed rounds (its event loop's thread, and its other threads:
+bench/server_cpu.py), and chapline's calls/s as a share of each bound's.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from typing import Any
 
 from bench.serve_table import client, join
 from bench.served import start_serve, start_server
+from bench.server_cpu import CpuTime, cpu_time
 
 WORKSPACE = "wsp_bound"
 # The shape and length (96 bytes) of chapline's answer to a task.create.
@@ -219,12 +221,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.clients} clients x {args.calls} task.create calls, {args.reps} rounds per server; "
               f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the start", flush=True)
         samples: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in servers}
+        used = {name: CpuTime(0.0, 0.0) for name, _, _ in servers}
         with multiprocessing.Pool(args.clients) as pool:
             for _, _, port in servers:
                 _round(pool, port, args.clients, args.calls)  # warm-up, untimed
             for rep in range(args.reps):
-                for name, _, port in servers if rep % 2 == 0 else servers[::-1]:
+                for name, server, port in servers if rep % 2 == 0 else servers[::-1]:
+                    before = cpu_time(server.pid)
                     samples[name].append(_round(pool, port, args.clients, args.calls))
+                    spent = cpu_time(server.pid) - before
+                    used[name] += spent
         print("| server | calls/s median [min–max] | p99 ms (median) |")
         print("|---|---|---|")
         medians = []
@@ -233,6 +239,14 @@ def main(argv: list[str] | None = None) -> int:
             medians.append(statistics.median(rates))
             print(f"| {name} | {medians[-1]:,.0f} [{min(rates):,.0f}–{max(rates):,.0f}] "
                   f"| {statistics.median(r['p99_ms'] for r in runs):.1f} |")
+        calls = args.reps * args.clients * args.calls
+        print()
+        print("| server | its CPU per call, µs: all threads | main thread (the event loop) | other threads |")
+        print("|---|---|---|---|")
+        for name, spent in used.items():
+            print(f"| {name} | {1e6 * (spent.main + spent.other) / calls:.0f} "
+                  f"| {1e6 * spent.main / calls:.0f} | {1e6 * spent.other / calls:.0f} |")
+        print()
         print(f"chapline serve / HTTP bound: {medians[0] / medians[1]:.2f} "
               f"(chapline at {100 * medians[0] / medians[1]:.0f}% of the bound)")
         print(f"chapline serve / durable bound: {medians[0] / medians[2]:.2f} "

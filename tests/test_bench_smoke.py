@@ -6,8 +6,9 @@ filtered reads), so that a benchmark figure never measures error answers.
 bench is reached through its public entry points only: the workload
 (`bench.workload`), the two implementations (`bench.impls`), the workload
 as exported for the TypeScript coordinator (`bench.typescript`), the
-durable bound's writer (`bench.http_bound.GroupCommit`) and the `main` of
-each `python -m bench.<name>`.
+durable bound's writer (`bench.http_bound.GroupCommit`), the CPU time of a
+server's process tree (`bench.server_cpu.cpu_time`) and the `main` of each
+`python -m bench.<name>`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import asyncio
 import contextlib
 import json
 import sqlite3
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -26,6 +29,7 @@ from bench import signed as S
 from bench import typescript as T
 from bench import workload as W
 from bench.impls import Chapline, Impl, Opened, Reference
+from bench.server_cpu import cpu_time
 
 CYCLES = 2 * len(W.PATTERN)  # every cycle kind, and two filtered reads
 
@@ -152,6 +156,55 @@ def test_http_bound_runs_every_server(capsys: pytest.CaptureFixture[str]) -> Non
     assert "| durable bound (the same, each body committed first, SQLite :memory:) |" in out
     assert "chapline serve / HTTP bound: " in out
     assert "chapline serve / durable bound: " in out
+    # Each server's CPU per call: all threads, then the main and the other ones.
+    for name in ("chapline serve --workers 1 (SQLite :memory:)", "HTTP bound (uvicorn + Starlette, fixed answer)"):
+        (row,) = [line for line in out.splitlines() if line.startswith(f"| {name} | ") and line.count("|") == 5]
+        whole, main, other = (int(cell) for cell in row.split("|")[2:5])
+        assert abs(whole - (main + other)) <= 1, row
+
+
+# Burns `seconds` of CPU time on the thread that runs it, by that thread's own clock.
+_BURN = """
+import time
+def burn(seconds):
+    while time.thread_time() < seconds:
+        pass
+"""
+# A server-like tree: its main thread and one other thread burn 0.3 s each,
+# its child process's main thread 0.3 s; then each says so and waits for
+# its stdin to close, so their threads are still there to be read.
+_TREE = _BURN + """
+import subprocess, sys, threading
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1] + "burn(0.3)\\nprint('burnt', flush=True)\\nsys.stdin.read()"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+other = threading.Thread(target=lambda: (burn(0.3), print("burnt", flush=True), sys.stdin.read()))
+other.start()
+burn(0.3)
+assert child.stdout.readline() == "burnt\\n"
+print("burnt", flush=True)
+sys.stdin.read()
+child.stdin.close()
+child.wait()
+"""
+
+
+def test_cpu_time_splits_a_process_trees_main_threads_from_its_others() -> None:
+    """`cpu_time` of a process whose main thread and one other thread each
+    burn 0.3 s, and whose child's main thread burns 0.3 s: 0.6 s on main
+    threads, 0.3 s on the other, as each thread's own clock counted them
+    (plus start-up and imports, and within the kernel's 10 ms ticks)."""
+    tree = subprocess.Popen([sys.executable, "-c", _TREE, _BURN], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert tree.stdout is not None
+        assert [tree.stdout.readline() for _ in range(2)] == ["burnt\n", "burnt\n"]
+        used = cpu_time(tree.pid)
+    finally:
+        assert tree.stdin is not None
+        tree.stdin.close()
+        tree.wait(timeout=60)
+    assert 0.58 <= used.main <= 1.5, used
+    assert 0.28 <= used.other <= 0.45, used
 
 
 def test_the_durable_bound_answers_only_what_it_has_committed(tmp_path: Any) -> None:

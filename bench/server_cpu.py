@@ -1,0 +1,82 @@
+"""The CPU time a server process tree has used, split between its
+processes' main threads and their other threads (Linux, from /proc).
+
+A server's calls/s moves with whatever else the machine runs; the CPU
+time it spends per call moves much less, and the split shows which thread
+spends it: in `chapline serve` the main thread runs the event loop and
+the dispatcher's thread runs the coordinator and the store; in the
+durable bound (bench/http_bound.py) the other thread is its writer.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+__all__ = ["CpuTime", "cpu_time"]
+
+_TICK = 1.0 / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class CpuTime:
+    """Seconds of CPU (user and system)."""
+
+    main: float  # by the main threads (a server's event loop)
+    other: float  # by every other thread
+
+    def __add__(self, more: CpuTime) -> CpuTime:
+        return CpuTime(self.main + more.main, self.other + more.other)
+
+    def __sub__(self, earlier: CpuTime) -> CpuTime:
+        return CpuTime(self.main - earlier.main, self.other - earlier.other)
+
+
+def cpu_time(pid: int) -> CpuTime:
+    """The CPU time used so far by process `pid` and its descendants' live
+    threads (a thread that has ended is no longer counted)."""
+    main = other = 0.0
+    for process in _tree(pid):
+        try:
+            tids = os.listdir(f"/proc/{process}/task")
+        except FileNotFoundError:
+            continue  # ended meanwhile
+        for tid in tids:
+            seconds = _seconds(f"/proc/{process}/task/{tid}/stat")
+            if tid == str(process):
+                main += seconds
+            else:
+                other += seconds
+    return CpuTime(main, other)
+
+
+def _seconds(stat: str) -> float:
+    try:
+        with open(stat) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return 0.0
+    # The fields after the command name, which is in parentheses and may hold
+    # spaces: state is field 3, utime and stime are fields 14 and 15.
+    fields = text.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * _TICK
+
+
+def _tree(pid: int) -> list[int]:
+    """`pid` and its descendants, by their parent ids in /proc."""
+    parents: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            continue
+        parents.setdefault(ppid, []).append(int(name))
+    tree, todo = [], [pid]
+    while todo:
+        process = todo.pop()
+        tree.append(process)
+        todo.extend(parents.get(process, []))
+    return tree
