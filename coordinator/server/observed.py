@@ -275,8 +275,12 @@ class ObservedTarget:
         finally:
             self._group = None
             done = obs.clock()
-            for call_id, workspace, label, started, response in group:
-                with calling(call_id, workspace):
+            if obs.log_calls:  # its record carries the call's id and workspace
+                for call_id, workspace, label, started, response in group:
+                    with calling(call_id, workspace):
+                        self._count(label, started, response, done)
+            else:
+                for _, _, label, started, response in group:
                     self._count(label, started, response, done)
             if obs.metrics is not None:
                 obs.metrics.group_size.observe(len(group))
