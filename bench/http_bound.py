@@ -28,8 +28,8 @@ their own (bench/serve_table.py's client loop), first once untimed to warm
 each server, then `--reps` timed rounds taking the servers in turn. Any
 answer that is not a result fails the run. Prints calls/s (median
 [min–max]), the p99 of the calls' round trips, each server's CPU time per
-call over its timed rounds (its event loop's thread, and its other threads:
-bench/server_cpu.py), and chapline's calls/s as a share of each bound's.
+call over its timed rounds (its event loop's thread, and its other threads)
+and the whole machine's (bench/server_cpu.py), and chapline's calls/s as a share of each bound's.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from typing import Any
 
 from bench.serve_table import client, join
 from bench.served import start_serve, start_server
-from bench.server_cpu import CpuTime, cpu_time
+from bench.server_cpu import CpuTime, cpu_time, machine_busy
 
 WORKSPACE = "wsp_bound"
 # The shape and length (96 bytes) of chapline's answer to a task.create.
@@ -222,15 +222,16 @@ def main(argv: list[str] | None = None) -> int:
               f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the start", flush=True)
         samples: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in servers}
         used = {name: CpuTime(0.0, 0.0) for name, _, _ in servers}
+        busy = dict.fromkeys(used, 0.0)
         with multiprocessing.Pool(args.clients) as pool:
             for _, _, port in servers:
                 _round(pool, port, args.clients, args.calls)  # warm-up, untimed
             for rep in range(args.reps):
                 for name, server, port in servers if rep % 2 == 0 else servers[::-1]:
-                    before = cpu_time(server.pid)
+                    before, machine = cpu_time(server.pid), machine_busy()
                     samples[name].append(_round(pool, port, args.clients, args.calls))
-                    spent = cpu_time(server.pid) - before
-                    used[name] += spent
+                    used[name] += cpu_time(server.pid) - before
+                    busy[name] += machine_busy() - machine
         print("| server | calls/s median [min–max] | p99 ms (median) |")
         print("|---|---|---|")
         medians = []
@@ -241,11 +242,14 @@ def main(argv: list[str] | None = None) -> int:
                   f"| {statistics.median(r['p99_ms'] for r in runs):.1f} |")
         calls = args.reps * args.clients * args.calls
         print()
-        print("| server | its CPU per call, µs: all threads | main thread (the event loop) | other threads |")
-        print("|---|---|---|---|")
+        print("| server | CPU per call, µs: the server | its main thread (the event loop) "
+              "| its other threads | the whole machine (clients and kernel too) |")
+        print("|---|---|---|---|---|")
         for name, spent in used.items():
             print(f"| {name} | {1e6 * (spent.main + spent.other) / calls:.0f} "
-                  f"| {1e6 * spent.main / calls:.0f} | {1e6 * spent.other / calls:.0f} |")
+                  f"| {1e6 * spent.main / calls:.0f} | {1e6 * spent.other / calls:.0f} "
+                  f"| {1e6 * busy[name] / calls:.0f} |")
+        print(f"({os.cpu_count()} cores: at most {os.cpu_count()} s of CPU per second)")
         print()
         print(f"chapline serve / HTTP bound: {medians[0] / medians[1]:.2f} "
               f"(chapline at {100 * medians[0] / medians[1]:.0f}% of the bound)")

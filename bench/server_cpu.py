@@ -1,11 +1,14 @@
 """The CPU time a server process tree has used, split between its
-processes' main threads and their other threads (Linux, from /proc).
+processes' main threads and their other threads, and the CPU time the
+whole machine has been busy (Linux, from /proc).
 
 A server's calls/s moves with whatever else the machine runs; the CPU
 time it spends per call moves much less, and the split shows which thread
 spends it: in `chapline serve` the main thread runs the event loop and
 the dispatcher's thread runs the coordinator and the store; in the
-durable bound (bench/http_bound.py) the other thread is its writer.
+durable bound (bench/http_bound.py) the other thread is its writer. The
+machine's busy time per call adds the clients and the kernel: how much of
+all the cores one call takes, which caps calls/s at cores / that.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-__all__ = ["CpuTime", "cpu_time"]
+__all__ = ["CpuTime", "cpu_time", "machine_busy"]
 
 _TICK = 1.0 / os.sysconf("SC_CLK_TCK")
 
@@ -48,6 +51,15 @@ def cpu_time(pid: int) -> CpuTime:
             else:
                 other += seconds
     return CpuTime(main, other)
+
+
+def machine_busy() -> float:
+    """Seconds of CPU time all the machine's cores have spent busy since it
+    started (user, nice, system, irq, softirq and steal; not idle or I/O wait)."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()  # "cpu" user nice system idle iowait irq softirq steal ...
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
+    return (user + nice + system + irq + softirq + steal) * _TICK
 
 
 def _seconds(stat: str) -> float:
