@@ -10,7 +10,7 @@ such dicts are re-ordered before encoding.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -23,15 +23,17 @@ __all__ = [
     "canonical_bytes",
     "digest",
     "inspect",
+    "inspect_copy",
     "link_hash",
 ]
 
-MAX_SAFE_INTEGER = 2**53 - 1
+# Final: compiled, a constant rather than a lookup of the module's globals.
+MAX_SAFE_INTEGER: Final = 2**53 - 1
 ZERO_HASH = "sha256:" + "0" * 64
 
 # The walk stops descending here (a refusal for depth needs no deeper look,
 # and Python's recursion limit must never be reached).
-_DEEPEST = 100
+_DEEPEST: Final = 100
 
 _sorted_encode = msgspec.json.Encoder(order="sorted").encode
 _ordered_encode = msgspec.json.Encoder().encode
@@ -93,48 +95,86 @@ def _check_scalar(v: Any, shape: Shape) -> None:
         )
 
 
-def _walk(container: Any, level: int, shape: Shape) -> None:
-    """Check the members of a dict or list at `level` (scalars inside count one deeper)."""
+def _member(v: Any, level: int, shape: Shape, copy: bool) -> Any:
+    """Check one member of a container at `level`; with `copy`, return its
+    copy (integral floats as integers, the immutable scalars shared)."""
+    t = type(v)
+    if t is str:
+        s: str = v
+        if not s.isascii():
+            _check_str(s, shape)
+    elif t is dict or t is list:
+        return _walk(v, level + 1, shape, copy)
+    elif t is int:
+        n: int = v
+        if not -MAX_SAFE_INTEGER <= n <= MAX_SAFE_INTEGER:
+            _check_scalar(n, shape)
+    elif v is None or t is bool:
+        pass
+    else:
+        _check_scalar(v, shape)
+        if copy and t is float and v.is_integer():
+            return int(v)
+    return v
+
+
+def _walk(container: Any, level: int, shape: Shape, copy: bool) -> Any:
+    """Check the members of a dict or list at `level` (scalars inside count
+    one deeper); with `copy`, return its copy, in the same key order."""
+    # Typed locals: compiled, a dict or list iterates natively.
     if type(container) is dict:
-        for k in container:
+        d: dict[Any, Any] = container
+        for k in d:
             if type(k) is not str:
                 shape.error = shape.error or CanonicalError("object keys must be strings")
             elif not k.isascii():
                 _check_str(k, shape)
-        members = container.values()
-    else:
-        members = container
-    if members and level + 1 > shape.depth:
+        if d and level + 1 > shape.depth:
+            shape.depth = level + 1
+        if level > _DEEPEST:
+            return None  # far past any limit: the depth alone refuses it
+        if copy:
+            return {k: _member(v, level, shape, True) for k, v in d.items()}
+        for v in d.values():
+            _member(v, level, shape, False)
+        return None
+    items: list[Any] = container
+    if items and level + 1 > shape.depth:
         shape.depth = level + 1
     if level > _DEEPEST:
-        return  # far past any limit: the depth alone refuses it
-    for v in members:
-        t = type(v)
-        if t is str:
-            if not v.isascii():
-                _check_str(v, shape)
-        elif t is dict or t is list:
-            _walk(v, level + 1, shape)
-        elif t is int:
-            if not -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER:
-                _check_scalar(v, shape)
-        elif v is None or t is bool:
-            pass
-        else:
-            _check_scalar(v, shape)
+        return None
+    if copy:
+        return [_member(v, level, shape, True) for v in items]
+    for v in items:
+        _member(v, level, shape, False)
+    return None
 
 
 def inspect(value: Any) -> Shape:
     """Walk `value` once: its depth (the value itself is level 1) and any error."""
+    return _inspect(value, False)[0]
+
+
+def inspect_copy(value: Any) -> tuple[Shape, Any]:
+    """`inspect(value)` and, in the same walk, a copy of `value`: new dicts
+    and lists in the same key order, integral floats as integers, the
+    immutable scalars shared. The copy is meaningful only if the shape has
+    no error."""
+    return _inspect(value, True)
+
+
+def _inspect(value: Any, copy: bool) -> tuple[Shape, Any]:
     shape = Shape()
     shape.depth = 1
     t = type(value)
     if t is dict or t is list:
-        _walk(value, 1, shape)
-    elif not (value is None or t is bool or (t is str and value.isascii())):
+        return shape, _walk(value, 1, shape, copy)
+    if not (value is None or t is bool or (t is str and value.isascii())):
         if t is not int or not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
             _check_scalar(value, shape)
-    return shape
+            if copy and t is float and value.is_integer():
+                return shape, int(value)
+    return shape, value
 
 
 def _normalise(value: Any) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from coordinator.engine.canonical import canonical_bytes, inspect
+from coordinator.engine.canonical import canonical_bytes, inspect, inspect_copy
 from coordinator.engine.hints import empty_body, invalid_request, unknown_method
 from coordinator.engine.registry import Method, Registry
 from coordinator.engine.wire import INVALID_PARAMS, INVALID_REQUEST, MAX_DEPTH, decode_json
@@ -36,17 +36,6 @@ def _blank(body: bytes | bytearray | memoryview | str) -> bool:
     return not (body.strip() if isinstance(body, str) else bytes(body).strip())
 
 
-def _integral(value: Any) -> Any:
-    """`value` with integral floats as integers, keys in their order."""
-    if type(value) is dict:
-        return {k: _integral(v) for k, v in value.items()}
-    if type(value) is list:
-        return [_integral(v) for v in value]
-    if type(value) is float:
-        return int(value)
-    return value
-
-
 def read_envelope(envelope: Any, registry: Registry, max_bytes: int) -> Request:
     """Steps 1-8, first failure wins; raises Rejected."""
     parsed = False
@@ -63,7 +52,11 @@ def read_envelope(envelope: Any, registry: Registry, max_bytes: int) -> Request:
         raise Rejected(envelope.get("id") if isinstance(envelope, dict) else None, invalid)
     req_id = envelope.get("id")
     name = envelope["method"]
-    shape = inspect(envelope)
+    # From here on the pipeline works on its own copy, in the caller's key
+    # order (hint names are answered in it, as 0.3.3 answers them): a body
+    # parsed here is one already; a caller's dict is copied by the walk that
+    # checks it (new dicts and lists, the immutable scalars shared).
+    shape, own = (inspect(envelope), envelope) if parsed else inspect_copy(envelope)
     if shape.depth > MAX_DEPTH:  # 4
         raise Rejected(
             req_id, RpcError(INVALID_REQUEST, f"Envelope nests deeper than {MAX_DEPTH} levels")
@@ -86,13 +79,6 @@ def read_envelope(envelope: Any, registry: Registry, max_bytes: int) -> Request:
         raise Rejected(req_id, unknown_method(name, [m.name for m in registry.methods()]))
     if shape.error is not None:  # 8
         raise Rejected(req_id, RpcError(INVALID_PARAMS, str(shape.error)))
-    # From here on the pipeline works on its own copy, in the caller's key
-    # order (hint names are answered in it, as 0.3.3 answers them): a body
-    # parsed here is one already; a caller's dict is copied, its dicts and
-    # lists new and its scalars (immutable) shared, which the walk above
-    # has checked are all JSON.
-    if parsed and not shape.needs_copy:
-        own = envelope
-    else:
-        own = _integral(envelope)
+    if parsed and shape.needs_copy:
+        own = inspect_copy(envelope)[1]  # integral floats become integers
     return Request(own, raw, own.get("params") or {}, method)
