@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import reprlib
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from msgspec.structs import replace
 
@@ -24,7 +24,7 @@ from coordinator.options import Options
 
 __all__ = ["Advertising", "Call"]
 
-_ABSENT = object()
+_ABSENT: Final = object()
 
 
 class Advertising(Protocol):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Final
 
 __all__ = ["Clock", "StepClock", "epoch_ms", "epoch_seconds", "iso_ms", "system_clock"]
 
@@ -39,7 +40,7 @@ class StepClock:
 # several), within one second its first part, and formatting a date (~5 µs)
 # happens once a day. Tuples replaced whole, so threads never see a torn pair.
 # "000" to "999": a call's clock fields written by lookup, not by format().
-_DIGITS = [f"{n:03d}" for n in range(1000)]
+_DIGITS: Final = [f"{n:03d}" for n in range(1000)]
 _last_ms: tuple[int, str] = (-1, "")
 _last_second: tuple[int, str] = (-1, "")
 _last_day: tuple[int, str] = (-1, "")

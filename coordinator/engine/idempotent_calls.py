@@ -9,7 +9,7 @@ and across coordinators sharing the store, as a signed call's replay does."""
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -24,8 +24,8 @@ __all__ = ["IDEMPOTENCY_FIELD", "MAX_KEY_LENGTH", "Earlier", "earlier_answer", "
 
 # The envelope member (beside `sig`): a top-level member, so that no method's
 # params (task.create's own `idempotency_key` among them) can collide with it.
-IDEMPOTENCY_FIELD = "x-chapline-idempotency-key"
-MAX_KEY_LENGTH = 200
+IDEMPOTENCY_FIELD: Final = "x-chapline-idempotency-key"
+MAX_KEY_LENGTH: Final = 200
 # Slots share `signed_calls` with signed digests ("sha256:..."); the prefix
 # keeps the two apart.
 _SLOT_PREFIX = "idem:sha256:"

@@ -6,14 +6,15 @@ import os
 import random
 import time
 from collections.abc import Callable
+from typing import Final
 
 __all__ = ["IdSource", "CounterIds", "random_ids", "ulid"]
 
 IdSource = Callable[[str], str]
 
-_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_CROCKFORD: Final = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 # Two Crockford digits per 10 bits: 13 look-ups make the 26 characters.
-_PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]
+_PAIRS: Final = [a + b for a in _CROCKFORD for b in _CROCKFORD]
 
 
 # The first ten characters are the time alone: kept for the millisecond.

@@ -33,24 +33,24 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
+from typing import Any, Final
 
 from coordinator.errors import PatchError, PatchLimitError
 
 __all__ = ["MAX_CHARS", "MAX_DEPTH", "MAX_NODES", "MAX_OPS", "apply_patch", "json_type"]
 
-MAX_OPS = 1000
-MAX_NODES = 100_000
+MAX_OPS: Final = 1000
+MAX_NODES: Final = 100_000
 # The patched artefact is sent back inside an envelope (params.artefact, two
 # levels below the envelope's 64), so it may nest no deeper than 62 levels.
-MAX_DEPTH = 62
+MAX_DEPTH: Final = 62
 # Characters of string content (values and keys), about 4 MiB of JSON.
-MAX_CHARS = 4 * 1_048_576
+MAX_CHARS: Final = 4 * 1_048_576
 
 _UNSAFE_SEGMENTS = frozenset({"__proto__", "constructor", "prototype"})
 _ARRAY_INDEX = re.compile(r"(0|[1-9][0-9]*)")
 _BAD_TILDE = re.compile(r"~(?![01])")
-_OPS = ("add", "remove", "replace", "move", "copy", "test")
+_OPS: Final = ("add", "remove", "replace", "move", "copy", "test")
 
 
 def json_type(value: Any) -> str:

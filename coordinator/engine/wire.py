@@ -4,7 +4,7 @@ itself, `RpcError`, is in coordinator/errors.py)."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -71,7 +71,7 @@ __all__ = [
 ]
 
 # CHAP's nesting limit: the envelope is level 1 (dispatch step 4).
-MAX_DEPTH = 64
+MAX_DEPTH: Final = 64
 
 # JSON-RPC band.
 PARSE_ERROR = -32700
