@@ -36,20 +36,22 @@ class CpuTime:
 
 
 def cpu_time(pid: int) -> CpuTime:
-    """The CPU time used so far by process `pid` and its descendants' live
-    threads (a thread that has ended is no longer counted)."""
+    """The CPU time used so far by process `pid` and its descendants. A
+    process's own count keeps the time of its threads that have ended and
+    of its children it has waited for (both count as `other`), so a thread
+    or process ending between two readings takes nothing out of their
+    difference."""
     main = other = 0.0
     for process in _tree(pid):
-        try:
-            tids = os.listdir(f"/proc/{process}/task")
-        except FileNotFoundError:
-            continue  # ended meanwhile
-        for tid in tids:
-            seconds = _seconds(f"/proc/{process}/task/{tid}/stat")
-            if tid == str(process):
-                main += seconds
-            else:
-                other += seconds
+        fields = _fields(f"/proc/{process}/stat")
+        if fields is None:
+            continue  # ended meanwhile: its parent's count has it once waited for
+        # utime, stime, cutime and cstime: fields 14 to 17.
+        everything = sum(int(f) for f in fields[11:15]) * _TICK
+        thread = _fields(f"/proc/{process}/task/{process}/stat")
+        own = 0.0 if thread is None else (int(thread[11]) + int(thread[12])) * _TICK
+        main += own
+        other += everything - own
     return CpuTime(main, other)
 
 
@@ -62,16 +64,16 @@ def machine_busy() -> float:
     return (user + nice + system + irq + softirq + steal) * _TICK
 
 
-def _seconds(stat: str) -> float:
+def _fields(stat: str) -> list[str] | None:
+    """The fields of a /proc stat file after the command name (which is in
+    parentheses and may hold spaces), from the state (field 3) on; None if
+    the process or thread has ended."""
     try:
         with open(stat) as f:
             text = f.read()
-    except FileNotFoundError:
-        return 0.0
-    # The fields after the command name, which is in parentheses and may hold
-    # spaces: state is field 3, utime and stime are fields 14 and 15.
-    fields = text.rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) * _TICK
+    except OSError:
+        return None
+    return text.rsplit(")", 1)[1].split()
 
 
 def _tree(pid: int) -> list[int]:
@@ -80,12 +82,9 @@ def _tree(pid: int) -> list[int]:
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
-            continue
-        parents.setdefault(ppid, []).append(int(name))
+        fields = _fields(f"/proc/{name}/stat")
+        if fields is not None:
+            parents.setdefault(int(fields[1]), []).append(int(name))
     tree, todo = [], [pid]
     while todo:
         process = todo.pop()

@@ -18,6 +18,7 @@ from coordinator.engine.canonical import (
     canonical_bytes,
     digest,
     inspect,
+    inspect_copy,
     link_hash,
 )
 from coordinator.errors import CanonicalError
@@ -188,6 +189,55 @@ def test_inspect_reports_first_error_and_still_measures_depth():
     shape = inspect({"a": 1.5, "b": [[["\ud800"]]]})
     assert "integers" in str(shape.error)
     assert shape.depth == 5
+
+
+_JSON_WITH_INTEGRAL_FLOATS = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-MAX_SAFE_INTEGER, MAX_SAFE_INTEGER)
+    | st.integers(-(2**40), 2**40).map(float)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=25,
+)
+
+
+def _containers(value):
+    """Every dict and list in `value`, itself included."""
+    if isinstance(value, dict):
+        yield value
+        for v in value.values():
+            yield from _containers(v)
+    elif isinstance(value, list):
+        yield value
+        for v in value:
+            yield from _containers(v)
+
+
+def _same(a, b):
+    """Equal with the same types, key orders included (1 == 1.0 is not enough)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+@given(_JSON_WITH_INTEGRAL_FLOATS)
+def test_inspect_copy_checks_like_inspect_and_copies_with_integers(value):
+    """The copy: the same JSON (RFC 8785's bytes of it are the canonical
+    bytes of the value), integral floats as integers, keys in the same
+    order, and not one dict or list shared with the value."""
+    shape, copy = inspect_copy(value)
+    alone = inspect(value)
+    assert (shape.depth, shape.error, shape.needs_copy) == (alone.depth, alone.error, alone.needs_copy)
+    assert rfc8785.dumps(copy) == canonical_bytes(value)
+    expected = json.loads(json.dumps(value), parse_float=lambda text: int(float(text)))
+    assert _same(copy, expected)
+    held = {id(c) for c in _containers(value)}
+    assert not any(id(c) in held for c in _containers(copy))
 
 
 def test_digest_and_link_hash():

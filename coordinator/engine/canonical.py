@@ -158,8 +158,9 @@ def inspect(value: Any) -> Shape:
 def inspect_copy(value: Any) -> tuple[Shape, Any]:
     """`inspect(value)` and, in the same walk, a copy of `value`: new dicts
     and lists in the same key order, integral floats as integers, the
-    immutable scalars shared. The copy is meaningful only if the shape has
-    no error."""
+    immutable scalars shared. The copy is whole only if the shape has no
+    error and a depth of at most MAX_DEPTH (64): below 101 levels the walk
+    stops descending, and the copy holds None there."""
     return _inspect(value, True)
 
 
