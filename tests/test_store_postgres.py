@@ -80,6 +80,10 @@ def test_a_first_start_moves_off_a_port_taken_since_it_was_picked() -> None:
         port = server.port
         server.stop()
         with socket.socket() as taken:
+            # The connection the server closed leaves the port in TIME_WAIT,
+            # which refuses a plain bind; SO_REUSEADDR still refuses one while
+            # anything listens there, so the port is free of the server.
+            taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             taken.bind(("127.0.0.1", port))
             taken.listen()
             with pytest.raises(PgServerError, match="Address already in use"):
