@@ -14,7 +14,7 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
-from storage.types import MalformedChangeError, StoreChange
+from storage.types import EntryKeys, MalformedChangeError, StoreChange
 
 __all__ = ["EncodedChange", "Held", "Prepared", "decode", "encode", "encode_change", "held_text", "hold_change"]
 
@@ -33,16 +33,23 @@ class Prepared(Generic[V]):
     A plain class, not a NamedTuple: compiled, building one is a C call
     (every write builds one)."""
 
-    __slots__ = ("meta", "entries", "objects", "create")
+    __slots__ = ("meta", "entries", "objects", "create", "entry_keys")
 
     def __init__(
-        self, meta: V, entries: list[V], objects: list[tuple[str, str, V | None]], create: bool
+        self,
+        meta: V,
+        entries: list[V],
+        objects: list[tuple[str, str, V | None]],
+        create: bool,
+        entry_keys: list[EntryKeys] | None,
     ) -> None:
         self.meta: V = meta
         self.entries: list[V] = entries
         # (collection, key, value as kept or None to delete), in the change's order.
         self.objects: list[tuple[str, str, V | None]] = objects
         self.create = create
+        # The writer's filter keys of each entry (StoreChange.entry_keys), checked.
+        self.entry_keys = entry_keys
 
 
 # What the SQL stores write: everything as JSON text.
@@ -51,6 +58,23 @@ EncodedChange = Prepared[bytes]
 
 def _bad(change: StoreChange, what: str, remedy: str) -> MalformedChangeError:
     return MalformedChangeError(change.id, what, remedy)
+
+
+def _keys_fault(given: Any, entries: int) -> str | None:
+    """What is wrong with a change's `entry_keys` (None: nothing, or none given)."""
+    if given is None:
+        return None
+    if type(given) is not list or len(given) != entries:
+        return f"entry_keys is not a list of one EntryKeys per entry ({entries})"
+    for at, keys in enumerate(given):
+        if (
+            type(keys) is not tuple
+            or len(keys) != 4
+            or keys[3] not in ("accepted", "refused")
+            or not all(key is None or type(key) is str for key in keys[:3])
+        ):
+            return f"entry_keys[{at}] is not (method, sender, task_id, outcome) as call_keys gives them"
+    return None
 
 
 def _encode(change: StoreChange, value: Any, what: str, convert: Callable[[Any], V]) -> V:
@@ -120,6 +144,9 @@ def _prepare(change: StoreChange, convert: Callable[[Any], V]) -> Prepared[V]:
         return _prepare_checked(change, convert)
     if not change.id or change.base < 0 or change.version != change.base + len(change.entries):
         return _prepare_checked(change, convert)
+    entry_keys = getattr(change, "entry_keys", None)
+    if _keys_fault(entry_keys, len(change.entries)) is not None:
+        return _prepare_checked(change, convert)
     try:
         meta = convert(change.meta)
         entries = [convert(e) for e in change.entries]
@@ -135,7 +162,7 @@ def _prepare(change: StoreChange, convert: Callable[[Any], V]) -> Prepared[V]:
         return _prepare_checked(change, convert)
     if not_object(meta) or any(not_object(e) for e in entries):
         return _prepare_checked(change, convert)
-    return Prepared(meta, entries, objects, False)
+    return Prepared(meta, entries, objects, False, entry_keys)
 
 
 def _prepare_checked(change: StoreChange, convert: Callable[[Any], V]) -> Prepared[V]:
@@ -162,6 +189,14 @@ def _prepare_checked(change: StoreChange, convert: Callable[[Any], V]) -> Prepar
         )
     if not change.replace and change.base < 0:
         raise _bad(change, f"base is {change.base}", "Use the number of entries held.")
+    entry_keys = getattr(change, "entry_keys", None)
+    fault = _keys_fault(entry_keys, len(change.entries))
+    if fault is not None:
+        raise _bad(
+            change,
+            fault,
+            "Give each entry's storage.match.call_keys of the call it records, or leave entry_keys None.",
+        )
     meta = _encode(change, change.meta, "meta", convert)
     if not_object(meta):
         raise _bad(change, "meta is not a JSON object", "Pass the workspace fields as a dict.")
@@ -198,4 +233,4 @@ def _prepare_checked(change: StoreChange, convert: Callable[[Any], V]) -> Prepar
                 objects.append((collection, key, None))
             else:
                 objects.append((collection, key, _encode(change, value, f"{collection} {key!r}", convert)))
-    return Prepared(meta, entries, objects, create)
+    return Prepared(meta, entries, objects, create, entry_keys)

@@ -259,6 +259,11 @@ class StoreContract:
         StoreChange("w", 1, 2, "t", {"id": "w"}, [[1, 2]]),  # entry not an object
         StoreChange("w", 1, 1, "t", ["not", "a", "dict"]),  # type: ignore[arg-type]
         StoreChange("w", 1, 1, "t", {"id": "w"}, [], {"tasks": {1: {"id": 1}}}),  # type: ignore[dict-item]
+        StoreChange("w", 1, 2, "t", {"id": "w"}, [entry(1)], entry_keys=[]),  # keys for no entry
+        StoreChange("w", 1, 2, "t", {"id": "w"}, [entry(1)],
+                    entry_keys=[("m", None, None, "maybe")]),  # not an outcome
+        StoreChange("w", 1, 2, "t", {"id": "w"}, [entry(1)],
+                    entry_keys=[("m", 7, None, "accepted")]),  # type: ignore[list-item]
     ])
     def test_malformed_change_is_refused(self, store: ContractStore, bad: StoreChange) -> None:
         store.apply(change("w", 0, 1))

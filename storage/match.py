@@ -9,9 +9,20 @@ from typing import Any
 import msgspec
 
 from storage._calls import read_call, read_keyed
-from storage.types import EntryFilter
+from storage.types import EntryFilter, EntryKeys
 
-__all__ = ["entry_key", "entry_matches", "indexed_keys", "struct_keys", "text_keys"]
+__all__ = [
+    "KEY_FIELDS",
+    "call_keys",
+    "entry_key",
+    "entry_matches",
+    "indexed_keys",
+    "struct_keys",
+    "text_keys",
+]
+
+# The fields an index files entries under, in `EntryKeys` order.
+KEY_FIELDS = ("method", "sender", "task_id", "outcome")
 
 
 def entry_matches(entry: dict[str, Any], where: EntryFilter) -> bool:
@@ -60,6 +71,29 @@ def entry_key(entry: dict[str, Any], field: str) -> str | None:
         params = call.get("params")
         value = params.get(_PARAM[field]) if isinstance(params, dict) else None
     return value if isinstance(value, str) else None
+
+
+def call_keys(call: Any, refused: bool) -> EntryKeys:
+    """`entry_key` of each of `KEY_FIELDS` for the entry that records `call`
+    (the envelope or request as a decoded JSON value), `refused` or not,
+    read from the call itself: a writer that holds it gives these with its
+    change (`StoreChange.entry_keys`) at the cost of three lookups."""
+    # An entry whose `envelope` is null reads as refused (`entry_key`).
+    outcome = "refused" if refused or call is None else "accepted"
+    if not isinstance(call, dict):
+        return (None, None, None, outcome)
+    method = call.get("method")
+    params = call.get("params")
+    sender = task_id = None
+    if isinstance(params, dict):
+        sender = params.get("from")
+        task_id = params.get("task_id")
+    return (
+        method if isinstance(method, str) else None,
+        sender if isinstance(sender, str) else None,
+        task_id if isinstance(task_id, str) else None,
+        outcome,
+    )
 
 
 def text_keys(text: bytes, fields: list[str]) -> list[str | None]:

@@ -5,7 +5,9 @@ Nothing a caller changes after a write leaks into a later `load` or
 which nobody can change and which it keeps as they are until read
 (`storage._encode.hold_change`). So a write costs no encoding of what the
 coordinator hands it (frozen entries, metas and objects), and the filter
-index is brought up to date by the filtered read that needs it.
+index is brought up to date by the filtered read that needs it, from the
+keys the writer gave with each entry where it gave them
+(`StoreChange.entry_keys`), else by reading the entry's call.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from typing import Any
 from storage._encode import Held, Prepared, held_text, hold_change
 from storage._encode import decode as _decode
 from storage._mypyc import mypyc_attr
-from storage.match import entry_matches, indexed_keys, struct_keys, text_keys
+from storage.match import KEY_FIELDS, entry_matches, indexed_keys, struct_keys, text_keys
 from storage.records import SHARED_LAYOUT, WorkspaceRecord, assemble_snapshot
 from storage.types import (
     EntryFilter,
+    EntryKeys,
     HeldWorkspace,
     Store,
     StoreChange,
@@ -32,13 +35,15 @@ __all__ = ["MemoryStore"]
 
 
 class _Workspace:
-    __slots__ = ("meta", "version", "updated_at", "entries", "objects", "index", "indexed")
+    __slots__ = ("meta", "version", "updated_at", "entries", "keys", "objects", "index", "indexed")
 
     def __init__(self) -> None:
         self.meta: Held = b"{}"
         self.version = 0
         self.updated_at = ""
         self.entries: list[Held] = []
+        # each entry's keys as its writer gave them, None where it gave none
+        self.keys: list[EntryKeys | None] = []
         self.objects: dict[str, dict[str, Held]] = {}
         # filter field -> value -> seqs in order, so a filtered read decodes
         # only its candidates (see storage.match.entry_key). A field is
@@ -59,12 +64,22 @@ def _bounds(ws: _Workspace, start: int, stop: int | None) -> tuple[int, int]:
 def _file(ws: _Workspace, fields: list[str], start: int, stop: int) -> None:
     """File entries `start <= seq < stop` in the indexes on `fields`."""
     by_field = [ws.index[field] for field in fields]
+    at = [KEY_FIELDS.index(field) for field in fields]
     for seq in range(start, stop):
-        held = ws.entries[seq]
-        keys = text_keys(held, fields) if isinstance(held, bytes) else struct_keys(held, fields)
-        for by_value, value in zip(by_field, keys, strict=True):
+        given = ws.keys[seq]
+        if given is not None:
+            keys: list[str | None] = [given[i] for i in at]
+        else:
+            held = ws.entries[seq]
+            keys = text_keys(held, fields) if isinstance(held, bytes) else struct_keys(held, fields)
+        for n, by_value in enumerate(by_field):
+            value = keys[n]
             if value is not None:
-                by_value.setdefault(value, []).append(seq)
+                seqs = by_value.get(value)
+                if seqs is None:
+                    by_value[value] = [seq]
+                else:
+                    seqs.append(seq)
 
 
 def _indexed(ws: _Workspace, field: str) -> dict[str, list[int]]:
@@ -125,6 +140,8 @@ class MemoryStore(Store):
         if ws is None or change.replace:
             ws = self._workspaces[change.id] = _Workspace()
         ws.entries += encoded.entries
+        given = encoded.entry_keys
+        ws.keys += [None] * len(encoded.entries) if given is None else given
         ws.meta = encoded.meta
         ws.version = change.version
         ws.updated_at = change.updated_at

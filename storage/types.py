@@ -34,6 +34,7 @@ __all__ = [
     "DEFAULT_WAIT",
     "DatabaseEncodingError",
     "EntryFilter",
+    "EntryKeys",
     "HeldWorkspace",
     "MalformedChangeError",
     "Store",
@@ -49,6 +50,12 @@ __all__ = [
 DEFAULT_WAIT = 30.0
 
 
+# An entry's filter keys, in `KEY_FIELDS` order (storage/match.py): its
+# call's method, params.from and params.task_id where each is a string, else
+# None, and "accepted" or "refused".
+EntryKeys = tuple[str | None, str | None, str | None, str]
+
+
 class StoreChange(msgspec.Struct, frozen=True):
     """One atomic write to one workspace.
 
@@ -59,7 +66,11 @@ class StoreChange(msgspec.Struct, frozen=True):
     everything the store holds for the workspace first (and skips the `base`
     check); `create` refuses the change, with WorkspaceExistsError, when the
     store already holds the workspace, so two writers can never overwrite
-    each other's new workspace.
+    each other's new workspace. `entry_keys`, when the writer gives them, are
+    each entry's `EntryKeys` as `storage.match.call_keys` derives them from
+    the call it records: a store may file its filter index from them
+    instead of reading the entries (MemoryStore does), so a writer that
+    gives them vouches that they match.
     """
 
     id: str
@@ -71,6 +82,7 @@ class StoreChange(msgspec.Struct, frozen=True):
     objects: dict[str, dict[str, Any]] = {}
     replace: bool = False
     create: bool = False
+    entry_keys: list[EntryKeys] | None = None
 
 
 class HeldWorkspace(msgspec.Struct, frozen=True):

@@ -11,7 +11,7 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage.match import entry_key, struct_keys, text_keys
+from storage.match import KEY_FIELDS, call_keys, entry_key, struct_keys, text_keys
 
 FIELDS = ["method", "sender", "task_id", "outcome"]
 
@@ -37,6 +37,16 @@ _entry = st.fixed_dictionaries(
 def test_text_keys_agree_with_entry_key(entry: dict[str, Any]) -> None:
     text = msgspec.json.encode(entry)
     assert text_keys(text, FIELDS) == [entry_key(entry, field) for field in FIELDS]
+
+
+@settings(max_examples=400, deadline=None)
+@given(_call, st.booleans())
+def test_call_keys_are_the_keys_of_the_entry_that_records_the_call(call: Any, refused: bool) -> None:
+    """What a writer gives (StoreChange.entry_keys) is what the entry's text holds."""
+    entry = {"seq": 0, "request": call, "outcome": {"status": "refused"}} if refused else {"seq": 0, "envelope": call}
+    assert list(KEY_FIELDS) == FIELDS
+    assert list(call_keys(call, refused)) == text_keys(msgspec.json.encode(entry), FIELDS)
+    assert list(call_keys(call, refused)) == [entry_key(entry, field) for field in FIELDS]
 
 
 def test_text_keys_of_the_usual_shapes() -> None:

@@ -17,6 +17,7 @@ from coordinator.engine.writes import WorkspaceWrite
 from coordinator.errors import RpcError
 from coordinator.listeners import RecordedCall
 from storage import StoreChange
+from storage.types import EntryKeys
 
 __all__ = ["BatchPart", "WorkspaceBatch"]
 
@@ -26,7 +27,8 @@ class BatchPart:
     batch's calls wrote to it since."""
 
     __slots__ = (
-        "base", "meta", "latest", "created", "undo", "order", "entries", "objects", "last", "calls"
+        "base", "meta", "latest", "created", "undo", "order", "entries", "keys", "objects", "last",
+        "calls",
     )
 
     def __init__(self, ws: Workspace, created: bool) -> None:
@@ -39,6 +41,7 @@ class BatchPart:
         # {collection: keys in held order}, for collections the batch deletes from
         self.order: dict[str, list[str]] = {}
         self.entries: list[AuditEntry] = []
+        self.keys: list[EntryKeys] = []  # each entry's, as its write gave them
         self.objects: dict[str, dict[str, Any]] = {}
         self.last: WorkspaceWrite | None = None
         # (envelope, response) of each call answered from this workspace's
@@ -57,6 +60,7 @@ class BatchPart:
                     first[key] = held.get(key)
             self.objects.setdefault(collection, {}).update(items)
         self.entries.extend(write.entries)
+        self.keys.extend(write.keys)
         self.last = write
 
     def change(self, workspace_id: str) -> StoreChange:
@@ -72,6 +76,7 @@ class BatchPart:
             entries=self.entries,
             objects=self.objects,
             create=self.created,
+            entry_keys=self.keys,
         )
 
     def settle_into(self, ws: Workspace) -> None:

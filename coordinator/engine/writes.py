@@ -17,6 +17,8 @@ from coordinator.engine.workspace import Workspace
 from coordinator.errors import RpcError
 from coordinator.model import WorkspaceMeta
 from storage import Store, StoreChange, StoreConflictError, WriteTurnTimeoutError
+from storage.match import call_keys
+from storage.types import EntryKeys
 
 __all__ = ["WorkspaceWrite", "apply_changes", "store_error"]
 
@@ -34,7 +36,7 @@ class WorkspaceWrite:
     the chain as it is added (SPECIFICATION.md, "Audit entries and the
     chain"); `engine.held.HeldWorkspaces.append` writes it."""
 
-    __slots__ = ("ws", "meta", "objects", "arrived", "created", "entries", "calls")
+    __slots__ = ("ws", "meta", "objects", "arrived", "created", "entries", "keys", "calls")
 
     def __init__(
         self,
@@ -50,6 +52,9 @@ class WorkspaceWrite:
         self.arrived = arrived
         self.created = created
         self.entries: list[AuditEntry] = []
+        # each entry's filter keys, read from the call it records: a store
+        # files them without decoding the entry (StoreChange.entry_keys)
+        self.keys: list[EntryKeys] = []
         # the call each entry records, as a dict (for the signed-call index)
         self.calls: list[dict[str, Any]] = []
 
@@ -81,6 +86,7 @@ class WorkspaceWrite:
         else:
             entry = AuditEntry(seq, arrived, request=recorded, outcome=outcome, prev_hash=prev)
         self.entries.append(entry)
+        self.keys.append(call_keys(call, outcome is not None))
         self.calls.append(call)
         self.arrived = arrived
 
@@ -96,6 +102,7 @@ class WorkspaceWrite:
             entries=self.entries,
             objects=self.objects,
             create=self.created,
+            entry_keys=self.keys,
         )
 
 
