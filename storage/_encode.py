@@ -162,7 +162,8 @@ def _prepare(change: StoreChange, convert: Callable[[Any], V]) -> Prepared[V]:
         return _prepare_checked(change, convert)
     if not_object(meta) or any(not_object(e) for e in entries):
         return _prepare_checked(change, convert)
-    return Prepared(meta, entries, objects, False, entry_keys)
+    # A copy, as the entries are: the caller's later changes reach nothing held.
+    return Prepared(meta, entries, objects, False, None if entry_keys is None else list(entry_keys))
 
 
 def _prepare_checked(change: StoreChange, convert: Callable[[Any], V]) -> Prepared[V]:
@@ -233,4 +234,4 @@ def _prepare_checked(change: StoreChange, convert: Callable[[Any], V]) -> Prepar
                 objects.append((collection, key, None))
             else:
                 objects.append((collection, key, _encode(change, value, f"{collection} {key!r}", convert)))
-    return Prepared(meta, entries, objects, create, entry_keys)
+    return Prepared(meta, entries, objects, create, None if entry_keys is None else list(entry_keys))

@@ -264,6 +264,12 @@ class StoreContract:
                     entry_keys=[("m", None, None, "maybe")]),  # not an outcome
         StoreChange("w", 1, 2, "t", {"id": "w"}, [entry(1)],
                     entry_keys=[("m", 7, None, "accepted")]),  # type: ignore[list-item]
+        StoreChange("w", 1, 2, "t", {"id": "w"}, [entry(1)],
+                    entry_keys=[("m", None, "accepted")]),  # type: ignore[list-item]  # three keys
+        StoreChange("w", 1, 2, "t", {"id": "w"}, [entry(1)],
+                    entry_keys=[["m", None, None, "accepted"]]),  # type: ignore[list-item]  # a list
+        StoreChange("w", 1, 2, "t", {"id": "w"}, [entry(1)],
+                    entry_keys=(("m", None, None, "accepted"),)),  # type: ignore[arg-type]  # a tuple of them
     ])
     def test_malformed_change_is_refused(self, store: ContractStore, bad: StoreChange) -> None:
         store.apply(change("w", 0, 1))

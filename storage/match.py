@@ -1,6 +1,8 @@
 """The one definition of which entries an `EntryFilter` keeps, and the index
-keys an entry is filed under. Compiled (pyproject.toml): MemoryStore files
-every entry through it; the Structs it decodes with live in storage/_calls.py."""
+keys an entry is filed under: read from its text or Struct, or, by a writer,
+from the call it records (`call_keys`). Compiled (pyproject.toml): MemoryStore
+files every entry through it; the Structs it decodes with live in
+storage/_calls.py."""
 
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ from support import ALICE, BOT, FailingStore, make, s0
 
 from storage import EntryFilter, MemoryStore, StoreChange, entry_matches
 from storage.match import KEY_FIELDS, call_keys, text_keys
+from storage.types import EntryKeys
 
 FIELDS = list(KEY_FIELDS)
 
@@ -156,7 +157,7 @@ def test_memory_store_files_by_the_keys_given_without_reading_the_entry() -> Non
     can never add one."""
     store = MemoryStore()
     text = msgspec.Raw(b'{"method":"m.text","params":{"task_id":"T-text"}}')
-    wrong = [("m.given", None, "T-given", "accepted")]
+    wrong: list[EntryKeys] = [("m.given", None, "T-given", "accepted")]
     store.apply(StoreChange("w", 0, 1, "t", {"id": "w"}, [Entry(0, envelope=text)], entry_keys=wrong))
     assert store.read_entries("w", where=EntryFilter(task_id="T-text")) == []
     assert store.read_entries("w", where=EntryFilter(method="m.given")) == []
