@@ -70,11 +70,17 @@ def _keys_fault(given: Any, entries: int) -> str | None:
         if (
             type(keys) is not tuple
             or len(keys) != 4
+            or not _str_or_none(keys[0])
+            or not _str_or_none(keys[1])
+            or not _str_or_none(keys[2])
             or keys[3] not in ("accepted", "refused")
-            or not all(key is None or type(key) is str for key in keys[:3])
         ):
             return f"entry_keys[{at}] is not (method, sender, task_id, outcome) as call_keys gives them"
     return None
+
+
+def _str_or_none(key: Any) -> bool:
+    return key is None or type(key) is str
 
 
 def _encode(change: StoreChange, value: Any, what: str, convert: Callable[[Any], V]) -> V:

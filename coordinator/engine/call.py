@@ -218,7 +218,10 @@ class Call:
 
     def put(self, collection: str, key: str, value: Any) -> None:
         """Stage `value` (not None) under `key`."""
-        self.staged.setdefault(collection, {})[key] = value
+        staged = self.staged.get(collection)
+        if staged is None:
+            staged = self.staged[collection] = {}
+        staged[key] = value
 
     def delete(self, collection: str, key: str) -> None:
         """Stage the removal of `key` (nothing happens if it is not held)."""

@@ -180,8 +180,8 @@ class HeldWorkspaces:
         ws.latest = max(ws.latest, write.arrived)
         if write.created:
             self._held[ws.id] = ws
-        for entry, call in zip(write.entries, write.calls, strict=True):
-            index_signed(ws, call, entry)
+        for at, entry in enumerate(write.entries):
+            index_signed(ws, write.calls[at], entry)
         if batch is None and self.listeners.active:
             self.listeners.notify([(ws.id, e, write.objects, answer) for e in write.entries])
         return None

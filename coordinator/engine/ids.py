@@ -23,24 +23,33 @@ _last_time: tuple[int, str] = (-1, "")
 
 def ulid(epoch_ms: int, randomness: int) -> str:
     """A ULID: 48 bits of milliseconds then 80 bits of `randomness`, Crockford base32."""
+    r = randomness & (2**80 - 1)
+    return _ulid(epoch_ms, r >> 40, r & (2**40 - 1))
+
+
+def _ulid(epoch_ms: int, high: int, low: int) -> str:
+    """`ulid` of the randomness `high << 40 | low`, each half under 2**40:
+    halves fit a machine word, so compiled code shifts them natively (an
+    80-bit integer is a Python long at every step)."""
     global _last_time
     epoch_ms &= 2**48 - 1
     cached_ms, head = _last_time
     if cached_ms != epoch_ms:
         head = "".join([_PAIRS[(epoch_ms >> s) & 1023] for s in (40, 30, 20, 10, 0)])
         _last_time = (epoch_ms, head)
-    r = randomness & (2**80 - 1)
     pairs = _PAIRS
-    return (
-        head
-        + pairs[r >> 70]
-        + pairs[(r >> 60) & 1023]
-        + pairs[(r >> 50) & 1023]
-        + pairs[(r >> 40) & 1023]
-        + pairs[(r >> 30) & 1023]
-        + pairs[(r >> 20) & 1023]
-        + pairs[(r >> 10) & 1023]
-        + pairs[r & 1023]
+    return "".join(
+        [
+            head,
+            pairs[high >> 30],
+            pairs[(high >> 20) & 1023],
+            pairs[(high >> 10) & 1023],
+            pairs[high & 1023],
+            pairs[low >> 30],
+            pairs[(low >> 20) & 1023],
+            pairs[(low >> 10) & 1023],
+            pairs[low & 1023],
+        ]
     )
 
 
@@ -52,7 +61,8 @@ os.register_at_fork(after_in_child=lambda: _random.seed(os.urandom(32)))
 
 
 def random_ids(prefix: str) -> str:
-    return f"{prefix}_{ulid(time.time_ns() // 1_000_000, _random.getrandbits(80))}"
+    high, low = _random.getrandbits(40), _random.getrandbits(40)
+    return f"{prefix}_{_ulid(time.time_ns() // 1_000_000, high, low)}"
 
 
 class CounterIds:

@@ -374,14 +374,17 @@ class Pipeline:
             gated = isinstance(err.data, dict) and "advertised" in err.data
             return self._refuse(call, method, err, gated, authorise)
         try:
-            if not method.read and call.ws is not None and registry.before_hooks:
+            # The profiles the workspace advertised when the call arrived (a
+            # handler stages a new meta; the held one changes at the write).
+            advertised: frozenset[str] | None = None
+            if not method.read and call.ws is not None and (registry.before_hooks or registry.write_hooks):
                 advertised = profile_names(call.ws.meta.profiles)
+            if advertised is not None:
                 for profile, hook in registry.before_hooks:
                     if profile in advertised:
                         hook(call)
             result = handler(call)  # steps 15-16
-            if not method.read and call.ws is not None and registry.write_hooks:
-                advertised = profile_names(call.ws.meta.profiles)
+            if advertised is not None:
                 for profile, hook in registry.write_hooks:
                     if profile in advertised:
                         hook(call)
