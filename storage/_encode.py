@@ -146,16 +146,18 @@ def _prepare(change: StoreChange, convert: Callable[[Any], V]) -> Prepared[V]:
     # Every write comes through here: the usual well-formed change is
     # converted in one pass; anything unusual is looked at again, one check
     # and one value at a time, by `_prepare_checked`, which names the fault.
-    if change.replace or getattr(change, "create", False) or type(change.id) is not str:
+    # Each field read once: a Struct's attribute is a generic lookup, compiled too.
+    wid, base, written = change.id, change.base, change.entries
+    if change.replace or getattr(change, "create", False) or type(wid) is not str:
         return _prepare_checked(change, convert)
-    if not change.id or change.base < 0 or change.version != change.base + len(change.entries):
+    if not wid or base < 0 or change.version != base + len(written):
         return _prepare_checked(change, convert)
     entry_keys = getattr(change, "entry_keys", None)
-    if _keys_fault(entry_keys, len(change.entries)) is not None:
+    if _keys_fault(entry_keys, len(written)) is not None:
         return _prepare_checked(change, convert)
     try:
         meta = convert(change.meta)
-        entries = [convert(e) for e in change.entries]
+        entries = [convert(e) for e in written]
         objects: list[tuple[str, str, V | None]] = []
         for collection, items in change.objects.items():
             if type(collection) is not str or type(items) is not dict:
@@ -166,8 +168,11 @@ def _prepare(change: StoreChange, convert: Callable[[Any], V]) -> Prepared[V]:
                 objects.append((collection, key, None if value is None else convert(value)))
     except (TypeError, ValueError, msgspec.EncodeError):
         return _prepare_checked(change, convert)
-    if not_object(meta) or any(not_object(e) for e in entries):
+    if not_object(meta):
         return _prepare_checked(change, convert)
+    for held in entries:
+        if not_object(held):
+            return _prepare_checked(change, convert)
     # A copy, as the entries are: the caller's later changes reach nothing held.
     return Prepared(meta, entries, objects, False, None if entry_keys is None else list(entry_keys))
 
