@@ -95,13 +95,18 @@ def _check_scalar(v: Any, shape: Shape) -> None:
         )
 
 
+# The unbound method: compiled, `s.isascii()` looks the method up by name on
+# every call (mypyc has no primitive for it); this calls it directly.
+_isascii: Final = str.isascii
+
+
 def _member(v: Any, level: int, shape: Shape, copy: bool) -> Any:
     """Check one member of a container at `level`; with `copy`, return its
     copy (integral floats as integers, the immutable scalars shared)."""
     t = type(v)
     if t is str:
         s: str = v
-        if not s.isascii():
+        if not _isascii(s):
             _check_str(s, shape)
     elif t is dict or t is list:
         return _walk(v, level + 1, shape, copy)
@@ -127,7 +132,7 @@ def _walk(container: Any, level: int, shape: Shape, copy: bool) -> Any:
         for k in d:
             if type(k) is not str:
                 shape.error = shape.error or CanonicalError("object keys must be strings")
-            elif not k.isascii():
+            elif not _isascii(k):
                 _check_str(k, shape)
         if d and level + 1 > shape.depth:
             shape.depth = level + 1
