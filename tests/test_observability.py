@@ -263,8 +263,11 @@ def _calls_of(folder: str, pid: int) -> Counter[tuple[str, str]]:
     """The calls one worker counted: its files alone, read as a scrape would."""
     with tempfile.TemporaryDirectory() as alone:
         for name in os.listdir(folder):
-            if name.endswith(f"_{pid}.db"):
-                shutil.copy(os.path.join(folder, name), alone)
+            path = os.path.join(folder, name)
+            # A file the worker has created but not yet sized holds no count
+            # (prometheus_client cannot read it: it fails on the empty header).
+            if name.endswith(f"_{pid}.db") and os.path.getsize(path) > 0:
+                shutil.copy(path, alone)
         registry = CollectorRegistry()
         MultiProcessCollector(registry, alone)
         out: Counter[tuple[str, str]] = Counter()
