@@ -129,16 +129,17 @@ class MemoryStore(Store):
             self._apply_encoded(change, encoded)
 
     def _apply_encoded(self, change: StoreChange, encoded: Prepared[Held]) -> None:
-        ws = self._workspaces.get(change.id)
+        wid, base, replace = change.id, change.base, change.replace  # each a generic lookup
+        ws = self._workspaces.get(wid)
         held = 0 if ws is None else len(ws.entries)
         if encoded.create and ws is not None:
-            raise WorkspaceExistsError(change.id, held, change.base)
-        if not change.replace and change.base != held:
-            raise StoreConflictError(change.id, held, change.base)
+            raise WorkspaceExistsError(wid, held, base)
+        if not replace and base != held:
+            raise StoreConflictError(wid, held, base)
         # Nothing below can fail (the change is already encoded), so the held
         # state is changed in place: a write costs the same at any log length.
-        if ws is None or change.replace:
-            ws = self._workspaces[change.id] = _Workspace()
+        if ws is None or replace:
+            ws = self._workspaces[wid] = _Workspace()
         ws.entries += encoded.entries
         given = encoded.entry_keys
         ws.keys += [None] * len(encoded.entries) if given is None else given

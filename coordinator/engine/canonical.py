@@ -9,7 +9,7 @@ such dicts are re-ordered before encoding.
 
 from __future__ import annotations
 
-import hashlib
+from hashlib import sha256  # compiled, hashlib.sha256 would be a lookup per call
 from typing import Any, Final
 
 import msgspec
@@ -211,11 +211,11 @@ def canonical_bytes(value: Any, shape: Shape | None = None) -> bytes:
 
 def digest(value: Any) -> str:
     """`sha256:` + hex of SHA-256 over the JCS bytes of `value`."""
-    return "sha256:" + hashlib.sha256(canonical_bytes(value)).hexdigest()
+    return "sha256:" + sha256(canonical_bytes(value)).hexdigest()
 
 
 def link_hash(record_bytes: bytes, prev_hash: str) -> str:
     """The chain link: SHA-256(JCS(record) || prev_hash as UTF-8)."""
-    h = hashlib.sha256(record_bytes)
+    h = sha256(record_bytes)
     h.update(prev_hash.encode("ascii"))
     return "sha256:" + h.hexdigest()

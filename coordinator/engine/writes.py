@@ -7,6 +7,8 @@ import logging
 from typing import Any
 
 import msgspec
+from msgspec import Raw
+from msgspec.structs import replace
 
 from coordinator.audit import AuditEntry
 from coordinator.engine.canonical import ZERO_HASH, link_hash
@@ -75,11 +77,12 @@ class WorkspaceWrite:
         else:  # JCS of {"outcome", "request"}: keys in order, request already canonical
             record = b'{"outcome":' + _encode_sorted(outcome) + b',"request":' + canonical + b"}"
         prev = None
-        if self.meta.chain_enabled:
-            prev = self.meta.chain_head or ZERO_HASH
-            self.meta = msgspec.structs.replace(self.meta, chain_head=link_hash(record, prev))
+        meta = self.meta
+        if meta.chain_enabled:
+            prev = meta.chain_head or ZERO_HASH
+            self.meta = replace(meta, chain_head=link_hash(record, prev))
         if recorded is None:
-            recorded = msgspec.Raw(canonical)
+            recorded = Raw(canonical)
         seq = self.ws.count + len(self.entries)
         if outcome is None:
             entry = AuditEntry(seq, arrived, envelope=recorded, prev_hash=prev)
