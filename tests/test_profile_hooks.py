@@ -110,3 +110,36 @@ def test_sender_and_gate_checks_run_on_every_call_while_their_option_is_on() -> 
     c = _workspace(off, "w")
     for note in ("unsigned", "stale"):
         c.ok("task.create", BOT, kind="k", input={}, assignee=BOT, note=note)
+
+
+def test_write_hooks_run_around_each_write_where_the_profile_is_advertised() -> None:
+    """before_write before the handler of each write in a workspace that
+    advertises the profile, after_write after it: a create too, once its
+    handler made the workspace (there is none before). Reads, and workspaces
+    that do not advertise the profile, run neither."""
+    demo = Profile("x-chapline-demo/1.0")
+    seen: list[tuple[str, str, str]] = []
+
+    @demo.before_write
+    def before(call: Call) -> None:
+        seen.append(("before", call.method, call.params["workspace"]))
+
+    @demo.after_write
+    def after(call: Call) -> None:
+        seen.append(("after", call.method, call.params["workspace"]))
+
+    coord = Coordinator(registry=Registry([*CORE, demo]), default_profiles=["core/1.0"])
+    hooked = Client(coord, "w", ALICE)
+    hooked.setup(members=(ALICE,), profiles=["core/1.0", "x-chapline-demo/1.0"])
+    hooked.log()
+    plain = _workspace(coord, "v")
+    plain.new_task()
+    hooked.ok("workspace.set_profiles", profiles=["core/1.0"])  # hooked as it arrived
+    hooked.ok("participant.join", BOT, type="agent")
+    assert seen == [
+        ("after", "workspace.create", "w"),
+        ("before", "participant.join", "w"),
+        ("after", "participant.join", "w"),
+        ("before", "workspace.set_profiles", "w"),
+        ("after", "workspace.set_profiles", "w"),
+    ]

@@ -374,17 +374,19 @@ class Pipeline:
             gated = isinstance(err.data, dict) and "advertised" in err.data
             return self._refuse(call, method, err, gated, authorise)
         try:
-            # The profiles the workspace advertised when the call arrived (a
-            # handler stages a new meta; the held one changes at the write).
+            # The workspace's profiles, read once: a handler only stages a new
+            # meta (the held one changes at the write), except that a create
+            # has a workspace only once its handler ran.
             advertised: frozenset[str] | None = None
-            if not method.read and call.ws is not None and (registry.before_hooks or registry.write_hooks):
-                advertised = profile_names(call.ws.meta.profiles)
-            if advertised is not None:
+            if not method.read and call.ws is not None and registry.before_hooks:
+                advertised = _advertised(call.ws.meta.profiles)
                 for profile, hook in registry.before_hooks:
                     if profile in advertised:
                         hook(call)
             result = handler(call)  # steps 15-16
-            if advertised is not None:
+            if not method.read and call.ws is not None and registry.write_hooks:
+                if advertised is None:
+                    advertised = _advertised(call.ws.meta.profiles)
                 for profile, hook in registry.write_hooks:
                     if profile in advertised:
                         hook(call)
@@ -544,12 +546,30 @@ def _request_id(envelope: Any) -> Any:
     return dict.get(envelope, "id") if isinstance(envelope, dict) else None
 
 
+# The last held profiles list asked about, and its names. A workspace's meta
+# keeps its list from call to call, and no held list is changed in place (a
+# new meta gets a new list), so the list itself identifies the answer:
+# `profile_names` would hash it into a tuple on every call.
+_last_advertised: tuple[list[str], frozenset[str]] = ([], frozenset())
+
+
+def _advertised(profiles: list[str]) -> frozenset[str]:
+    """`profile_names` of a held workspace's profiles."""
+    global _last_advertised
+    last = _last_advertised  # one read: another thread may replace it meanwhile
+    if last[0] is profiles:
+        return last[1]
+    names = profile_names(profiles)
+    _last_advertised = (profiles, names)
+    return names
+
+
 def _route(call: Call, method: Method) -> Handler:
     """Steps 12-14: the handler for the call, or the refusal a gate gives first."""
     ws = call.ws
     if ws is not None and not method.always_available and method.profile != "core/1.0":
         advertised = ws.meta.profiles
-        if profile_name(method.profile) not in profile_names(advertised):
+        if profile_name(method.profile) not in _advertised(advertised):
             raise RpcError(
                 METHOD_NOT_FOUND,
                 f"Unknown method: {method.name}",

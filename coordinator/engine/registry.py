@@ -502,21 +502,9 @@ def _names(profiles: tuple[str, ...]) -> frozenset[str]:
     return frozenset(profile_name(p) for p in profiles)
 
 
-# The last list asked about and its names: a workspace's meta keeps its
-# profiles list (never changed in place) from call to call, so most asks
-# are of the same list as the last.
-_last: tuple[list[str], frozenset[str]] = ([], frozenset())
-
-
 def profile_names(profiles: list[str]) -> frozenset[str]:
     """The profile names a workspace advertises (cached: every gated call asks)."""
-    global _last
-    last = _last  # one read: another thread may replace it meanwhile
-    if last[0] is profiles:
-        return last[1]
-    names = _names(tuple(profiles))
-    _last = (profiles, names)
-    return names
+    return _names(tuple(profiles))
 
 
 # Parameter schemas (JSON Schema) for declarations.
