@@ -655,3 +655,63 @@ def test_sighup_replaces_every_worker_under_load_without_a_failed_call(tmp_path:
     logged = logged_tasks(db, workspaces)
     assert sorted(logged) == sorted(load.acknowledged)
     assert set(logged.values()) == {1}
+
+
+@pytest.mark.parametrize(
+    ("worker", "passed_on"),
+    [
+        ("stops with the call still in its backlog", False),
+        ("accepts the call and stops before reading it", False),
+        ("reads the call and stops without answering", True),
+        ("answers", True),
+    ],
+)
+def test_a_call_passed_to_a_worker_that_stopped_before_reading_it_is_answered_here(
+    tmp_path: Path, worker: str, passed_on: bool
+) -> None:
+    """`forward` tells the two by the kernel's answer: a worker that stopped
+    before reading the whole request (a reload closing its slot's socket with
+    a call in its backlog) resets the connection, so the call was not
+    applied and is answered where it arrived (None); one that read it may
+    have applied it: 502, applied unknown."""
+    import asyncio
+
+    from coordinator.server.affinity import Elsewhere
+
+    sender = Affinity(str(tmp_path), 0, 2)
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(sender.path(1))
+    listener.listen(8)
+    body = b'{"jsonrpc": "2.0", "id": "c1", "method": "workspace.describe", "params": {"workspace": "w"}}'
+
+    def the_other_worker() -> None:
+        if worker.startswith("stops"):
+            listener.close()
+            return
+        conn, _ = listener.accept()
+        with conn:
+            if worker.startswith("accepts"):
+                return
+            received = b""
+            while not received.endswith(body):
+                received += conn.recv(65536)
+            if worker == "answers":
+                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-type: application/json\r\n\r\n{}")
+
+    async def forward() -> Any:
+        call = Elsewhere(1, "w", "c1")
+        pending = asyncio.ensure_future(sender.forward(call, b"/chap", [(b"host", b"x")], body))
+        await asyncio.sleep(0.2)  # connected, the request in the other worker's socket
+        await asyncio.to_thread(the_other_worker)
+        return await pending
+
+    try:
+        answer = asyncio.run(forward())
+    finally:
+        listener.close()
+    if not passed_on:
+        assert answer is None
+    elif worker == "answers":
+        assert (answer.status, answer.body) == (200, b"{}")
+    else:
+        assert answer.status == 502 and b'"applied":"unknown"' in answer.body

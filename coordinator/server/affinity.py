@@ -194,10 +194,12 @@ class Affinity:
         self, call: Elsewhere, target: bytes, headers: Iterable[tuple[bytes, bytes]], body: bytes
     ) -> Answer | None:
         """Send the request to the call's worker on a new connection and
-        return its answer; None when that worker cannot be reached (nothing
-        was sent: the call is answered here). A worker that has not answered
-        within `timeout` seconds (the store's write wait and a margin: it is
-        stopped or stuck) is answered for as one that died: 502, applied unknown."""
+        return its answer; None when that worker cannot be reached, or
+        stopped before it read the whole request (nothing was applied: the
+        call is answered here). A worker that has not answered within
+        `timeout` seconds (the store's write wait and a margin: it is
+        stopped or stuck), or that closed the connection after reading the
+        request, is answered for as one that died: 502, applied unknown."""
         try:
             reader, writer = await asyncio.open_unix_connection(self.path(call.slot), limit=_HEAD_LIMIT)
         except OSError:
@@ -211,6 +213,12 @@ class Affinity:
             writer.write(body)
             async with asyncio.timeout(self.timeout):
                 answer = await _read_answer(reader)
+        except ConnectionResetError:
+            # A Unix socket closed with data still unread resets its peer; one
+            # that read everything ends it. So a reset says the worker never
+            # read the whole request: one left in a stopping worker's backlog
+            # (a reload), or one it stopped before reading. Nothing was applied.
+            return None
         except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError,
                 IndexError):
             answer = None
