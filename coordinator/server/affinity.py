@@ -12,8 +12,9 @@ Calls are answered where they arrived when they name no workspace (a batch,
 a create without an id, a body that is not a call: the answer is the same
 anywhere), when they came over a slot's socket (never passed on twice), and
 when the slot's worker cannot be reached (dead, or not started yet: the
-write turn keeps that correct, only slower). A call passed on whose worker
-stops before answering, or does not answer in time, is answered 502,
+write turn keeps that correct, only slower) or stopped before reading the
+whole call (see `Affinity.forward`). A call passed on whose worker read it
+and stops before answering, or does not answer in time, is answered 502,
 -32603, saying that whether it was applied is unknown: what a client learns
 from a connection broken mid-call; a resend with the same idempotency key
 or signature is answered as the first was, or applied once.
@@ -213,11 +214,12 @@ class Affinity:
             writer.write(body)
             async with asyncio.timeout(self.timeout):
                 answer = await _read_answer(reader)
-        except ConnectionResetError:
+        except (ConnectionResetError, BrokenPipeError):
             # A Unix socket closed with data still unread resets its peer; one
             # that read everything ends it. So a reset says the worker never
             # read the whole request: one left in a stopping worker's backlog
-            # (a reload), or one it stopped before reading. Nothing was applied.
+            # (a reload), or one it stopped before reading. A broken pipe says
+            # it closed before the request was even sent. Nothing was applied.
             return None
         except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError,
                 IndexError):
