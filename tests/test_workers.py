@@ -685,6 +685,8 @@ def test_a_call_passed_to_a_worker_that_stopped_before_reading_it_is_answered_he
 
     def the_other_worker() -> None:
         if worker.startswith("stops"):
+            # once the call's connection waits in the backlog
+            eventually(lambda: _unix_listeners(tmp_path).count(Path(sender.path(1))) > 1, "the connection")
             listener.close()
             return
         conn, _ = listener.accept()
@@ -700,7 +702,7 @@ def test_a_call_passed_to_a_worker_that_stopped_before_reading_it_is_answered_he
     async def forward() -> Any:
         call = Elsewhere(1, "w", "c1")
         pending = asyncio.ensure_future(sender.forward(call, b"/chap", [(b"host", b"x")], body))
-        await asyncio.sleep(0.2)  # connected, the request in the other worker's socket
+        # The other worker acts on its own thread, while the loop runs `forward`.
         await asyncio.to_thread(the_other_worker)
         return await pending
 
