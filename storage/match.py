@@ -48,10 +48,6 @@ def entry_matches(entry: dict[str, Any], where: EntryFilter) -> bool:
     return True
 
 
-# The params key behind the two EntryFilter fields that read params.
-_PARAM = {"sender": "from", "task_id": "task_id"}
-
-
 def entry_key(entry: dict[str, Any], field: str) -> str | None:
     """The value an index on `field` files `entry` under, or None.
 
@@ -61,25 +57,18 @@ def entry_key(entry: dict[str, Any], field: str) -> str | None:
     result.
     """
     call = entry.get("envelope")
-    if field == "outcome":
-        return "refused" if call is None else "accepted"
-    if call is None:
+    refused = call is None
+    if refused:
         call = entry.get("request")
-    if not isinstance(call, dict):
-        return None
-    if field == "method":
-        value = call.get("method")
-    else:
-        params = call.get("params")
-        value = params.get(_PARAM[field]) if isinstance(params, dict) else None
-    return value if isinstance(value, str) else None
+    return call_keys(call, refused)[KEY_FIELDS.index(field)]
 
 
 def call_keys(call: Any, refused: bool) -> EntryKeys:
-    """`entry_key` of each of `KEY_FIELDS` for the entry that records `call`
-    (the envelope or request as a decoded JSON value), `refused` or not,
-    read from the call itself: a writer that holds it gives these with its
-    change (`StoreChange.entry_keys`) at the cost of three lookups."""
+    """The keys (`entry_key`) of each of `KEY_FIELDS` for the entry that
+    records `call` (the envelope or request as a decoded JSON value),
+    `refused` or not, read from the call itself: a writer that holds it
+    gives these with its change (`StoreChange.entry_keys`) at the cost of
+    three lookups."""
     # An entry whose `envelope` is null reads as refused (`entry_key`).
     outcome = "refused" if refused or call is None else "accepted"
     if not isinstance(call, dict):

@@ -9,6 +9,7 @@ signal (a process gone, a line logged, a call answered)."""
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import itertools
 import os
@@ -31,7 +32,7 @@ from support import ALICE, BOT, eventually
 from coordinator import Coordinator, RemoteCoordinator
 from coordinator.client import Retry
 from coordinator.engine.idempotent_calls import IDEMPOTENCY_FIELD
-from coordinator.server.affinity import Affinity, slot_of, slots_directory
+from coordinator.server.affinity import Affinity, Elsewhere, slot_of, slots_directory
 from coordinator.server.workers import Backoff
 from storage.target import open_store
 
@@ -673,10 +674,6 @@ def test_a_call_passed_to_a_worker_that_stopped_before_reading_it_is_answered_he
     a call in its backlog) resets the connection, so the call was not
     applied and is answered where it arrived (None); one that read it may
     have applied it: 502, applied unknown."""
-    import asyncio
-
-    from coordinator.server.affinity import Elsewhere
-
     sender = Affinity(str(tmp_path), 0, 2)
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(sender.path(1))

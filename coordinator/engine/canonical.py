@@ -24,6 +24,7 @@ __all__ = [
     "digest",
     "inspect",
     "inspect_copy",
+    "is_ascii",
     "link_hash",
 ]
 
@@ -95,9 +96,9 @@ def _check_scalar(v: Any, shape: Shape) -> None:
         )
 
 
-# The unbound method: compiled, `s.isascii()` looks the method up by name on
-# every call (mypyc has no primitive for it); this calls it directly.
-_isascii: Final = str.isascii
+# `str.isascii`, unbound: compiled, `s.isascii()` looks the method up by name
+# on every call (mypyc has no primitive for it); this calls it directly.
+is_ascii: Final = str.isascii
 
 
 def _member(v: Any, level: int, shape: Shape, copy: bool) -> Any:
@@ -106,7 +107,7 @@ def _member(v: Any, level: int, shape: Shape, copy: bool) -> Any:
     t = type(v)
     if t is str:
         s: str = v
-        if not _isascii(s):
+        if not is_ascii(s):
             _check_str(s, shape)
     elif t is dict or t is list:
         return _walk(v, level + 1, shape, copy)
@@ -132,7 +133,7 @@ def _walk(container: Any, level: int, shape: Shape, copy: bool) -> Any:
         for k in d:
             if type(k) is not str:
                 shape.error = shape.error or CanonicalError("object keys must be strings")
-            elif not _isascii(k):
+            elif not is_ascii(k):
                 _check_str(k, shape)
         if d and level + 1 > shape.depth:
             shape.depth = level + 1
@@ -175,7 +176,7 @@ def _inspect(value: Any, copy: bool) -> tuple[Shape, Any]:
     t = type(value)
     if t is dict or t is list:
         return shape, _walk(value, 1, shape, copy)
-    if not (value is None or t is bool or (t is str and value.isascii())):
+    if not (value is None or t is bool or (t is str and is_ascii(value))):
         if t is not int or not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
             _check_scalar(value, shape)
             if copy and t is float and value.is_integer():

@@ -8,7 +8,7 @@ from typing import Any, Final
 
 import msgspec
 
-from coordinator.engine.canonical import inspect
+from coordinator.engine.canonical import inspect, is_ascii
 from coordinator.errors import RpcError
 
 __all__ = [
@@ -159,10 +159,6 @@ def error_response(req_id: Any, error: RpcError) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": _sendable_id(req_id), "error": error.to_wire()}
 
 
-# Unbound, as in canonical.py: compiled, `s.isascii()` looks the method up by name.
-_isascii: Final = str.isascii
-
-
 def _sendable_id(req_id: Any) -> Any:
     """The request's id as the answer can carry it: the id itself; its JSON
     text (`msgspec.Raw`) when it holds a lone surrogate, which JSON writes as
@@ -171,7 +167,7 @@ def _sendable_id(req_id: Any) -> Any:
     CHAP reads an envelope, or not a JSON value). Never raises."""
     if req_id is None or isinstance(req_id, (bool, int, float)):
         return req_id
-    if type(req_id) is str and _isascii(req_id):
+    if type(req_id) is str and is_ascii(req_id):
         return req_id  # the usual id: no lone surrogate, nothing to encode to know it
     if isinstance(req_id, (dict, list)) and inspect(req_id).depth > MAX_DEPTH:
         return None  # the walk is bounded; encoding it might meet the recursion limit
